@@ -1,0 +1,74 @@
+# kvreplay: plain GNU Makefile.
+#   make          build/kvreplay
+#   make test     build and run every tests/test_*.c (cmocka)
+#   make asan     the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench    engine and checkpoint benchmarks (figures, not tests)
+#   make demo     install missing packages (as root), run the experiments, plots, REPORT.md
+#   make plots    render results/*.sqlite with gnuplot
+#
+# Numerics: -ffp-contract=off always; never -ffast-math or -Ofast (bit-exactness).
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2 -march=native
+SAN     ?=
+PKGS    := openblas gsl sqlite3 jansson libxxhash
+CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
+           -ffp-contract=off -fno-fast-math -fopenmp -g $(OPT) $(SAN) \
+           -Iengine -Iharness -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
+TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+CFLAGS  += -DKVR_GIT_REV=\"$(GIT_REV)\"
+
+ENGINE_SRC  := $(wildcard engine/*.c)
+HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c harness/policies/*.c))
+LIB_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(ENGINE_SRC) $(HARNESS_SRC))
+TEST_SRC    := $(wildcard tests/test_*.c)
+TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
+
+.PHONY: all test asan bench demo plots clean deps
+.SECONDARY:
+all: $(BUILD)/kvreplay
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libkvreplay.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kvreplay: $(BUILD)/obj/harness/main.o $(BUILD)/libkvreplay.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(BUILD)/libkvreplay.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(TESTLIBS)
+
+# The test runner needs the CLI too (integration tests call build/kvreplay).
+test: $(BUILD)/kvreplay $(TEST_BIN)
+	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+bench: $(BUILD)/kvreplay
+	@sh experiments/bench.sh $(BUILD)/kvreplay
+
+deps:
+	@sh .ci/deps
+
+demo: deps
+	@$(MAKE) --no-print-directory $(BUILD)/kvreplay
+	@sh experiments/demo.sh $(BUILD)/kvreplay $(SCALE)
+
+plots:
+	@sh plots/render.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD) build-asan -name '*.d' 2>/dev/null)

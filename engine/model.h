@@ -1,0 +1,201 @@
+/*
+ * engine/model.h: the inference engine's public API: models, numerics,
+ * sequence state (KV cache, recurrent state, checkpoints), chunked prefill
+ * and single-token decode.
+ *
+ * Dimension letters used in this file and in engine/*.c:
+ *   V vocabulary, D model dim (n_embd), L layers, H query heads, G kv heads,
+ *   E head dim, F feed-forward dim, T tokens in a chunk, P positions in a sequence.
+ *
+ * The bit-exactness invariant (DESIGN.md): with align CHUNK, a prompt token
+ * at absolute position p is computed inside the chunk [floor(p/C)*C,
+ * floor(p/C)*C + C) clipped to the prompt's end, with the same kernels and
+ * the same prior state whether or not its prefix came from a cache. So
+ * eng_prefill splits its input at absolute multiples of C: cold prefill of
+ * n tokens and "prefill k, truncate to floor(k/C)*C, prefill the rest" give
+ * memcmp-identical logits, KV and recurrent state. With align NONE it cuts
+ * chunks of `ubatch` tokens counted from where this prefill starts, as
+ * llama.cpp does, which breaks the invariant on purpose.
+ *
+ * Numerics are fixed at load: kernel (blas: OpenBLAS sgemm, shape-dependent
+ * per-row results; ref: fixed reduction order over k whatever the shape),
+ * precision (fp32, or bf16: weights and every op's output rounded to
+ * bfloat16, round to nearest even, fp32 accumulation) and thread count.
+ *
+ * Usage:
+ *     eng_numerics num = eng_numerics_default();      // blas, fp32, 1 thread
+ *     eng_model *m; char err[256];
+ *     if (eng_model_load("m.gguf", &num, &m, err, sizeof err)) { ... }
+ *     eng_seq *s = eng_seq_new(m, 4096);
+ *     eng_prefill_params pp = eng_prefill_params_default(); // C = 64, align chunk
+ *     float *logits = malloc(sizeof(float) * eng_model_get_info(m)->n_vocab);
+ *     eng_prefill(s, tokens, n, &pp, logits);          // logits of the last token
+ *     eng_decode(s, next, logits);                      // one more token
+ *     eng_seq_free(s); eng_model_free(m);
+ */
+#ifndef ENG_MODEL_H
+#define ENG_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "tokenizer.h"
+
+// ----------------------------------------------------------------------------
+// Numerics
+
+typedef enum eng_kernel { ENG_KERNEL_BLAS = 0, ENG_KERNEL_REF = 1 } eng_kernel;
+typedef enum eng_precision { ENG_PRECISION_FP32 = 0, ENG_PRECISION_BF16 = 1 } eng_precision;
+typedef enum eng_align { ENG_ALIGN_CHUNK = 0, ENG_ALIGN_NONE = 1 } eng_align;
+
+typedef struct eng_numerics {
+    eng_kernel    kernel;     /* default ENG_KERNEL_BLAS */
+    eng_precision precision;  /* default ENG_PRECISION_FP32 */
+    int32_t       n_threads;  /* >= 1, default 1; also sets OpenBLAS's thread count */
+} eng_numerics;
+
+eng_numerics eng_numerics_default(void);
+const char  *eng_kernel_name(eng_kernel k);        /* "blas" | "ref" */
+const char  *eng_precision_name(eng_precision p);  /* "fp32" | "bf16" */
+const char  *eng_align_name(eng_align a);          /* "chunk" | "none" */
+/* Parse "blas"/"ref", "fp32"/"bf16", "chunk"/"none". Return ENG_OK or ENG_ERR_ARG. */
+int eng_kernel_parse(const char *s, eng_kernel *out);
+int eng_precision_parse(const char *s, eng_precision *out);
+int eng_align_parse(const char *s, eng_align *out);
+/* "OpenBLAS 0.3.21 ..." from openblas_get_config(), for run metadata. */
+const char *eng_blas_info(void);
+
+// ----------------------------------------------------------------------------
+// Models
+
+typedef struct eng_model eng_model;
+
+typedef enum eng_layer_kind {
+    ENG_LAYER_ATTN      = 0,  /* full causal attention: KV truncatable to any length */
+    ENG_LAYER_ATTN_SWA  = 1,  /* sliding-window attention (window n_swa) */
+    ENG_LAYER_RECURRENT = 2,  /* Mamba-2-style selective SSM: not truncatable */
+} eng_layer_kind;
+
+typedef struct eng_model_info {
+    char    arch[32];        /* general.architecture: "llama", ... */
+    char    name[64];        /* general.name or the file's base name */
+    int32_t n_vocab;         /* V */
+    int32_t n_embd;          /* D */
+    int32_t n_layer;         /* L */
+    int32_t n_head;          /* H */
+    int32_t n_head_kv;       /* G */
+    int32_t head_dim;        /* E = D / H */
+    int32_t n_ff;            /* F */
+    int32_t n_ctx_train;
+    int32_t n_rot;           /* rope dimension count (<= E) */
+    float   rope_freq_base;
+    float   rms_eps;
+    int32_t n_swa;           /* sliding window, 0 when none */
+    int32_t n_layer_attn;    /* layers of kind ATTN */
+    int32_t n_layer_swa;     /* layers of kind ATTN_SWA */
+    int32_t n_layer_rec;     /* layers of kind RECURRENT */
+    int64_t n_params;
+    char    sha256[65];      /* of the whole GGUF file, lower-case hex */
+    char    chat_template[16]; /* "chatml", "llama2", "llama3" when known from metadata, else "" */
+} eng_model_info;
+
+/* Loads a GGUF model (llama and kvreplay's own architectures). Tensors are
+ * converted to the compute precision at load. Returns ENG_OK, ENG_ERR_IO,
+ * ENG_ERR_FORMAT (missing/misshaped tensor: message names it),
+ * ENG_ERR_UNSUPPORTED, ENG_ERR_ARG or ENG_ERR_NOMEM. */
+int  eng_model_load(const char *path, const eng_numerics *num, eng_model **out, char *err, size_t errlen);
+void eng_model_free(eng_model *m);  /* accepts NULL */
+
+const eng_model_info *eng_model_get_info(const eng_model *m);
+const eng_numerics   *eng_model_get_numerics(const eng_model *m);
+eng_layer_kind        eng_model_layer_kind(const eng_model *m, int32_t il);
+/* The model's tokenizer, or NULL when the GGUF has no vocabulary. Owned by the model. */
+const eng_tokenizer  *eng_model_tokenizer(const eng_model *m);
+/* 64-bit fingerprint of the model file hash and the numerics (kernel,
+ * precision; not the thread count): equal fingerprints mean interchangeable state. */
+uint64_t              eng_model_fingerprint(const eng_model *m);
+/* Deterministic cost model: FLOPs of prefilling n tokens after n_past cached
+ * ones (matmuls + attention), independent of the machine. */
+double                eng_model_prefill_flops(const eng_model *m, int32_t n_past, int32_t n);
+
+// ----------------------------------------------------------------------------
+// Sequence state: the KV cache of attention layers (with positions), the
+// recurrent and convolution state of recurrent layers, and the token ids.
+
+typedef struct eng_seq eng_seq;
+
+/* A fresh, empty sequence with room for n_ctx positions. NULL on OOM or n_ctx < 1. */
+eng_seq       *eng_seq_new(const eng_model *m, int32_t n_ctx);
+void           eng_seq_free(eng_seq *s);  /* accepts NULL */
+void           eng_seq_reset(eng_seq *s); /* back to empty: all memory cleared */
+const eng_model *eng_seq_model(const eng_seq *s);
+int32_t        eng_seq_n_ctx(const eng_seq *s);
+int32_t        eng_seq_n_tokens(const eng_seq *s);
+const int32_t *eng_seq_tokens(const eng_seq *s);  /* n_tokens ids */
+
+/* Whether the state at n tokens (0 <= n <= n_tokens) can be had by truncation:
+ * true for n == n_tokens; for full attention always; for sliding-window
+ * layers only while the window's cells for positions [n - n_swa, n) still
+ * exist; for recurrent layers only n == n_tokens (n == 0 is a reset, which
+ * eng_seq_truncate also allows). */
+bool eng_seq_can_truncate(const eng_seq *s, int32_t n);
+/* Truncates to n tokens. ENG_ERR_UNSUPPORTED when !can_truncate(n) (and n != 0),
+ * ENG_ERR_RANGE when n > n_tokens. */
+int  eng_seq_truncate(eng_seq *s, int32_t n);
+/* dst becomes a copy of src (same model; dst's n_ctx must be >= src's n_tokens). */
+int  eng_seq_copy(eng_seq *dst, const eng_seq *src);
+
+/* Serialisation of the whole state (tokens, every layer's memory) to bytes:
+ * header with magic, version, model fingerprint and n_tokens, then payload.
+ * eng_seq_deserialize refuses a blob from another model or numerics with
+ * ENG_ERR_MISMATCH and a malformed one with ENG_ERR_FORMAT. */
+size_t eng_seq_serialized_size(const eng_seq *s);
+int    eng_seq_serialize(const eng_seq *s, void *buf, size_t cap, size_t *n_written);
+int    eng_seq_deserialize(eng_seq *s, const void *buf, size_t n);
+
+// Checkpoints: the non-truncatable part of the state (recurrent + conv state,
+// sliding-window cells) at the sequence's current n_tokens, which should be a
+// grid position. Restoring one = copying it back + truncating full-attention
+// KV to its n_tokens. For a pure full-attention model a checkpoint holds
+// nothing but n_tokens (size 0 payload): truncation alone restores it.
+
+typedef struct eng_ckpt eng_ckpt;
+
+eng_ckpt *eng_seq_checkpoint(const eng_seq *s);          /* NULL on OOM */
+void      eng_ckpt_free(eng_ckpt *c);                     /* accepts NULL */
+int32_t   eng_ckpt_n_tokens(const eng_ckpt *c);
+size_t    eng_ckpt_size(const eng_ckpt *c);               /* payload bytes */
+/* s must hold at least the checkpoint's n_tokens tokens with full-attention KV
+ * for them (the caller checks that the token prefix matches). Returns ENG_OK,
+ * ENG_ERR_MISMATCH (other model) or ENG_ERR_RANGE. */
+int       eng_seq_restore(eng_seq *s, const eng_ckpt *c);
+
+// ----------------------------------------------------------------------------
+// Prefill and decode
+
+typedef struct eng_prefill_params {
+    int32_t   chunk;       /* C >= 1, default 64 */
+    eng_align align;       /* default ENG_ALIGN_CHUNK */
+    int32_t   ubatch;      /* chunk length for ENG_ALIGN_NONE, default 512 */
+    bool      all_logits;  /* logits of every prompt token (n * V) instead of the last (V) */
+    /* Called after each chunk with the state at its end (n_tokens so far);
+     * policies take checkpoints here. May be NULL. */
+    void    (*on_chunk)(void *ud, eng_seq *s, int32_t n_tokens);
+    void     *ud;
+} eng_prefill_params;
+
+eng_prefill_params eng_prefill_params_default(void);
+
+/* Appends n >= 1 tokens at positions [n_tokens, n_tokens + n), in chunks as
+ * above, and writes logits (V floats, or n * V with all_logits) unless
+ * logits is NULL. Returns ENG_OK, ENG_ERR_RANGE (n_ctx exceeded) or ENG_ERR_ARG. */
+int eng_prefill(eng_seq *s, const int32_t *tokens, int32_t n, const eng_prefill_params *p, float *logits);
+/* One token at position n_tokens (a chunk of one, as a server's decode step). */
+int eng_decode(eng_seq *s, int32_t token, float *logits);
+
+/* Greedy argmax (lowest index wins ties). */
+int32_t eng_argmax(const float *logits, int32_t n);
+
+#endif /* ENG_MODEL_H */

@@ -1,0 +1,75 @@
+/*
+ * engine/tokenizer.h: tokenizers loaded from GGUF vocabulary metadata.
+ *
+ * Two models, with llama.cpp's semantics:
+ *   - "llama": SentencePiece BPE (dummy-prefix space, U+2581 for spaces,
+ *     score-ordered merges, byte fallback to <0xNN>);
+ *   - "gpt2": byte-level BPE (byte-to-unicode map, GPT-2 pre-tokenizer
+ *     split, merge ranks from tokenizer.ggml.merges).
+ * Special/control tokens (token_type CONTROL or USER_DEFINED, e.g.
+ * <|im_start|>) are matched as whole tokens only when the caller asks
+ * (parse_special), as chat templates need.
+ *
+ * A tokenizer is immutable after load and safe to share between threads.
+ *
+ * Usage:
+ *     eng_tokenizer *tok;
+ *     eng_tokenizer_load(g, &tok, err, sizeof err);
+ *     int32_t ids[256];
+ *     int32_t n = eng_tokenize(tok, "Once upon a time", 16, true, false, ids, 256, NULL);
+ *     // n == 5: 1 403 407 261 378 for stories260K
+ */
+#ifndef ENG_TOKENIZER_H
+#define ENG_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct eng_tokenizer eng_tokenizer;
+
+enum eng_vocab_type {
+    ENG_VOCAB_SPM  = 1,   /* tokenizer.ggml.model == "llama" */
+    ENG_VOCAB_BPE  = 2,   /* tokenizer.ggml.model == "gpt2" */
+};
+
+/* Loads the vocabulary from g's tokenizer.ggml.* metadata (g may be closed afterwards:
+ * everything is copied). Returns ENG_OK, ENG_ERR_NOT_FOUND (no tokenizer),
+ * ENG_ERR_UNSUPPORTED (other tokenizer.ggml.model) or ENG_ERR_FORMAT. */
+int  eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t errlen);
+void eng_tokenizer_free(eng_tokenizer *t);  /* accepts NULL */
+
+int     eng_tokenizer_type(const eng_tokenizer *t);
+int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t);
+int32_t eng_tokenizer_bos(const eng_tokenizer *t);   /* -1 when none */
+int32_t eng_tokenizer_eos(const eng_tokenizer *t);   /* -1 when none */
+int32_t eng_tokenizer_eot(const eng_tokenizer *t);   /* end-of-turn (e.g. <|im_end|>, <|eot_id|>); -1 when none */
+bool    eng_tokenizer_add_bos(const eng_tokenizer *t);
+bool    eng_tokenizer_add_eos(const eng_tokenizer *t);
+
+/* Tokenizes len bytes of text (any bytes; invalid UTF-8 never crashes).
+ * add_bos/add_eos prepend/append those tokens when the vocabulary has them.
+ * parse_special matches control/user-defined token texts as whole tokens.
+ * Writes at most cap ids into out and returns the token count; when the
+ * count exceeds cap, returns -(count) and writes nothing useful (call again).
+ * offsets (may be NULL, else cap entries) receives, for each token, the byte
+ * offset in text where it starts (BOS/EOS get the offset of their position). */
+int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool add_bos,
+                     bool add_eos, bool parse_special, int32_t *out, int32_t cap, int32_t *offsets);
+
+/* Decodes ids to text: the exact inverse of eng_tokenize without BOS/EOS
+ * where one exists (SPM strips the dummy-prefix space of the first piece).
+ * Control tokens are rendered as their text when render_special, else omitted.
+ * Writes at most cap bytes (NUL-terminated when room) and returns the byte
+ * count; returns -(count) when cap is too small. */
+int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bool render_special,
+                       char *out, size_t cap);
+
+/* The raw vocabulary piece of id (as stored, e.g. "▁time" or "<0x0A>"); NULL if out of range. */
+const char *eng_token_piece(const eng_tokenizer *t, int32_t id, size_t *len);
+/* The id whose piece is exactly text, or -1. */
+int32_t eng_token_lookup(const eng_tokenizer *t, const char *text, size_t len);
+
+#endif /* ENG_TOKENIZER_H */

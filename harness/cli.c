@@ -1,0 +1,79 @@
+/*
+ * harness/cli.c: option parsing and error exits shared by the subcommands.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hx_die(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvreplay: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(code);
+}
+
+const char *hx_opt(int argc, char **argv, int *i, const char *name) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n] != '\0') return NULL;
+    if (*i + 1 >= argc) hx_die(HX_EXIT_USAGE, "%s: missing value", name);
+    *i += 1;
+    return argv[*i];
+}
+
+bool hx_flag(char **argv, int i, const char *name) { return strcmp(argv[i], name) == 0; }
+
+bool hx_wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
+}
+
+int64_t hx_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi)
+        hx_die(HX_EXIT_USAGE, "%s: expected an integer in [%lld, %lld], got '%s'", flag,
+               (long long)lo, (long long)hi, s);
+    return v;
+}
+
+double hx_parse_double(const char *flag, const char *s, double lo, double hi) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi)
+        hx_die(HX_EXIT_USAGE, "%s: expected a number in [%g, %g], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+void hx_bad_arg(const char *cmd, const char *arg) {
+    if (arg[0] == '-')
+        hx_die(HX_EXIT_USAGE, "%s: unknown option '%s' (see kvreplay %s --help)", cmd, arg, cmd);
+    hx_die(HX_EXIT_USAGE, "%s: unexpected argument '%s' (see kvreplay %s --help)", cmd, arg, cmd);
+}
+
+static char g_argv[8192];
+
+void hx_set_argv(int argc, char **argv) {
+    size_t off = 0;
+    g_argv[0] = '\0';
+    for (int i = 0; i < argc && off < sizeof g_argv - 1; i++) {
+        int k = snprintf(g_argv + off, sizeof g_argv - off, "%s%s", i ? " " : "", argv[i]);
+        if (k < 0) break;
+        off += (size_t)k;
+    }
+}
+
+const char *hx_argv_joined(void) { return g_argv; }
