@@ -3,7 +3,7 @@
  * sequence state (KV cache, recurrent state, checkpoints), chunked prefill
  * and single-token decode.
  *
- * Dimension letters used in this file and in engine/*.c:
+ * Dimension letters used in this file and in the engine's .c files:
  *   V vocabulary, D model dim (n_embd), L layers, H query heads, G kv heads,
  *   E head dim, F feed-forward dim, T tokens in a chunk, P positions in a sequence.
  *
@@ -155,6 +155,32 @@ size_t eng_seq_serialized_size(const eng_seq *s);
 int    eng_seq_serialize(const eng_seq *s, void *buf, size_t cap, size_t *n_written);
 int    eng_seq_deserialize(eng_seq *s, const void *buf, size_t n);
 
+/* Added by the engine: a byte-exact comparison of two sequences' state, for
+ * tests and checkers. Compares, over the common prefix of positions
+ * [0, min(n_a, n_b)), the token ids, then each layer's memory in layer
+ * order (for attention: the K rows, then the V rows, by position), then the
+ * token counts. `out` describes the first difference found in that order. */
+typedef enum eng_seq_part {
+    ENG_SEQ_PART_NONE     = 0,  /* equal */
+    ENG_SEQ_PART_TOKENS   = 1,  /* token id at pos */
+    ENG_SEQ_PART_K        = 2,  /* K row pos of layer, element index */
+    ENG_SEQ_PART_V        = 3,  /* V row pos of layer, element index */
+    ENG_SEQ_PART_STATE    = 4,  /* non-positional state of layer (recurrent, window) */
+    ENG_SEQ_PART_N_TOKENS = 5,  /* equal over the common prefix, different lengths (pos = the shorter) */
+} eng_seq_part;
+
+typedef struct eng_seq_diff {
+    bool         equal;  /* every compared byte equal and same n_tokens */
+    eng_seq_part part;
+    int32_t      layer;  /* -1 unless part is K, V or STATE */
+    int32_t      pos;    /* position, -1 for STATE */
+    int64_t      index;  /* element within the row or state, -1 for TOKENS and N_TOKENS */
+} eng_seq_diff;
+
+/* Fills *out. Returns ENG_OK, or ENG_ERR_MISMATCH when the two sequences'
+ * models have different fingerprints (nothing compared). */
+int eng_seq_compare(const eng_seq *a, const eng_seq *b, eng_seq_diff *out);
+
 // Checkpoints: the non-truncatable part of the state (recurrent + conv state,
 // sliding-window cells) at the sequence's current n_tokens, which should be a
 // grid position. Restoring one = copying it back + truncating full-attention
@@ -187,6 +213,14 @@ typedef struct eng_prefill_params {
 } eng_prefill_params;
 
 eng_prefill_params eng_prefill_params_default(void);
+
+/* Added by the engine: the cost model with explicit chunking: FLOPs of
+ * eng_prefill(n tokens after n_past, p, logits != NULL). The output head
+ * counts the rows it is applied to: every row with all_logits, else the
+ * rows of the last chunk (docs/engine.md). eng_model_prefill_flops is this
+ * with eng_prefill_params_default(). */
+double eng_model_prefill_flops_params(const eng_model *m, int32_t n_past, int32_t n,
+                                      const eng_prefill_params *p);
 
 /* Appends n >= 1 tokens at positions [n_tokens, n_tokens + n), in chunks as
  * above, and writes logits (V floats, or n * V with all_logits) unless

@@ -1,0 +1,68 @@
+/*
+ * engine/synth.h: seeded synthetic models written as GGUF files.
+ *
+ * A synthetic model has llama.cpp's tensor names, shapes and metadata keys,
+ * random weights drawn from GSL's MT19937 (deterministic: the same params
+ * give a byte-identical file on every machine), and a tokenizer: either
+ * every tokenizer.* key copied from a vocabulary GGUF, or a built-in
+ * 259-token SentencePiece byte vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>).
+ * Architectures are rows of a table in synth.c ("llama" today; "swa",
+ * "recurrent" and "hybrid" are meant to be added there).
+ *
+ * Usage:
+ *     eng_synth_params p = eng_synth_preset("tiny");   // p.ok is false for an unknown name
+ *     p.seed = 42;
+ *     char err[256];
+ *     if (eng_synth_write(&p, "tiny.gguf", err, sizeof err) != ENG_OK) { puts(err); ... }
+ */
+#ifndef ENG_SYNTH_H
+#define ENG_SYNTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct eng_synth_params {
+    bool        ok;             /* set by eng_synth_preset: false for an unknown preset name */
+    char        arch[16];       /* "llama" */
+    char        preset[16];     /* recorded in kvreplay.synth.preset ("custom" when none) */
+    int32_t     n_vocab;        /* V: 0 = the vocabulary's token count (259 built-in);
+                                   non-zero must equal it */
+    int32_t     n_embd;         /* D */
+    int32_t     n_layer;        /* L */
+    int32_t     n_head;         /* H; head dim E = D / H */
+    int32_t     n_head_kv;      /* G; H must be a multiple of G */
+    int32_t     n_ff;           /* F */
+    int32_t     n_ctx;          /* llama.context_length */
+    int32_t     n_rot;          /* rope dims, even, <= E; 0 = E */
+    float       rope_freq_base; /* default 10000 */
+    float       rms_eps;        /* default 1e-5 */
+    uint32_t    type;           /* enum eng_ggml_type of the matrices: F32 (default), F16,
+                                   BF16, Q8_0 (a matrix whose ne[0] is not a multiple of 32
+                                   falls back to F16, as llama.cpp's quantizer does);
+                                   norms are always F32 */
+    uint64_t    seed;           /* every weight derives from it */
+    const char *vocab_path;     /* vocabulary GGUF, or NULL for the built-in byte vocabulary */
+    const char *name;           /* general.name; NULL = "kvreplay-synth-PRESET" */
+} eng_synth_params;
+
+/* Defaults for a named preset: "tiny" (D 64, L 2, H 4, G 2, F 176, ctx 4096),
+ * "small" (256, 4, 8, 4, 704, 16384) or "base" (1024, 12, 16, 8, 2816, 8192);
+ * arch llama, F32, rope base 10000, eps 1e-5, seed 0, built-in vocabulary.
+ * An unknown (or NULL) name returns the tiny defaults with ok = false. */
+eng_synth_params eng_synth_preset(const char *name);
+
+/* Names of the presets, NULL-terminated, and of the architectures. */
+extern const char *const eng_synth_preset_names[];
+extern const char *const eng_synth_arch_names[];
+
+/* Builds the model into a malloc'd buffer (caller frees *buf). Returns ENG_OK,
+ * ENG_ERR_ARG (bad params: err names the field), ENG_ERR_UNSUPPORTED (arch),
+ * ENG_ERR_IO / ENG_ERR_FORMAT / ENG_ERR_NOT_FOUND (the vocabulary file) or
+ * ENG_ERR_NOMEM. *buf is NULL on failure. */
+int eng_synth_to_buffer(const eng_synth_params *p, void **buf, size_t *n, char *err, size_t errlen);
+
+/* Same, written atomically to path. */
+int eng_synth_write(const eng_synth_params *p, const char *path, char *err, size_t errlen);
+
+#endif /* ENG_SYNTH_H */
