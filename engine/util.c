@@ -1,7 +1,6 @@
 /*
  * engine/util.c: status strings, error formatting, atomic writes, clock, buffers.
  */
-#define _GNU_SOURCE
 #include "status.h"
 #include "util.h"
 

@@ -1,7 +1,265 @@
-/* harness/cmd_bench.c: placeholder until the subcommand lands. */
+/*
+ * harness/cmd_bench.c: `kvreplay bench`: engine prefill throughput against
+ * the machine's sgemm peak, measured in the same run at the same thread
+ * count.
+ *
+ *   peak:    median GFLOP/s of R square sgemms (M = N = K = --peak-size,
+ *            default 1024, X . W^T like the engine's products).
+ *   prefill: median time of R cold prefills of N seeded random tokens at
+ *            chunk C (after one untimed warm-up), as tokens/s and as GFLOP/s
+ *            of the engine's cost model (eng_model_prefill_flops_params).
+ *   ratio:   prefill GFLOP/s / peak GFLOP/s.
+ * --sweep-chunks measures several C in one run; --compare-kernels measures
+ * ref and blas side by side. --tokenizer and --disk-cache dispatch to the
+ * other benchmarks of harness/bench.h.
+ */
 #include "cli.h"
 
+#include <cblas.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "model.h"
+#include "status.h"
+#include "util.h"
+
+#define MAX_CHUNKS 32
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvreplay bench -m MODEL.gguf [OPTIONS]\n"
+            "       kvreplay bench --tokenizer ...    (tokenizer throughput; see --tokenizer --help)\n"
+            "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
+            "\n"
+            "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
+            "\n"
+            "  -m, --model FILE        GGUF model (required)\n"
+            "  --threads T             threads for sgemm, kernels and OpenBLAS (default 1)\n"
+            "  --chunk C               prefill chunk size (default 64)\n"
+            "  --kernel blas|ref       (default blas)\n"
+            "  --precision fp32|bf16   (default fp32)\n"
+            "  --tokens N              prompt tokens per prefill (default 1024)\n"
+            "  --reps R                timed repetitions, medians reported (default 3)\n"
+            "  --peak-size S           square sgemm size for the peak (default 1024)\n"
+            "  --seed S                prompt token seed (default 0)\n"
+            "  --sweep-chunks LIST     comma-separated chunk sizes, e.g. 16,32,64,128,256\n"
+            "  --compare-kernels       measure ref and blas side by side\n"
+            "  --json                  one JSON object on stdout\n"
+            "  -h, --help              this help\n");
+}
+
+static int exit_for(int rc) {
+    return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// ----------------------------------------------------------------------------
+// The sgemm peak
+
+static double sgemm_peak_gflops(int32_t n, int32_t threads, int reps) {
+    float *a = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    float *b = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    float *c = calloc((size_t)n * (size_t)n, sizeof(float));
+    double *g = malloc(sizeof(double) * (size_t)reps);
+    if (!a || !b || !c || !g) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    uint64_t st = 1;
+    for (int64_t i = 0; i < (int64_t)n * n; i++) {
+        a[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
+        b[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
+    }
+    openblas_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);  /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = eng_now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        g[r] = 2.0 * n * (double)n * n / (eng_now_s() - t0) / 1e9;
+    }
+    double med = median(g, reps);
+    free(a); free(b); free(c); free(g);
+    return med;
+}
+
+// ----------------------------------------------------------------------------
+// Prefill measurements
+
+typedef struct run {
+    eng_kernel kernel;
+    int32_t    chunk;
+    double     seconds;   /* median */
+    double     tok_s;
+    double     gflops;
+    double     ratio;
+} run;
+
+static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t chunk, int reps, double peak, run *out) {
+    eng_seq *s = eng_seq_new(m, n);
+    float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    eng_prefill_params pp = eng_prefill_params_default();
+    pp.chunk = chunk;
+    for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
+        eng_seq_reset(s);
+        double t0 = eng_now_s();
+        int rc = eng_prefill(s, toks, n, &pp, logits);
+        double dt = eng_now_s() - t0;
+        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: prefill failed: %s", eng_status_str(rc));
+        if (r >= 0) t[r] = dt;
+        if (eng_stderr_is_tty())
+            fprintf(stderr, "\rbench: %s C=%d rep %d/%d: %.3f s   ", eng_kernel_name(eng_model_get_numerics(m)->kernel),
+                    chunk, r + 1, reps, dt);
+    }
+    if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
+    out->kernel = eng_model_get_numerics(m)->kernel;
+    out->chunk = chunk;
+    out->seconds = median(t, reps);
+    out->tok_s = n / out->seconds;
+    out->gflops = eng_model_prefill_flops_params(m, 0, n, &pp) / out->seconds / 1e9;
+    out->ratio = out->gflops / peak;
+    free(t);
+    free(logits);
+    eng_seq_free(s);
+}
+
+static int parse_chunks(const char *s, int32_t *out) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 20) || (*end != ',' && *end != '\0') || n == MAX_CHUNKS)
+            hx_die(HX_EXIT_USAGE, "--sweep-chunks: expected comma-separated integers in [1, 1048576], got '%s'", s);
+        out[n++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0) hx_die(HX_EXIT_USAGE, "--sweep-chunks: empty list");
+    return n;
+}
+
 int hx_cmd_bench(int argc, char **argv) {
-    (void)argc;
-    hx_die(HX_EXIT_INTERNAL, "%s: not built yet", argv[0]);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
+        if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
+    }
+    if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
+    const char *model = NULL, *v;
+    eng_numerics num = eng_numerics_default();
+    int64_t chunk = 64, n_tok = 1024, reps = 3, peak_n = 1024, seed = 0;
+    int32_t chunks[MAX_CHUNKS];
+    int n_chunks = 0;
+    bool json = false, compare = false;
+    for (int i = 1; i < argc; i++) {
+        if ((v = hx_opt(argc, argv, &i, "-m")) || (v = hx_opt(argc, argv, &i, "--model"))) model = v;
+        else if ((v = hx_opt(argc, argv, &i, "--threads"))) num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 1024);
+        else if ((v = hx_opt(argc, argv, &i, "--chunk"))) chunk = hx_parse_int("--chunk", v, 1, 1 << 20);
+        else if ((v = hx_opt(argc, argv, &i, "--kernel"))) {
+            if (eng_kernel_parse(v, &num.kernel)) hx_die(HX_EXIT_USAGE, "--kernel: expected blas or ref, got '%s'", v);
+        } else if ((v = hx_opt(argc, argv, &i, "--precision"))) {
+            if (eng_precision_parse(v, &num.precision))
+                hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
+        } else if ((v = hx_opt(argc, argv, &i, "--tokens"))) n_tok = hx_parse_int("--tokens", v, 1, 1 << 22);
+        else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = hx_parse_int("--reps", v, 1, 1000);
+        else if ((v = hx_opt(argc, argv, &i, "--peak-size"))) peak_n = hx_parse_int("--peak-size", v, 16, 8192);
+        else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = hx_parse_int("--seed", v, 0, INT64_MAX);
+        else if ((v = hx_opt(argc, argv, &i, "--sweep-chunks"))) n_chunks = parse_chunks(v, chunks);
+        else if (hx_flag(argv, i, "--compare-kernels")) compare = true;
+        else if (hx_flag(argv, i, "--json")) json = true;
+        else hx_bad_arg("bench", argv[i]);
+    }
+    if (!model) hx_die(HX_EXIT_USAGE, "bench: -m MODEL.gguf is required (see --help)");
+    if (n_chunks == 0) chunks[n_chunks++] = (int32_t)chunk;
+
+    /* Models: the requested kernel, or both (ref first) with --compare-kernels. */
+    eng_kernel kernels[2] = {num.kernel, num.kernel};
+    int n_kernels = 1;
+    if (compare) { kernels[0] = ENG_KERNEL_REF; kernels[1] = ENG_KERNEL_BLAS; n_kernels = 2; }
+    eng_model *models[2] = {NULL, NULL};
+    for (int k = 0; k < n_kernels; k++) {
+        eng_numerics nk = num;
+        nk.kernel = kernels[k];
+        char err[512] = "";
+        int rc = eng_model_load(model, &nk, &models[k], err, sizeof err);
+        if (rc != ENG_OK) hx_die(exit_for(rc), "%s", err[0] ? err : eng_status_str(rc));
+    }
+    const eng_model_info *in = eng_model_get_info(models[0]);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_tok);
+    if (!toks) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    uint64_t st = (uint64_t)seed;
+    for (int64_t i = 0; i < n_tok; i++) toks[i] = (int32_t)(splitmix64(&st) % (uint64_t)in->n_vocab);
+
+    const double peak = sgemm_peak_gflops((int32_t)peak_n, num.n_threads, (int)reps);
+    run runs[2 * MAX_CHUNKS];
+    int n_runs = 0;
+    for (int c = 0; c < n_chunks; c++)
+        for (int k = 0; k < n_kernels; k++)
+            measure(models[k], toks, (int32_t)n_tok, chunks[c], (int)reps, peak, &runs[n_runs++]);
+
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "model", json_string(model));
+        json_object_set_new(o, "model_sha256", json_string(in->sha256));
+        json_object_set_new(o, "threads", json_integer(num.n_threads));
+        json_object_set_new(o, "precision", json_string(eng_precision_name(num.precision)));
+        json_object_set_new(o, "n_tokens", json_integer(n_tok));
+        json_object_set_new(o, "reps", json_integer(reps));
+        json_object_set_new(o, "peak_size", json_integer(peak_n));
+        json_object_set_new(o, "peak_gflops", json_real(peak));
+        json_object_set_new(o, "blas", json_string(eng_blas_info()));
+        /* Top level: the first run (the only one without a sweep or comparison). */
+        json_object_set_new(o, "chunk", json_integer(runs[0].chunk));
+        json_object_set_new(o, "kernel", json_string(eng_kernel_name(runs[0].kernel)));
+        json_object_set_new(o, "prefill_s", json_real(runs[0].seconds));
+        json_object_set_new(o, "prefill_tok_s", json_real(runs[0].tok_s));
+        json_object_set_new(o, "gflops", json_real(runs[0].gflops));
+        json_object_set_new(o, "ratio", json_real(runs[0].ratio));
+        json_t *arr = json_array();
+        for (int r = 0; r < n_runs; r++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "chunk", json_integer(runs[r].chunk));
+            json_object_set_new(e, "kernel", json_string(eng_kernel_name(runs[r].kernel)));
+            json_object_set_new(e, "prefill_s", json_real(runs[r].seconds));
+            json_object_set_new(e, "prefill_tok_s", json_real(runs[r].tok_s));
+            json_object_set_new(e, "gflops", json_real(runs[r].gflops));
+            json_object_set_new(e, "ratio", json_real(runs[r].ratio));
+            json_array_append_new(arr, e);
+        }
+        json_object_set_new(o, "runs", arr);
+        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+        if (!txt) hx_die(HX_EXIT_INTERNAL, "bench: JSON encoding failed");
+        puts(txt);
+        free(txt);
+        json_decref(o);
+    } else {
+        printf("model %s: D %d, L %d, H %d, G %d, F %d, V %d; %lld tokens, %d threads, %s, median of %lld\n", model,
+               in->n_embd, in->n_layer, in->n_head, in->n_head_kv, in->n_ff, in->n_vocab, (long long)n_tok,
+               num.n_threads, eng_precision_name(num.precision), (long long)reps);
+        printf("sgemm peak (%lld^3): %.1f GFLOP/s\n", (long long)peak_n, peak);
+        printf("%-6s %6s %10s %12s %10s %7s\n", "kernel", "chunk", "prefill_s", "tok/s", "GFLOP/s", "ratio");
+        for (int r = 0; r < n_runs; r++)
+            printf("%-6s %6d %10.4f %12.1f %10.2f %7.3f\n", eng_kernel_name(runs[r].kernel), runs[r].chunk,
+                   runs[r].seconds, runs[r].tok_s, runs[r].gflops, runs[r].ratio);
+    }
+    free(toks);
+    for (int k = 0; k < n_kernels; k++) eng_model_free(models[k]);
+    return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
 }

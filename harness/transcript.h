@@ -175,6 +175,9 @@ bool hx_message_equal(const hx_message *a, const hx_message *b);
 int  hx_tool_copy(hx_tool *dst, const hx_tool *src);
 void hx_tool_free(hx_tool *t);
 int  hx_request_copy(hx_request *dst, const hx_request *src);
+/* Deep equality of everything a request renders from plus session and turn
+ * (the source line is ignored). */
+bool hx_request_equal(const hx_request *a, const hx_request *b);
 const char *hx_role_name(hx_role r);              /* "user", ...; "?" when out of range */
 const char *hx_block_type_name(hx_block_type t);  /* "text", ...; "?" when out of range */
 

@@ -1,0 +1,27 @@
+#!/bin/sh
+# `make demo`: runs every experiment spec at the demo scale (or SCALE=full), then renders
+# the figures and results/REPORT.md. Each database is rebuilt from scratch so the report
+# describes one consistent run; pass RESUME=1 to complete an interrupted demo instead.
+#   usage: sh experiments/demo.sh [KVREPLAY] [demo|full]
+set -eu
+KVR=${1:-build/kvreplay}
+SCALE=${2:-demo}
+[ -n "$SCALE" ] || SCALE=demo
+THREADS=${THREADS:-2}
+EXPERIMENTS=${EXPERIMENTS:-"seed003 seed001 seed002 seed004 seed000"}
+mkdir -p results
+start=$(date +%s)
+for e in $EXPERIMENTS; do
+    spec=experiments/$e.json
+    [ -f "$spec" ] || { echo "demo: $spec not found, skipped" >&2; continue; }
+    db=results/$e.sqlite
+    if [ "${RESUME:-0}" = 1 ]; then
+        "$KVR" experiment "$spec" --db "$db" --scale "$SCALE" --threads "$THREADS" --resume
+    else
+        rm -f "$db" "$db-wal" "$db-shm"
+        "$KVR" experiment "$spec" --db "$db" --scale "$SCALE" --threads "$THREADS"
+    fi
+done
+sh plots/render.sh
+end=$(date +%s)
+echo "demo: $SCALE scale done in $((end - start)) s: results/REPORT.md, results/figures/" >&2

@@ -1,0 +1,540 @@
+/*
+ * harness/replay.c: the replay loop (see replay.h for the steps).
+ *
+ * Invariants:
+ * - the cold and the reused run use the same eng_prefill_params (grid C,
+ *   align, ubatch), so with align chunk they are comparable bit for bit;
+ * - equality is decided by memcmp only (hx_compare_logits);
+ * - a request's rows are written in one transaction (hx_store_put_request);
+ *   with --resume, requests already stored are replayed through the policy
+ *   only (no cold run, no comparison, nothing written) so the cache holds
+ *   exactly what it would have held without the interruption.
+ */
+#include "replay.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "compare.h"
+#include "policy.h"
+#include "prepare.h"
+#include "status.h"
+#include "store.h"
+#include "transcript.h"
+#include "util.h"
+
+// ----------------------------------------------------------------------------
+// Options
+
+void hx_replay_opts_default(hx_replay_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->policy = "slot-lcp";
+    o->quirks = "";
+    o->normalize = "";
+    o->num = eng_numerics_default();
+    o->pp = eng_prefill_params_default();
+    o->decode_n = 40;
+    o->cap_prompt = true;
+    o->n_slots = 1;
+    o->sim_threshold = 0.1;
+    o->ctx_checkpoints = 8;
+    o->cache_dir = "results/cache/kv";
+    o->cache_budget = (int64_t)4 << 30;
+    o->waypoint_every = 2048;
+    o->anchor_tokens = -1;
+    o->sweep_value = NAN;
+    o->seed = -1;
+}
+
+static char g_quirks[256];
+
+bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o) {
+    const char *v;
+    if ((v = hx_opt(argc, argv, i, "-m")) || (v = hx_opt(argc, argv, i, "--model"))) o->model_path = v;
+    else if ((v = hx_opt(argc, argv, i, "-t")) || (v = hx_opt(argc, argv, i, "--transcript"))) o->transcript_path = v;
+    else if ((v = hx_opt(argc, argv, i, "--db"))) o->db_path = v;
+    else if ((v = hx_opt(argc, argv, i, "--policy"))) o->policy = v;
+    else if ((v = hx_opt(argc, argv, i, "--quirk"))) {
+        size_t n = strlen(g_quirks);
+        snprintf(g_quirks + n, sizeof g_quirks - n, "%s%s", n ? "," : "", v);
+        o->quirks = g_quirks;
+    } else if ((v = hx_opt(argc, argv, i, "--normalize"))) o->normalize = v;
+    else if ((v = hx_opt(argc, argv, i, "--template"))) o->template_name = v;
+    else if ((v = hx_opt(argc, argv, i, "--kernel"))) {
+        if (eng_kernel_parse(v, &o->num.kernel)) hx_die(HX_EXIT_USAGE, "--kernel: expected blas or ref, got '%s'", v);
+    } else if ((v = hx_opt(argc, argv, i, "--precision"))) {
+        if (eng_precision_parse(v, &o->num.precision)) hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
+    } else if ((v = hx_opt(argc, argv, i, "--align"))) {
+        if (eng_align_parse(v, &o->pp.align)) hx_die(HX_EXIT_USAGE, "--align: expected chunk or none, got '%s'", v);
+    } else if ((v = hx_opt(argc, argv, i, "--threads"))) o->num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 256);
+    else if ((v = hx_opt(argc, argv, i, "--chunk"))) o->pp.chunk = (int32_t)hx_parse_int("--chunk", v, 1, 1 << 20);
+    else if ((v = hx_opt(argc, argv, i, "--ubatch"))) o->pp.ubatch = (int32_t)hx_parse_int("--ubatch", v, 1, 1 << 20);
+    else if ((v = hx_opt(argc, argv, i, "--decode"))) o->decode_n = (int32_t)hx_parse_int("--decode", v, 0, 1 << 16);
+    else if ((v = hx_opt(argc, argv, i, "--cap-prompt"))) {
+        if (!strcmp(v, "on")) o->cap_prompt = true;
+        else if (!strcmp(v, "off")) o->cap_prompt = false;
+        else hx_die(HX_EXIT_USAGE, "--cap-prompt: expected on or off, got '%s'", v);
+    } else if ((v = hx_opt(argc, argv, i, "--n-ctx"))) o->n_ctx = (int32_t)hx_parse_int("--n-ctx", v, 1, 1 << 24);
+    else if ((v = hx_opt(argc, argv, i, "--slots"))) o->n_slots = (int32_t)hx_parse_int("--slots", v, 1, 64);
+    else if ((v = hx_opt(argc, argv, i, "--sim-threshold"))) o->sim_threshold = hx_parse_double("--sim-threshold", v, 0, 1);
+    else if ((v = hx_opt(argc, argv, i, "--ctx-checkpoints"))) o->ctx_checkpoints = (int32_t)hx_parse_int("--ctx-checkpoints", v, 0, 4096);
+    else if ((v = hx_opt(argc, argv, i, "--checkpoint-every"))) o->checkpoint_every = (int32_t)hx_parse_int("--checkpoint-every", v, 0, 1 << 24);
+    else if ((v = hx_opt(argc, argv, i, "--cache-ram"))) o->cache_ram = hx_parse_int("--cache-ram", v, 0, (int64_t)1 << 20) << 20;
+    else if ((v = hx_opt(argc, argv, i, "--cache-dir"))) o->cache_dir = v;
+    else if ((v = hx_opt(argc, argv, i, "--cache-budget"))) o->cache_budget = hx_parse_int("--cache-budget", v, 1, (int64_t)1 << 24) << 20;
+    else if ((v = hx_opt(argc, argv, i, "--waypoint-every"))) o->waypoint_every = (int32_t)hx_parse_int("--waypoint-every", v, 1, 1 << 24);
+    else if ((v = hx_opt(argc, argv, i, "--anchor"))) o->anchor_tokens = strcmp(v, "auto") ? (int32_t)hx_parse_int("--anchor", v, 0, 1 << 24) : -1;
+    else if ((v = hx_opt(argc, argv, i, "--limit"))) o->limit = (int32_t)hx_parse_int("--limit", v, 0, 1 << 30);
+    else if ((v = hx_opt(argc, argv, i, "--seed"))) o->seed = hx_parse_int("--seed", v, 0, INT64_MAX);
+    else if (hx_flag(argv, *i, "--resume")) o->resume = true;
+    else if (hx_flag(argv, *i, "--skip-bad")) o->skip_bad = true;
+    else if (hx_flag(argv, *i, "--quiet")) o->quiet = true;
+    else return false;
+    return true;
+}
+
+const char *hx_replay_opts_help(void) {
+    return
+        "  -m, --model FILE.gguf     model (required)\n"
+        "  -t, --transcript FILE     transcript v1 JSONL (required; see kvreplay import / synth-transcript)\n"
+        "  --db FILE.sqlite          results database (created if absent)\n"
+        "  --policy P                cold | slot-lcp | disk-anchor (default slot-lcp)\n"
+        "  --quirk Q                 switch on a reported bug (repeatable): full-reprocess, swa-threshold,\n"
+        "                            offgrid-checkpoint (slot-lcp); anchor-cold-only (disk-anchor)\n"
+        "  --normalize R             prompt normalization rules, comma-separated: anthropic-cch\n"
+        "  --template T              chatml | llama2 | llama3 | raw (default: from the model's metadata)\n"
+        "  --align chunk|none        chunk: absolute grid of C (bit-exact); none: ubatch chunks from the\n"
+        "                            reuse point, as llama.cpp (default chunk)\n"
+        "  --chunk C                 prefill grid (default 64)\n"
+        "  --ubatch U                chunk length under --align none (default 512)\n"
+        "  --kernel blas|ref         OpenBLAS sgemm, or fixed-order batch-invariant kernels (default blas)\n"
+        "  --precision fp32|bf16     (default fp32)\n"
+        "  --threads T               thread count, recorded in the run (default 1)\n"
+        "  --decode N                greedy decode steps compared per request (default 40)\n"
+        "  --cap-prompt on|off       cap reuse at the cached prompt's length (default on; off reuses\n"
+        "                            decode-written KV)\n"
+        "  --n-ctx N                 positions per sequence (default: sized from the transcript)\n"
+        "  --slots N                 slot-lcp: slots (default 1)\n"
+        "  --sim-threshold X         slot-lcp: LCP similarity threshold (default 0.1)\n"
+        "  --ctx-checkpoints N       slot-lcp: checkpoints kept per slot (default 8)\n"
+        "  --checkpoint-every N      slot-lcp: checkpoint every N prefill tokens (multiple of C; default 0:\n"
+        "                            only the last grid point of each prompt)\n"
+        "  --cache-ram MIB           slot-lcp: host prompt-cache budget in MiB (default 0: off)\n"
+        "  --cache-dir DIR           disk-anchor: checkpoint directory (default results/cache/kv)\n"
+        "  --cache-budget MIB        disk-anchor: byte budget, LRU eviction (default 4096)\n"
+        "  --waypoint-every N        disk-anchor: tokens between waypoints (default 2048; ds4: 20480)\n"
+        "  --anchor N|auto           disk-anchor: anchor position (default auto: end of system + tools)\n"
+        "  --resume                  complete an interrupted run of the same configuration\n"
+        "  --skip-bad                skip and count bad transcript lines instead of failing\n"
+        "  --limit N                 replay at most N requests\n"
+        "  --seed S                  record the seed that produced synthetic inputs\n";
+}
+
+// ----------------------------------------------------------------------------
+// Helpers
+
+static void fill_meta(const hx_replay_opts *o, const eng_model *m, const char *tmpl, const char *norm, unsigned quirks,
+                      int32_t n_ctx, int64_t n_requests, hx_run_meta *meta, char *extra, size_t extra_cap) {
+    const eng_model_info *mi = eng_model_get_info(m);
+    hx_run_meta_init(meta);
+    meta->experiment = o->experiment;
+    meta->variant = o->variant;
+    meta->sweep_name = o->sweep_name;
+    meta->sweep_value = o->sweep_value;
+    meta->n_requests = n_requests;
+    meta->model_path = o->model_path;
+    meta->model_sha256 = mi->sha256;
+    meta->model_name = mi->name;
+    meta->n_params = mi->n_params;
+    meta->transcript = o->transcript_path;
+    meta->template_name = tmpl;
+    meta->policy = o->policy;
+    meta->quirks = hx_quirks_str(quirks);
+    meta->normalize = norm;
+    if (!strcmp(o->policy, "slot-lcp")) {
+        meta->threshold = o->sim_threshold;
+        meta->n_slots = o->n_slots;
+        meta->ctx_checkpoints = o->ctx_checkpoints;
+        meta->checkpoint_every = o->checkpoint_every;
+    }
+    if (!strcmp(o->policy, "disk-anchor")) {
+        meta->waypoint_every = o->waypoint_every;
+        meta->anchor = o->anchor_tokens < 0 ? "auto" : "fixed";
+        meta->cache_dir = o->cache_dir;
+    }
+    meta->align = eng_align_name(o->pp.align);
+    meta->chunk = o->pp.chunk;
+    meta->ubatch = o->pp.ubatch;
+    meta->kernel = eng_kernel_name(o->num.kernel);
+    meta->precision = eng_precision_name(o->num.precision);
+    meta->threads = o->num.n_threads;
+    meta->decode_n = o->decode_n;
+    meta->cap_prompt = o->cap_prompt ? 1 : 0;
+    meta->n_ctx = n_ctx;
+    meta->seed = o->seed;
+    meta->blas = eng_blas_info();
+    if (!strcmp(o->policy, "slot-lcp")) meta->cache_ram = o->cache_ram;
+    if (!strcmp(o->policy, "disk-anchor")) meta->cache_budget = o->cache_budget;
+    snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d,\"limit\":%d,\"n_resp_tokens\":\"teacher-forced\"}",
+             o->anchor_tokens, o->n_ctx, o->limit);
+    meta->extra = extra;
+}
+
+/* Fills the miss explanation: where the prompt leaves the best cached prefix. */
+static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request_row *row, char *text,
+                         size_t text_cap, char *where, size_t where_cap) {
+    if (!acq->best || acq->n_best == 0) {
+        row->lcp = 0;
+        snprintf(where, where_cap, "empty cache");
+        row->miss_where = where;
+        return;
+    }
+    int32_t lcp = acq->lcp;
+    row->lcp = lcp;
+    if (lcp >= p->n || lcp >= acq->n_best) return;  /* the prompt extends the cached entry: no miss */
+    row->miss_pos = lcp;
+    int64_t byte = p->offsets[lcp];
+    row->miss_byte = byte;
+    int64_t a = byte - 48 > 0 ? byte - 48 : 0;
+    int64_t b = byte + 48 < (int64_t)p->text_len ? byte + 48 : (int64_t)p->text_len;
+    snprintf(text, text_cap, "%.*s|%.*s", (int)(byte - a), p->text + a, (int)(b - byte), p->text + byte);
+    row->miss_text = text;
+    hx_prepared_where(p, byte, where, where_cap);
+    row->miss_where = where;
+}
+
+static void progress(int32_t i, int32_t n, const hx_request *r, double t0) {
+    if (!eng_stderr_is_tty()) return;
+    fprintf(stderr, "\r[%d/%d] %s turn %d  %.1fs   ", i + 1, n, r->session, r->turn, eng_now_s() - t0);
+    if (i + 1 == n) fputc('\n', stderr);
+}
+
+// ----------------------------------------------------------------------------
+// The cold run: fresh state, prefill everything, greedy decode
+
+static int run_cold(eng_seq *s, const hx_prepared *p, const eng_prefill_params *pp, int32_t n_rows,
+                    hx_cold_result *r, double *engine_s) {
+    int32_t V = r->n_vocab;
+    eng_seq_reset(s);
+    eng_prefill_params cpp = *pp;
+    cpp.on_chunk = NULL;
+    cpp.all_logits = false;
+    double t0 = eng_now_s();
+    int rc = eng_prefill(s, p->tokens, p->n, &cpp, r->logits);
+    double t1 = eng_now_s();
+    if (rc != ENG_OK) return rc;
+    r->ttft_ms = 1e3 * (t1 - t0);
+    for (int32_t k = 0; k < n_rows; k++) {
+        r->greedy[k] = eng_argmax(r->logits + (size_t)k * V, V);
+        if (k + 1 < n_rows && (rc = eng_decode(s, r->greedy[k], r->logits + (size_t)(k + 1) * V)) != ENG_OK) return rc;
+    }
+    double t2 = eng_now_s();
+    r->decode_ms = 1e3 * (t2 - t1);
+    *engine_s += t2 - t0;
+    return ENG_OK;
+}
+
+// ----------------------------------------------------------------------------
+// The replay
+
+typedef struct replay_ctx {
+    const hx_replay_opts *o;
+    eng_model      *m;
+    hx_policy      *pol;
+    eng_seq        *cold_seq;
+    hx_coldcache   *cold;
+    hx_store       *store;
+    int64_t         run_id;
+    int32_t         V;
+    int32_t         n_rows;      /* logit rows compared: max(1, decode_n) */
+    float          *reuse_logits;/* (n_rows, V) */
+    hx_cold_result  scratch;     /* cold result when not cached */
+    hx_replay_summary *sum;
+} replay_ctx;
+
+/* The reused path: acquire, prefill the rest, decode, roll back, teacher-force, release.
+ * compare=false (resume warm-up) skips the decode. */
+static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, hx_acquire *acq, hx_release *rel,
+                      double *ttft_ms, double *restore_ms, int32_t *greedy_out) {
+    int32_t V = x->V;
+    eng_prefill_params pp = x->o->pp;
+    pp.on_chunk = x->pol->ops->on_chunk;
+    pp.ud = x->pol->state;
+    pp.all_logits = false;
+    double t0 = eng_now_s();
+    int rc = x->pol->ops->acquire(x->pol->state, p->tokens, p->n, p->stable_end, acq);
+    double t1 = eng_now_s();
+    if (rc != ENG_OK) return rc;
+    eng_seq *s = acq->seq;
+    ENG_ASSERT(eng_seq_n_tokens(s) == acq->n_reused);
+    if ((rc = eng_prefill(s, p->tokens + acq->n_reused, p->n - acq->n_reused, &pp, x->reuse_logits)) != ENG_OK)
+        return rc;
+    double t2 = eng_now_s();
+    *ttft_ms = 1e3 * (t2 - t0);
+    *restore_ms = 1e3 * (t1 - t0);
+    if (compare && x->n_rows > 1) {
+        eng_ckpt *ck = eng_seq_checkpoint(s);  /* the state after the prompt, to roll the decode back */
+        if (!ck) return ENG_ERR_NOMEM;
+        for (int32_t k = 0; k < x->n_rows; k++) {
+            greedy_out[k] = eng_argmax(x->reuse_logits + (size_t)k * V, V);
+            if (k + 1 < x->n_rows &&
+                (rc = eng_decode(s, greedy_out[k], x->reuse_logits + (size_t)(k + 1) * V)) != ENG_OK) break;
+        }
+        if (rc == ENG_OK) rc = eng_seq_restore(s, ck);
+        eng_ckpt_free(ck);
+        if (rc != ENG_OK) return rc;
+    } else if (compare) {
+        greedy_out[0] = eng_argmax(x->reuse_logits, V);
+    }
+    for (int32_t k = 0; k < p->n_resp && rc == ENG_OK; k++) rc = eng_decode(s, p->resp[k], NULL);
+    double t3 = eng_now_s();
+    x->sum->engine_s += t3 - t0;
+    if (rc != ENG_OK) return rc;
+    memset(rel, 0, sizeof *rel);
+    return x->pol->ops->release(x->pol->state, s, p->n, rel);
+}
+
+static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const hx_prepared *p,
+                      char *err, size_t errlen) {
+    int32_t V = x->V, R = x->n_rows;
+    const hx_replay_opts *o = x->o;
+    bool shared = false;
+    const hx_cold_result *cold = hx_coldcache_get(x->cold, x->m, &o->pp, R, p->tokens, p->n);
+    if (cold) shared = true;
+    else {
+        int rc = run_cold(x->cold_seq, p, &o->pp, R, &x->scratch, &x->sum->engine_s);
+        if (rc != ENG_OK) { eng_errf(err, errlen, "cold prefill: %s", eng_status_str(rc)); return rc; }
+        x->scratch.flops = eng_model_prefill_flops(x->m, 0, p->n);
+        const hx_cold_result *c = hx_coldcache_put(x->cold, x->m, &o->pp, p->tokens, p->n, &x->scratch);
+        cold = c ? c : &x->scratch;
+    }
+
+    hx_acquire acq;
+    hx_release rel;
+    double ttft = 0, restore_ms = 0;
+    int32_t *greedy = calloc((size_t)R, sizeof(int32_t));
+    hx_step_row *steps = calloc((size_t)R, sizeof(hx_step_row));
+    if (!greedy || !steps) { free(greedy); free(steps); return ENG_ERR_NOMEM; }
+    int rc = run_reused(x, p, true, &acq, &rel, &ttft, &restore_ms, greedy);
+    if (rc != ENG_OK) {
+        eng_errf(err, errlen, "reused prefill (policy %s): %s", o->policy, eng_status_str(rc));
+        free(greedy);
+        free(steps);
+        return rc;
+    }
+
+    hx_request_row row;
+    hx_request_row_init(&row);
+    hx_cmp c0;
+    hx_compare_logits(cold->logits, x->reuse_logits, V, &c0);
+    hx_request_row_set_cmp(&row, &c0);
+    bool all_equal = c0.equal;
+    int64_t fork = -1;
+    for (int32_t k = 0; k < R; k++) {
+        hx_cmp ck;
+        if (k == 0) ck = c0;
+        else hx_compare_logits(cold->logits + (size_t)k * V, x->reuse_logits + (size_t)k * V, V, &ck);
+        hx_step_row_init(&steps[k]);
+        hx_step_row_set_cmp(&steps[k], &ck);
+        steps[k].step = k;
+        steps[k].token_cold = cold->greedy[k];
+        steps[k].token_reuse = greedy[k];
+        if (!ck.equal) all_equal = false;
+        if (fork < 0 && cold->greedy[k] != greedy[k]) fork = k;
+    }
+    char miss_text[256], where[128];
+    explain_miss(p, &acq, &row, miss_text, sizeof miss_text, where, sizeof where);
+
+    row.req_index = idx;
+    row.transcript = o->transcript_path;
+    row.session = req->session;
+    row.turn = req->turn;
+    row.n_prompt = p->n;
+    row.n_reused = acq.n_reused;
+    row.n_prefilled = p->n - acq.n_reused;
+    row.ttft_cold_ms = cold->ttft_ms;
+    row.ttft_reuse_ms = ttft;
+    row.fork_step = fork;
+    row.decode_equal = all_equal;
+    row.n_decode = o->decode_n;
+    row.flops_cold = cold->flops;
+    row.flops_reuse = eng_model_prefill_flops(x->m, acq.n_reused, p->n - acq.n_reused);
+    row.bytes_restored = acq.bytes_restored;
+    row.slot = acq.slot;
+    if (acq.slot >= 0) { row.sim = acq.sim; row.f_keep = acq.f_keep; }
+    row.n_checkpoints = acq.n_checkpoints;
+    row.ckpt_bytes = rel.bytes_stored;
+    row.cold_shared = shared;
+    row.restore_ms = restore_ms;
+    row.store_ms = rel.store_ms;
+    row.n_stored = rel.n_stored;
+    row.bytes_stored = rel.bytes_stored;
+    row.stable_end = p->stable_end;
+    row.anchor_pos = rel.anchor_pos;
+    row.anchor_ms = rel.anchor_ms;
+    row.note = acq.note;
+    char extra[128];
+    snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d}", p->n_normalized,
+             p->n_resp, acq.n_checkpoints);
+    row.extra = extra;
+    rc = hx_store_put_request(x->store, x->run_id, &row, steps, o->decode_n > 0 ? R : 0, err, errlen);
+
+    x->sum->n_requests++;
+    x->sum->n_prompt += p->n;
+    x->sum->n_reused += acq.n_reused;
+    if (!all_equal) x->sum->n_diverged++;
+    if (fork >= 0) x->sum->n_forked++;
+    free(greedy);
+    free(steps);
+    return rc;
+}
+
+int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary *sum) {
+    char err[1024] = "";
+    int code = HX_EXIT_OK;
+    hx_transcript t = {0};
+    hx_prepared *prep = NULL;
+    hx_prepare_ctx *pc = NULL;
+    hx_done_set *done = NULL;
+    replay_ctx x = {0};
+    memset(sum, 0, sizeof *sum);
+    x.o = o;
+    x.sum = sum;
+    x.cold = cold;
+    double t_start = eng_now_s();
+
+    if (!o->model_path) hx_die(HX_EXIT_USAGE, "replay: -m/--model is required");
+    if (!o->transcript_path) hx_die(HX_EXIT_USAGE, "replay: -t/--transcript is required");
+    if (!o->db_path) hx_die(HX_EXIT_USAGE, "replay: --db is required");
+    unsigned quirks = 0;
+    if (hx_quirks_parse(o->policy, o->quirks, &quirks, err, sizeof err) != ENG_OK) hx_die(HX_EXIT_USAGE, "%s", err);
+
+    int rc = eng_model_load(o->model_path, &o->num, &x.m, err, sizeof err);
+    if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
+    const eng_tokenizer *tok = eng_model_tokenizer(x.m);
+    if (!tok) { snprintf(err, sizeof err, "%s: model has no vocabulary (tokenizer.ggml.*)", o->model_path); code = HX_EXIT_USAGE; goto fail; }
+    x.V = eng_model_get_info(x.m)->n_vocab;
+    x.n_rows = o->decode_n > 1 ? o->decode_n : 1;
+
+    int64_t n_skipped_bad = 0;
+    rc = hx_transcript_read(o->transcript_path, o->skip_bad, &t, &n_skipped_bad, err, sizeof err);
+    if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
+    if (n_skipped_bad && !o->quiet) fprintf(stderr, "kvreplay: skipped %lld bad lines\n", (long long)n_skipped_bad);
+    int32_t n_req = t.n;
+    if (o->limit > 0 && o->limit < n_req) n_req = o->limit;
+
+    rc = hx_prepare_ctx_new(tok, o->template_name, eng_model_get_info(x.m)->chat_template, o->normalize, &pc,
+                            err, sizeof err);
+    if (rc != ENG_OK) { code = HX_EXIT_USAGE; goto fail; }
+    prep = calloc((size_t)(n_req > 0 ? n_req : 1), sizeof *prep);
+    if (!prep) { code = HX_EXIT_INTERNAL; snprintf(err, sizeof err, "out of memory"); goto fail; }
+    int32_t n_ctx = o->n_ctx;
+    for (int32_t i = 0; i < n_req; i++) {
+        if ((rc = hx_prepare(pc, &t.reqs[i], &prep[i], err, sizeof err)) != ENG_OK) {
+            code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
+            goto fail;
+        }
+        int32_t need = prep[i].n + prep[i].n_resp + x.n_rows + 1;
+        if (o->n_ctx == 0 && need > n_ctx) n_ctx = need;
+        if (o->n_ctx > 0 && need > o->n_ctx) {
+            snprintf(err, sizeof err, "%s:%lld: request needs %d positions, --n-ctx is %d", o->transcript_path,
+                     (long long)t.reqs[i].line, need, o->n_ctx);
+            code = HX_EXIT_USAGE;
+            goto fail;
+        }
+    }
+    if (n_ctx < 1) n_ctx = 1;
+
+    hx_policy_config cfg = {0};
+    cfg.model = x.m;
+    cfg.pp = o->pp;
+    cfg.cap_prompt = o->cap_prompt;
+    cfg.n_ctx = n_ctx;
+    cfg.quirks = quirks;
+    cfg.n_slots = o->n_slots;
+    cfg.sim_threshold = o->sim_threshold;
+    cfg.ctx_checkpoints = o->ctx_checkpoints;
+    cfg.checkpoint_every = o->checkpoint_every;
+    cfg.cache_ram = o->cache_ram;
+    cfg.cache_dir = o->cache_dir;
+    cfg.cache_budget = o->cache_budget;
+    cfg.waypoint_every = o->waypoint_every;
+    cfg.anchor_tokens = o->anchor_tokens;
+    rc = hx_policy_create(o->policy, &cfg, &x.pol, err, sizeof err);
+    if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
+    x.cold_seq = eng_seq_new(x.m, n_ctx);
+    x.reuse_logits = calloc((size_t)x.n_rows * (size_t)x.V, sizeof(float));
+    if (!x.cold_seq || !x.reuse_logits || hx_cold_result_alloc(&x.scratch, x.n_rows, x.V) != ENG_OK) {
+        snprintf(err, sizeof err, "out of memory for %d positions", n_ctx);
+        code = HX_EXIT_INTERNAL;
+        goto fail;
+    }
+
+    if ((rc = hx_store_open(o->db_path, &x.store, err, sizeof err)) != ENG_OK) {
+        code = rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
+        goto fail;
+    }
+    hx_run_meta meta;
+    char extra[256];
+    fill_meta(o, x.m, hx_prepare_template_name(pc), hx_prepare_normalize_names(pc), quirks, n_ctx, n_req, &meta, extra, sizeof extra);
+    bool resumed = false;
+    if ((rc = hx_store_begin_or_resume(x.store, &meta, o->resume, &x.run_id, &done, &resumed, err, sizeof err))) {
+        code = HX_EXIT_INTERNAL;
+        goto fail;
+    }
+    sum->run_id = x.run_id;
+
+    for (int32_t i = 0; i < n_req; i++) {
+        const hx_request *r = &t.reqs[i];
+        progress(i, n_req, r, t_start);
+        if (hx_done_set_has(done, r->session, r->turn)) {  /* resume: rebuild the cache only */
+            hx_acquire acq;
+            hx_release rel;
+            double ttft, rms;
+            if ((rc = run_reused(&x, &prep[i], false, &acq, &rel, &ttft, &rms, NULL)) != ENG_OK) {
+                snprintf(err, sizeof err, "resume warm-up: %s", eng_status_str(rc));
+                code = HX_EXIT_INTERNAL;
+                goto fail;
+            }
+            sum->n_skipped_done++;
+            continue;
+        }
+        if ((rc = replay_one(&x, i, r, &prep[i], err, sizeof err)) != ENG_OK) {
+            code = rc == ENG_ERR_ARG ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
+            goto fail;
+        }
+    }
+    if ((rc = hx_store_finish_run(x.store, x.run_id, HX_RUN_DONE, err, sizeof err)) != ENG_OK) {
+        code = HX_EXIT_INTERNAL;
+        goto fail;
+    }
+    sum->wall_s = eng_now_s() - t_start;
+    sum->cold_saved_ms = hx_coldcache_get_stats(cold).saved_ms;
+    if (!o->quiet)
+        fprintf(stderr, "kvreplay: run %lld: %d requests%s, reuse %.1f%% of prompt tokens, %d diverged, %d forked "
+                "(%.1fs, engine %.1f%%) -> %s\n",
+                (long long)x.run_id, sum->n_requests, resumed ? " (resumed)" : "",
+                sum->n_prompt ? 100.0 * (double)sum->n_reused / (double)sum->n_prompt : 0.0, sum->n_diverged,
+                sum->n_forked, sum->wall_s, sum->wall_s > 0 ? 100.0 * sum->engine_s / sum->wall_s : 0.0,
+                o->db_path);
+    goto out;
+fail:
+    fprintf(stderr, "kvreplay: %s\n", err[0] ? err : "replay failed");
+    if (x.store && x.run_id > 0) hx_store_finish_run(x.store, x.run_id, HX_RUN_FAILED, NULL, 0);
+out:
+    hx_done_set_free(done);
+    hx_store_close(x.store);
+    hx_cold_result_free(&x.scratch);
+    free(x.reuse_logits);
+    eng_seq_free(x.cold_seq);
+    hx_policy_destroy(x.pol);
+    for (int32_t i = 0; prep && i < n_req; i++) hx_prepared_free(&prep[i]);
+    free(prep);
+    hx_prepare_ctx_free(pc);
+    hx_transcript_free(&t);
+    eng_model_free(x.m);
+    return code;
+}

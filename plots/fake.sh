@@ -1,0 +1,185 @@
+#!/bin/sh
+# plots/fake.sh: synthetic experiment databases for developing and testing
+# the figures (never used by `make plots` itself).
+#
+#   sh plots/fake.sh DIR     writes DIR/seed000.sqlite ... DIR/seed004.sqlite
+#
+# Each database has the schema of docs/sqlite.md (plots/fake-schema.sql) and
+# plausible, deterministic rows (awk's rand() under a fixed srand seed) shaped
+# like the five experiments' expected results. The numbers are invented: they
+# exercise the queries and the layout, they are not measurements.
+# Besides the runs a figure uses, the files hold the cases render.sh must
+# cope with: a superseded failed run of a variant (seed001 "raw"), an empty
+# run (seed001 "cold", no requests), and a NULL/JSON mix in requests.extra.
+# Existing files in DIR with these names are replaced.
+set -eu
+dir=${1:?usage: sh plots/fake.sh DIR}
+here=$(dirname "$0")
+SQLITE3=${SQLITE3:-sqlite3}
+mkdir -p "$dir"
+
+# Shared awk functions: SQL literals and one INSERT per run / request.
+lib='
+function q(s) { if (s == "") return "NULL"; gsub(/\047/, "\047\047", s); return "\047" s "\047" }
+function s(x) { gsub(/\047/, "\047\047", x); return "\047" x "\047" }
+function n(x) { return (x == "") ? "NULL" : x }
+function u() { return rand() }
+# run(id, experiment, variant, sweep_name, sweep_value, model, n_params, policy,
+#     quirks, normalize, align, chunk, ubatch, kernel, precision, decode_n, n_ctx, status, transcript)
+function run(id, ex, va, sn, sv, mo, np, po, qu, no, al, ch, ub, ke, pr, dn, nc, st, tr,   t) {
+    t = sprintf("2025-06-01T%02d:%02d:%02d.000Z", 8 + int(id / 60), id % 60, (id * 7) % 60)
+    printf "INSERT INTO runs(run_id, started_at, finished_at, status, version, git_rev, argv, experiment, variant, sweep_name, sweep_value, model_path, model_sha256, model_name, n_params, transcript, policy, quirks, normalize, align, chunk, ubatch, kernel, precision, threads, decode_n, n_ctx, seed, blas, cpu, n_cpus, config_key) VALUES(%d, %s, %s, %s, \0470.1.0\047, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s, 2, %s, %s, 42, %s, %s, 2, %s);\n", \
+        id, q(t), (st == "done" ? q(t) : "NULL"), q(st), q(st == "failed" ? "0123456789ab" : "fedcba987654"), \
+        q("kvreplay experiment experiments/" ex ".exp --db results/" ex ".sqlite"), q(ex), q(va), q(sn), n(sv), \
+        q("models/" mo ".gguf"), q(sprintf("%064d", id)), q(mo), n(np), q(tr), q(po), s(qu), s(no), q(al), ch, n(ub), \
+        q(ke), q(pr), n(dn), n(nc), q("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"), \
+        q("Intel(R) Xeon(R) CPU @ 2.20GHz"), q("{\"run\":" id "}")
+}
+# req(run, i, session, turn, n_prompt, n_reused, cold_ms, reuse_ms, logits_eq, decode_eq,
+#     fork, n_decode, miss_pos, miss_where, anchor_pos, anchor_ms, extra, stable_end)
+function req(r, i, se, tu, np, nr, c, ru, le, de, fk, nd, mp, mw, ap, am, ex, sb,   fd, mu, mad, kl) {
+    if (nr > np) nr = np
+    fd = le ? "" : int(u() * 32000); mu = le ? 0 : 1 + int(u() * 40)
+    mad = le ? 0 : sprintf("%.3g", 1e-6 * mu); kl = le ? 0 : sprintf("%.3g", 1e-9 * mu)
+    printf "INSERT INTO requests(run_id, req_index, transcript, session, turn, n_prompt, n_reused, n_prefilled, ttft_cold_ms, ttft_reuse_ms, logits_equal, first_diff_index, max_abs_diff, max_ulp, kl, top1_equal, fork_step, decode_equal, n_decode, miss_pos, miss_where, stable_end, anchor_pos, anchor_ms, extra) VALUES(%d, %d, \0470\047, %s, %d, %d, %d, %d, %.3f, %.3f, %d, %s, %s, %d, %s, %d, %s, %d, %d, %s, %s, %s, %s, %s, %s);\n", \
+        r, i, q(se), tu, np, nr, np - nr, c, ru, le, n(fd), mad, mu, kl, (fk == "" || fk > 0) ? 1 : 0, n(fk), de, nd, \
+        n(mp), q(mw), n(sb), n(ap), n(am), q(ex)
+}
+# TTFT model: ms for prefilling n tokens after p cached ones (quadratic attention term).
+function ttft(nt, p, k) { return (k + 0.0) * nt * (1 + (p + nt / 2) / 16384) * (0.97 + 0.06 * u()) + 0.3 }
+'
+
+mk() {  # mk NAME AWK_PROGRAM: (re)creates DIR/NAME.sqlite
+    db="$dir/$1.sqlite"
+    rm -f "$db" "$db-wal" "$db-shm" "$db.sql"
+    awk "$lib$2" </dev/null >"$db.sql"
+    { cat "$here/fake-schema.sql"; echo "BEGIN;"; cat "$db.sql"; echo "COMMIT;"; } | "$SQLITE3" -bail "$db" >/dev/null
+    rm -f "$db.sql"
+}
+
+# seed003: chunk-aligned prefill. Per variant 40 extending requests; align none
+# diverges (bf16 most), ref kernels and align chunk stay exact, chunk-nocap
+# (reusing decode-written KV) diverges. Sweep: C in 16..256 for both aligns.
+mk seed003 '
+BEGIN {
+    srand(3); id = 0; T = "experiments/data/agent-extend.jsonl"
+    split("stories small", M, " "); P["stories"] = 15196512; P["small"] = 58376448
+    K["stories"] = 0.02; K["small"] = 0.07
+    for (m = 1; m <= 2; m++) {
+        mo = M[m]
+        nv = 0
+        split("chunk none", A, " "); split("fp32 bf16", PR, " "); split("blas ref", KE, " ")
+        for (a = 1; a <= 2; a++) for (p = 1; p <= 2; p++) for (k = 1; k <= 2; k++) V[++nv] = A[a] "/" PR[p] "/" KE[k]
+        V[++nv] = "chunk-nocap/fp32/blas"
+        for (v = 1; v <= nv; v++) {
+            split(V[v], f, "/"); al = (f[1] == "none") ? "none" : "chunk"
+            qu = (f[1] == "chunk-nocap") ? "no-cap" : ""
+            bad = 0
+            if (f[1] == "none" && f[3] == "blas") bad = (f[2] == "bf16") ? 0.62 : 0.35
+            if (f[1] == "chunk-nocap") bad = 0.45
+            kk = K[mo] * (f[3] == "ref" ? 2.4 : 1) * (f[2] == "bf16" ? 1.3 : 1)
+            run(++id, "seed003", mo "/" V[v], "", "", mo, P[mo], "slot-lcp", qu, "", al, 64, \
+                (al == "none" ? 64 : ""), f[3], f[2], 32, 4096, "done", T)
+            for (i = 0; i < 40; i++) {
+                np = 300 + 37 * i + int(u() * 30); nr = 300 + 37 * (i - 1); if (i == 0) nr = 0
+                if (al == "chunk" && qu == "") nr = int(nr / 64) * 64
+                d = (i > 0 && u() < bad); fk = d && u() < (f[2] == "bf16" ? 0.95 : 0.5) ? int(u() * 32) : ""
+                req(id, i, "s0", i, np, nr, ttft(np, 0, kk), ttft(np - nr, nr, kk), !d || u() < 0.3, !d, fk, 32, "", "", "", "", "", "")
+            }
+        }
+    }
+    split("16 32 48 64 96 128 256", C, " ")
+    for (a = 1; a <= 2; a++) {
+        al = (a == 1) ? "chunk" : "none"
+        for (c = 1; c <= 7; c++) {
+            cc = C[c] + 0; kk = 0.07 * (1 + 24 / cc)
+            run(++id, "seed003", "sweep/" al, "chunk", cc, "small", P["small"], "slot-lcp", "", "", al, \
+                (al == "chunk" ? cc : 64), (al == "none" ? cc : ""), "blas", "bf16", 32, 4096, "done", T)
+            for (i = 0; i < 24; i++) {
+                np = 400 + 53 * i + int(u() * 40); nr = (i == 0) ? 0 : 400 + 53 * (i - 1)
+                if (al == "chunk") nr = int(nr / cc) * cc
+                d = (al == "none" && i > 0 && u() < 0.35 + 0.25 * (cc < 64))
+                fk = d && u() < 0.8 ? int(u() * 32) : ""
+                req(id, i, "s0", i, np, nr, ttft(np, 0, kk), ttft(np - nr, nr, kk) + 0.0005 * cc * (al == "chunk"), !d, !d, fk, 32, "", "", "", "", "", "")
+            }
+        }
+    }
+}'
+
+# seed001: volatile cch= billing checksum. raw misses at the checksum in
+# system[0] every time; normalized reuses the whole previous prompt.
+mk seed001 '
+BEGIN {
+    srand(1); T = "experiments/data/claude-code-session.jsonl"
+    # run 1: an older raw run at another build that failed halfway (superseded)
+    run(1, "seed001", "raw", "", "", "small", 58376448, "slot-lcp", "", "", "chunk", 64, "", "blas", "fp32", 8, 8192, "failed", T)
+    for (i = 0; i < 5; i++) req(1, i, "s0", i, 2000, 0, 900, 900, 1, 1, "", 8, "", "", "", "", "", 1800)
+    id = 1
+    split("raw normalized", V, " ")
+    for (v = 1; v <= 2; v++) {
+        run(++id, "seed001", V[v], "", "", "small", 58376448, "slot-lcp", "", (v == 2 ? "anthropic-cch" : ""), "chunk", 64, "", "blas", "fp32", 8, 8192, "done", T)
+        prev = 0
+        for (i = 0; i < 30; i++) {
+            np = 1900 + 140 * i + int(u() * 60)
+            if (i == 0) { nr = 0; mp = ""; mw = "" }
+            else if (v == 1) { nr = 0; mp = 23; mw = "system[0]" }
+            else { nr = int(prev / 64) * 64; mp = prev; mw = "message " (2 * i) " block 0 (" (u() < 0.7 ? "tool_result" : "text") ")" }
+            if (v == 1 && i > 0 && u() < 0.15) { mp = 1650 + int(u() * 40); mw = "tools[3]" }
+            req(id, i, "s0", i, np, nr, ttft(np, 0, 0.07), ttft(np - nr, nr, 0.07) + 0.4, 1, 1, "", 8, mp, mw, "", "", "", 1800)
+            prev = np + 60
+        }
+    }
+    # an empty run: started, crashed before its first request
+    run(++id, "seed001", "cold", "", "", "small", 58376448, "cold", "", "", "chunk", 64, "", "blas", "fp32", 8, 8192, "running", T)
+}'
+
+# seed002: recurrent/hybrid full re-processing: quirk re-prefills everything.
+mk seed002 '
+BEGIN {
+    srand(2); id = 0; T = "experiments/data/agent-loop-24.jsonl"
+    split("recurrent/quirk recurrent/fixed hybrid/quirk hybrid/fixed", V, " ")
+    for (v = 1; v <= 4; v++) {
+        split(V[v], f, "/"); fixed = (f[2] == "fixed"); kk = (f[1] == "hybrid") ? 0.09 : 0.06
+        run(++id, "seed002", V[v], "", "", f[1] "-small", (f[1] == "hybrid" ? 61210624 : 49807360), "slot-lcp", \
+            (fixed ? "" : "full-reprocess"), "", "chunk", 64, "", "blas", "fp32", 2, 16384, "done", T)
+        for (i = 0; i < 24; i++) {
+            np = 1200 + 230 * i + int(u() * 50); nr = (i == 0 || !fixed) ? 0 : int((1200 + 230 * (i - 1)) / 64) * 64
+            req(id, i, "agent", i, np, nr, ttft(np, 0, kk), ttft(np - nr, nr, kk) + (nr ? 1.5 : 0), 1, 1, "", 2, "", "", "", "", "", "")
+        }
+    }
+}'
+
+# seed004: long-context reuse of hybrid models: the swa-threshold quirk
+# breaks reuse at the longest context only.
+mk seed004 '
+BEGIN {
+    srand(4); id = 0; T = "experiments/data/static-context-queries.jsonl"
+    split("quirk fixed", V, " "); split("2048 8192 32768", L, " ")
+    for (v = 1; v <= 2; v++) for (l = 1; l <= 3; l++) {
+        ctx = L[l] + 0
+        run(++id, "seed004", V[v], "context", ctx, "hybrid-small", 61210624, "slot-lcp", (v == 1 ? "swa-threshold" : ""), "", "chunk", 64, "", "blas", "fp32", 2, 2 * ctx, "done", T)
+        for (i = 0; i < 9; i++) {
+            np = ctx + 40 + int(u() * 30); nr = (i == 0) ? 0 : int(ctx / 64) * 64
+            if (v == 1 && ctx >= 32768) nr = 0
+            req(id, i, "s0", i, np, nr, ttft(np, 0, 0.09), ttft(np - nr, nr, 0.09) + (nr ? 2 + ctx / 4096 : 0), 1, 1, "", 2, "", "", "", "", "", ctx)
+        }
+    }
+}'
+
+# seed000: disk anchor never refreshed: 12 fresh sessions after the stable
+# prefix changed; quirk keeps hitting the 2048 waypoint, fixed rewrites the
+# anchor (2688) once and hits it from then on.
+mk seed000 '
+BEGIN {
+    srand(0); id = 0; T = "experiments/data/fresh-sessions-12.jsonl"
+    split("quirk fixed", V, " ")
+    for (v = 1; v <= 2; v++) {
+        run(++id, "seed000", V[v], "", "", "small", 58376448, "disk-anchor", (v == 1 ? "anchor-cold-only" : ""), "", "chunk", 64, "", "blas", "fp32", 2, 8192, "done", T)
+        for (i = 0; i < 12; i++) {
+            np = 3000 + int(u() * 40); nr = (v == 2 && i > 0) ? 2688 : 2048
+            am = (v == 2 && i == 0) ? sprintf("%.2f", 11 + u()) : 0; ap = (v == 2 && i == 0) ? 2688 : ""
+            ex = (i % 2) ? "{\"anchor_ms\":" am ",\"anchor_pos\":" (ap == "" ? "null" : ap) "}" : ""
+            req(id, i, "fresh-" (i + 1), 0, np, nr, ttft(np, 0, 0.07), ttft(np - nr, nr, 0.07) + am + 3, 1, 1, "", 2, "", "", ap, (i % 2) ? "" : am, ex, 2688)
+        }
+    }
+}'

@@ -1,0 +1,47 @@
+-- plots/lib.sql: the temporary views every figure and table query reads.
+--
+-- Read by render.sh and report.sh before each query, on a database opened
+-- read-only; the views live in the connection's temp schema, so the results
+-- database is never written. The caller first creates the view
+--     fig_runs = the sel_runs rows that one figure or table plots
+-- (the filter in its `-- runs:` header line, "1" when it has none).
+--
+-- sel_runs: one run per (variant, sweep_name, sweep_value): among the runs
+--   with at least one request, a finished ('done') one before an unfinished
+--   one, then the latest (largest run_id). So a re-run at a new build replaces
+--   the old numbers instead of mixing with them, a run that crashed before
+--   its first request is ignored, and a run still in progress is plotted only
+--   while no finished one exists.
+-- req: the requests of the runs in fig_runs, with their run's configuration
+--   and two derived figures:
+--     label         the run's variant, or "run ID" without one (legend text;
+--                   the caption files give each run's quirks and rules)
+--     vorder        the smallest run_id of the variant in fig_runs (series
+--                   order in legends and tables = the order the runs were made)
+--     anchor_write  ms spent writing the disk anchor: requests.anchor_ms, or
+--                   extra's $.anchor_ms when the column is NULL; 0 when neither
+--     anchor_at     requests.anchor_pos, or extra's $.anchor_pos
+-- Only columns documented in docs/sqlite.md are used.
+CREATE TEMP VIEW sel_runs AS
+SELECT * FROM (
+    SELECT r.*,
+           row_number() OVER (PARTITION BY r.variant, r.sweep_name, r.sweep_value
+                              ORDER BY (r.status = 'done') DESC, r.run_id DESC) AS pick
+    FROM runs r
+    WHERE EXISTS (SELECT 1 FROM requests q WHERE q.run_id = r.run_id)
+) WHERE pick = 1;
+
+CREATE TEMP VIEW req AS
+SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_prefilled,
+       q.ttft_cold_ms, q.ttft_reuse_ms, q.logits_equal, q.decode_equal, q.fork_step,
+       q.n_decode, q.max_ulp, q.miss_pos, q.miss_where,
+       coalesce(q.anchor_ms,
+                CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,
+                0) AS anchor_write,
+       coalesce(q.anchor_pos,
+                CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_pos') END)
+           AS anchor_at,
+       f.variant, f.sweep_name, f.sweep_value, f.model_name, f.policy, f.quirks, f.normalize,
+       f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.vorder,
+       coalesce(f.variant, 'run ' || f.run_id) AS label
+FROM requests q JOIN fig_runs f USING (run_id);

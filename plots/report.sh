@@ -1,0 +1,255 @@
+#!/bin/sh
+# plots/report.sh: writes $RESULTS_DIR/REPORT.md from the experiment
+# databases and the figures plots/render.sh drew (render.sh runs it last;
+# it can also run alone, after render.sh).
+#
+# For each experiment NAME in $EXPERIMENTS whose $RESULTS_DIR/NAME.sqlite
+# exists: a section with what issue report it reproduces and what its
+# figures and tables show, a sentence of numbers (plots/say-NAME.sql), the
+# key tables (plots/tab-*.sql, markdown from sqlite3 -markdown), every
+# figure $FIG_DIR/NAME-*.png found for a plots/NAME-*.gp with its caption
+# file, and the output of `$KVREPLAY report --db` when that binary exists.
+# All queries read the database read-only through plots/lib.sql (the
+# latest run per variant and sweep value), like the figures.
+#
+# The report is written to a temporary file in $RESULTS_DIR and renamed
+# over REPORT.md, so a reader never sees a partial one.
+#
+# Environment (defaults): RESULTS_DIR (results), FIG_DIR ($RESULTS_DIR/figures),
+# EXPERIMENTS ("seed000 seed001 seed002 seed003 seed004"), SQLITE3 (sqlite3),
+# KVREPLAY (build/kvreplay).
+# Exit status: 0 on success; 1 with a message when a query fails or the
+# report cannot be written.
+set -eu
+
+RESULTS_DIR=${RESULTS_DIR:-results}
+FIG_DIR=${FIG_DIR:-$RESULTS_DIR/figures}
+EXPERIMENTS=${EXPERIMENTS:-"seed000 seed001 seed002 seed003 seed004"}
+SQLITE3=${SQLITE3:-sqlite3}
+KVREPLAY=${KVREPLAY:-build/kvreplay}
+PLOTS=$(cd "$(dirname "$0")" && pwd)
+
+die() { echo "plots/report.sh: $*" >&2; exit 1; }
+
+command -v "$SQLITE3" >/dev/null 2>&1 || die "$SQLITE3: not found (install the Debian package sqlite3)"
+[ -d "$RESULTS_DIR" ] || die "$RESULTS_DIR: no such directory"
+
+# Figure paths as REPORT.md (in RESULTS_DIR) links them.
+case "$FIG_DIR" in
+    "$RESULTS_DIR"/*) figrel=${FIG_DIR#"$RESULTS_DIR"/} ;;
+    /*) figrel=$FIG_DIR ;;
+    *) figrel=$(cd "$FIG_DIR" 2>/dev/null && pwd || echo "$FIG_DIR") ;;
+esac
+
+out="$RESULTS_DIR/REPORT.md"
+tmp="$RESULTS_DIR/.REPORT.md.tmp.$$"
+errf="$RESULTS_DIR/.REPORT.err.$$"
+trap 'rm -f "$tmp" "$errf"' EXIT
+trap 'exit 130' INT TERM
+
+# query DB FILTER SQLFILE [sqlite3 options...]: as in render.sh.
+query() {
+    _db=$1 _filter=$2 _sql=$3
+    shift 3
+    "$SQLITE3" -readonly -batch -bail "$@" "$_db" \
+        ".read '$PLOTS/lib.sql'" \
+        "CREATE TEMP VIEW fig_runs AS SELECT s.*, min(s.run_id) OVER (PARTITION BY s.variant) AS vorder FROM sel_runs s WHERE ($_filter);" \
+        ".read '$_sql'" 2>"$errf" || die "$_sql: query failed on $_db: $(cat "$errf")"
+}
+
+# table DB FILTER SQLFILE TITLE: a bold title line and the markdown table.
+table() {
+    _rows=$(query "$1" "$2" "$3" -markdown -header)
+    [ -n "$_rows" ] || return 0
+    printf '**%s**\n\n%s\n\n' "$4" "$_rows"
+}
+
+# say DB: the sentence(s) of plots/say-NAME.sql, one paragraph.
+say() {
+    [ -f "$PLOTS/say-$2.sql" ] || return 0
+    _s=$(query "$1" 1 "$PLOTS/say-$2.sql" -list -noheader)
+    [ -n "$_s" ] && printf '%s\n\n' "$_s"
+    return 0
+}
+
+# figures NAME: every rendered figure of NAME with its caption file.
+figures() {
+    for _gp in "$PLOTS/$1"-*.gp; do
+        [ -f "$_gp" ] || continue
+        _fig=$(basename "$_gp" .gp)
+        [ -f "$FIG_DIR/$_fig.png" ] || continue
+        _cap=$(sed -n 's/^# caption: *//p' "$_gp" | head -n 1)
+        printf '#### Figure %s\n\n' "$_fig"
+        printf '![%s](%s/%s.png)\n\n' "$_fig" "$figrel" "$_fig"
+        printf '*%s* ([PDF](%s/%s.pdf))\n\n' "$_cap" "$figrel" "$_fig"
+        if [ -f "$FIG_DIR/$_fig.txt" ]; then
+            printf '```text\n'
+            sed '1d' "$FIG_DIR/$_fig.txt"
+            printf '```\n\n'
+        fi
+    done
+}
+
+# cli_report DB: `kvreplay report --db DB`, folded, headings one level down.
+cli_report() {
+    if [ ! -x "$KVREPLAY" ]; then
+        printf '(`%s` is not built: `make` builds it, and `%s report --db %s` gives the per-run report.)\n\n' \
+            "$KVREPLAY" "$KVREPLAY" "$1"
+        return 0
+    fi
+    printf '<details><summary><code>kvreplay report --db %s</code></summary>\n\n' "$1"
+    if "$KVREPLAY" report --db "$1" >"$tmp.cli" 2>"$errf"; then
+        sed -e '1{/^# /d}' -e 's/^### /#### /' "$tmp.cli"
+    else
+        printf '(`kvreplay report` failed: %s)\n' "$(head -c 500 "$errf")"
+    fi
+    rm -f "$tmp.cli"
+    printf '\n</details>\n\n'
+}
+
+intro() {
+    case "$1" in
+    seed000) cat <<'EOF'
+Reproduces issue report `seeds/000` (ds4-server #393, "Cold anchor never
+refreshed after partial prefix hits"). The disk-anchor policy keeps a cold
+anchor checkpoint at the end of the stable prefix and continued waypoints
+every N tokens. With the quirk `anchor-cold-only` (variant *quirk*) the anchor
+is written only by a prefill that starts from zero, so after the stable prefix
+changes every fresh session resumes from an older waypoint and the anchor is
+never refreshed; variant *fixed* writes the anchor when a partial hit lands
+below the anchor position. Every request is the first request of a fresh
+session, in order. The first figure plots the tokens each fresh session
+prefills (with the prompt length for reference), the second its time to first
+token, the third the time spent writing the anchor; the table shows, per
+variant, the prefill of the first and of the later sessions and the anchor
+write cost.
+EOF
+        ;;
+    seed001) cat <<'EOF'
+Reproduces issue report `seeds/001` (llama.cpp PR #21793, "anthropic: fix
+prefix caching"). Claude Code sends a per-request checksum (`cch=` and five hex
+digits) in the `x-anthropic-billing-header` system text, so consecutive
+prompts differ a few tokens in and a prefix cache can reuse only what precedes
+it. Variant *raw* replays the prompts as sent; *normalized* runs
+`--normalize anthropic-cch`, which replaces the checksum before tokenization.
+The figures plot, for each request in replay order, the reuse fraction and
+the tokens prefilled; the first table shows the per-run totals, the second
+where the prompt first left the best cached prefix (`miss_where`, `miss_pos`),
+i.e. why the cache missed.
+EOF
+        ;;
+    seed002) cat <<'EOF'
+Reproduces issue report `seeds/002` (llama.cpp server, "forcing full prompt
+re-processing due to lack of cache data"): for memory that supports only full
+sequence removal (recurrent and hybrid models) the server discards the cached
+state and re-prefills the whole prompt on every turn instead of restoring a
+context checkpoint. Variants *MODEL/quirk* run `--quirk full-reprocess`,
+*MODEL/fixed* restore the checkpoint taken on the prefill grid; MODEL is a
+recurrent and a hybrid model. The first figure plots the cumulative time to
+first token of the reused path over the agent loop, with the cold path of each
+model family for reference; the second the median TTFT and the prefilled
+tokens per variant; the table shows the per-run figures.
+EOF
+        ;;
+    seed003) cat <<'EOF'
+Reproduces issue report `seeds/003` (squish PR #188, "bit-exact partial
+prefix-KV reuse via chunk-aligned prefill"). When the suffix after a reused
+prefix is prefilled in differently shaped chunks than in the cold run, the
+matmuls round differently and greedy generations can fork; prefilling in
+chunks aligned to absolute multiples of C, with the reuse boundary floored to
+that grid and capped at the previous prompt, computes every token in the same
+shape as cold. Variants *MODEL/ALIGN/PRECISION/KERNEL* cross `--align chunk`
+(the grid) with `--align none` (llama.cpp-style ubatches counted from the
+reuse point), fp32 with bf16, and OpenBLAS with the fixed-order reference
+kernels; *MODEL/chunk-nocap/fp32/blas* also reuses KV written by decode, off
+the grid. The first figure shows per variant the share of bit-identical
+requests and of forked generations, the second the chunk-size sweep (TTFT and
+divergence against C); the first table covers the variants, the second the
+sweep.
+EOF
+        ;;
+    seed004) cat <<'EOF'
+Reproduces issue report `seeds/004` (llama.cpp PR #21099, "fix prompt cache
+reuse for hybrid/recurrent models"): with a large static context and short
+follow-up queries, the checkpoint search for hybrid models applies a sliding-
+window position threshold that, at long contexts, matches no checkpoint, so
+the server erases them and re-processes the whole prompt. Variant *quirk* runs
+`--quirk swa-threshold`, *fixed* searches checkpoints by position; each run
+replays one context length (`sweep_value`, tokens). The figures plot the
+reuse fraction and the median TTFT of the follow-up requests (turn > 0)
+against the context length; the first table shows them per run, the second
+the per-run totals over all requests.
+EOF
+        ;;
+    *) printf 'Experiment `%s`.\n' "$1" ;;
+    esac
+    echo
+}
+
+# tables NAME DB: the key tables of one experiment.
+tables() {
+    case "$1" in
+    seed003)
+        table "$2" "coalesce(variant, '') NOT LIKE 'sweep/%'" "$PLOTS/tab-summary.sql" \
+            'Table: per variant (latest run each)'
+        table "$2" "coalesce(variant, '') LIKE 'sweep/%'" "$PLOTS/tab-summary.sql" \
+            'Table: chunk-size sweep (per variant and C)'
+        ;;
+    seed001)
+        table "$2" 1 "$PLOTS/tab-summary.sql" 'Table: per variant (latest run each)'
+        table "$2" 1 "$PLOTS/tab-seed001-miss.sql" \
+            'Table: where the prompt first left the cached prefix (at most 5 per variant)'
+        ;;
+    seed004)
+        table "$2" "sweep_value IS NOT NULL" "$PLOTS/tab-seed004-followup.sql" \
+            'Table: follow-up requests (turn > 0) per variant and context length'
+        table "$2" 1 "$PLOTS/tab-summary.sql" 'Table: all requests per run'
+        ;;
+    seed000)
+        table "$2" 1 "$PLOTS/tab-seed000-anchor.sql" 'Table: fresh sessions and anchor writes per variant'
+        table "$2" 1 "$PLOTS/tab-summary.sql" 'Table: per variant (latest run each)'
+        ;;
+    *)
+        table "$2" 1 "$PLOTS/tab-summary.sql" 'Table: per run'
+        ;;
+    esac
+}
+
+printf 'SELECT count(*) FROM req;\n' >"$tmp.count"
+{
+    rev=$(git -C "$PLOTS/.." rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    echo '# kvreplay results'
+    echo
+    printf 'Generated %s by `make plots` (plots/render.sh, plots/report.sh) at git revision `%s`.\n' \
+        "$(date -u '+%Y-%m-%d %H:%M UTC')" "$rev"
+    echo 'Each section reads one database, `results/NAME.sqlite`. Per variant and sweep value it'
+    echo 'uses the latest run that has requests (a finished run before an unfinished one);'
+    echo 'medians (p50) are the middle value, or the mean of the two middle values. The text'
+    echo 'under each figure is its caption file: the configuration of the runs it plots, taken'
+    echo 'from the `runs` table (including the build each run used).'
+    echo
+    present=""
+    for name in $EXPERIMENTS; do
+        [ -f "$RESULTS_DIR/$name.sqlite" ] && present="$present $name"
+    done
+    if [ -z "$present" ]; then
+        printf 'No experiment database under `%s` yet: `make demo` runs the experiments.\n' "$RESULTS_DIR"
+    fi
+    for name in $present; do
+        db="$RESULTS_DIR/$name.sqlite"
+        printf '## %s\n\n' "$name"
+        intro "$name"
+        n=$(query "$db" 1 "$tmp.count" -list -noheader)
+        if [ "${n:-0}" -eq 0 ]; then
+            printf '`%s` holds no run with requests yet.\n\n' "$db"
+            continue
+        fi
+        say "$db" "$name"
+        tables "$name" "$db"
+        figures "$name"
+        cli_report "$db"
+    done
+} >"$tmp" || die "$tmp: cannot write the report"
+rm -f "$tmp.count"
+mv -f "$tmp" "$out" || die "$out: cannot write"
+echo "plots/report.sh: wrote $out" >&2

@@ -1,0 +1,5 @@
+-- seed000-prefilled: per fresh session (one request each, in replay
+-- order): series (variant label), session number (req_index + 1), tokens
+-- prefilled in the reused run, prompt tokens.
+SELECT label, req_index + 1, n_prefilled, n_prompt
+FROM req ORDER BY vorder, run_id, req_index;

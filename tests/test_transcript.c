@@ -1,0 +1,396 @@
+/*
+ * tests/test_transcript.c: transcript format v1: parsing every field, the
+ * FILE:LINE: FIELD error contract, canonical writing (write -> read -> write
+ * is byte-identical) and a seeded fuzz of truncations and byte flips.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <gsl/gsl_rng.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "status.h"
+#include "template.h"
+#include "transcript.h"
+#include "util.h"
+
+#define SAMPLE "tests/data/transcript_sample.jsonl"
+
+static int parse_str(const char *text, bool skip_bad, hx_transcript *t, int64_t *skipped, char *err, size_t n) {
+    return hx_transcript_parse(text, strlen(text), "t.jsonl", skip_bad, t, skipped, err, n);
+}
+
+static void sample_with_every_field_parses(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[512] = "";
+    int64_t skipped = -1;
+    assert_int_equal(hx_transcript_read(SAMPLE, false, &t, &skipped, err, sizeof err), ENG_OK);
+    assert_int_equal(skipped, 0);
+    assert_int_equal(t.n, 5);
+    const hx_request *r0 = &t.reqs[0], *r1 = &t.reqs[1];
+    assert_string_equal(r0->session, "demo");
+    assert_int_equal(r0->turn, 0);
+    assert_int_equal(r0->line, 1);
+    assert_int_equal(hx_request_kind_of(r0), HX_REQUEST_MESSAGES);
+    assert_int_equal(r0->n_system, 1);
+    assert_string_equal(r0->system[0].text, "You are a test assistant.");
+    assert_int_equal(r0->n_tools, 1);
+    assert_string_equal(r0->tools[0].schema,
+                        "{\"properties\":{\"path\":{\"type\":\"string\"}},\"required\":[\"path\"],\"type\":\"object\"}");
+    assert_int_equal(r0->response.n_blocks, 3);
+    assert_int_equal(r0->response.blocks[0].type, HX_BLOCK_THINKING);
+    assert_string_equal(r0->response.blocks[0].text, "Just read it.");
+    assert_int_equal(r0->response.blocks[2].type, HX_BLOCK_TOOL_USE);
+    assert_string_equal(r0->response.blocks[2].id, "t1");
+    assert_string_equal(r0->response.blocks[2].name, "Read");
+    assert_string_equal(r0->response.blocks[2].input, "{\"path\":\"/etc/hostname\"}");
+    assert_string_equal(r0->response.blocks[2].text, "");
+    /* line 2: system as a string, a tool message, an image, a string response */
+    assert_int_equal(r1->n_system, 1);
+    assert_string_equal(r1->tools[0].schema, r0->tools[0].schema);
+    assert_int_equal(r1->n_messages, 4);
+    assert_true(hx_message_equal(&r1->messages[1], &r0->response));
+    assert_int_equal(r1->messages[2].role, HX_ROLE_TOOL);
+    assert_int_equal(r1->messages[2].blocks[0].type, HX_BLOCK_TOOL_RESULT);
+    assert_string_equal(r1->messages[2].blocks[0].id, "t1");
+    assert_string_equal(r1->messages[2].blocks[0].text, "devbox\n");
+    assert_int_equal(r1->messages[3].blocks[0].type, HX_BLOCK_IMAGE);
+    assert_string_equal(r1->messages[3].blocks[0].text, "[image]");
+    assert_string_equal(r1->messages[3].blocks[1].text, "And this image? \xc3\xa9\xc3\xa8 \xe4\xb8\xad\xe6\x96\x87");
+    assert_int_equal(r1->response.n_blocks, 1);
+    assert_string_equal(r1->response.blocks[0].text, "It is a photo of a terminal.");
+    /* prompt and tokens lines */
+    assert_int_equal(hx_request_kind_of(&t.reqs[2]), HX_REQUEST_PROMPT);
+    assert_string_equal(t.reqs[2].prompt, "Once upon a time");
+    assert_string_equal(t.reqs[2].response_text, " there was a cat.");
+    assert_int_equal(hx_request_kind_of(&t.reqs[3]), HX_REQUEST_TOKENS);
+    assert_int_equal(t.reqs[3].n_tokens, 5);
+    assert_int_equal(t.reqs[3].tokens[4], 378);
+    assert_null(t.reqs[3].response_text);
+    /* a tool_result with block content is flattened, is_error kept */
+    const hx_block *tr = &t.reqs[4].messages[0].blocks[0];
+    assert_string_equal(tr->text, "a\nb");
+    assert_true(tr->is_error);
+    assert_int_equal(t.reqs[4].response.n_blocks, 0);
+    hx_transcript_free(&t);
+    hx_transcript_free(&t); /* idempotent on a zeroed transcript */
+}
+
+static void reading_what_was_written_gives_identical_structures(void **state) {
+    (void)state;
+    hx_transcript a, b;
+    char err[512] = "", *bytes;
+    size_t n;
+    assert_int_equal(hx_transcript_read(SAMPLE, false, &a, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_transcript_serialize(&a, &bytes, &n, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_transcript_parse(bytes, n, "w.jsonl", false, &b, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(a.n, b.n);
+    for (int32_t i = 0; i < a.n; i++) assert_true(hx_request_equal(&a.reqs[i], &b.reqs[i]));
+    free(bytes);
+    hx_transcript_free(&a);
+    hx_transcript_free(&b);
+}
+
+static void write_read_write_is_byte_identical(void **state) {
+    (void)state;
+    char dir[] = "/tmp/kvr_tr_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p1[300], p2[300], err[512] = "";
+    snprintf(p1, sizeof p1, "%s/a.jsonl", dir);
+    snprintf(p2, sizeof p2, "%s/b.jsonl", dir);
+    hx_transcript a, b;
+    assert_int_equal(hx_transcript_read(SAMPLE, false, &a, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_transcript_write(p1, &a, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_transcript_read(p1, false, &b, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_transcript_write(p2, &b, err, sizeof err), ENG_OK);
+    char *x, *y;
+    size_t nx, ny;
+    assert_int_equal(eng_read_file(p1, &x, &nx, err, sizeof err), ENG_OK);
+    assert_int_equal(eng_read_file(p2, &y, &ny, err, sizeof err), ENG_OK);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, nx);
+    /* canonical line: fixed key order, compact */
+    const char *head = "{\"v\":1,\"session\":\"demo\",\"turn\":0,\"system\":[{\"type\":\"text\"";
+    assert_true(strncmp(x, head, strlen(head)) == 0);
+    free(x);
+    free(y);
+    hx_transcript_free(&a);
+    hx_transcript_free(&b);
+    unlink(p1);
+    unlink(p2);
+    rmdir(dir);
+}
+
+static void tool_inputs_are_canonical_whatever_the_key_order(void **state) {
+    (void)state;
+    const char *text =
+        "{\"v\":1,\"session\":\"s\",\"turn\":0,\"messages\":[],\"response\":{\"content\":["
+        "{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"X\",\"input\":{\"z\":1,\"a\":{\"y\":[1,2],\"b\":\"\\u00e9\"}}},"
+        "{\"type\":\"tool_use\",\"id\":\"b\",\"name\":\"X\",\"input\":{\"a\":{\"b\":\"\xc3\xa9\",\"y\":[1,2]},\"z\":1}}]}}\n";
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str(text, false, &t, NULL, err, sizeof err), ENG_OK);
+    const hx_message *m = &t.reqs[0].response;
+    assert_string_equal(m->blocks[0].input, "{\"a\":{\"b\":\"\xc3\xa9\",\"y\":[1,2]},\"z\":1}");
+    assert_string_equal(m->blocks[0].input, m->blocks[1].input);
+    hx_transcript_free(&t);
+}
+
+static void unknown_block_type_names_file_line_and_field(void **state) {
+    (void)state;
+    const char *text =
+        "{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"x\"}\n"
+        "\n"
+        "{\"v\":1,\"session\":\"s\",\"turn\":1,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"foo\"}]}]}\n";
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str(text, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl:3: messages[1].content[0].type: unknown block type \"foo\"");
+    assert_int_equal(t.n, 0);
+    assert_null(t.reqs);
+}
+
+static void a_line_needs_exactly_one_of_messages_prompt_and_tokens(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str("{\"v\":1,\"session\":\"s\",\"turn\":0}", false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_non_null(strstr(err, "t.jsonl:1: messages/prompt/tokens: a line needs exactly one of them (found none)"));
+    assert_int_equal(parse_str("{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"tokens\":[1]}", false, &t, NULL,
+                               err, sizeof err), ENG_ERR_FORMAT);
+    assert_non_null(strstr(err, "more than one"));
+}
+
+static void duplicate_keys_are_rejected(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str("{\"v\":1,\"session\":\"s\",\"session\":\"t\",\"turn\":0,\"prompt\":\"a\"}", false, &t,
+                               NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_non_null(strstr(err, "t.jsonl:1: invalid JSON"));
+    assert_non_null(strstr(err, "duplicate"));
+}
+
+static void bad_fields_are_named(void **state) {
+    (void)state;
+    static const struct {
+        const char *line, *want;
+    } cases[] = {
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: v: unsupported version 2 (expected 1)"},
+        {"{\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: v: missing (expected 1)"},
+        {"{\"v\":1,\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: session: missing"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":-1,\"prompt\":\"a\"}", "t.jsonl:1: turn: expected an integer in [0, 2147483647]"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"extra\":1}", "t.jsonl:1: extra: unknown field"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"tokens\":[1,-2]}", "t.jsonl:1: tokens[1]: expected a token id in [0, 2147483647]"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"\"}", "t.jsonl:1: prompt: empty"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"system\":\"x\"}", "t.jsonl:1: system: not allowed on a prompt or tokens line"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}",
+         "t.jsonl:1: messages[0].role: unknown role \"bot\" (expected user, assistant, system or tool)"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"messages\":[{\"role\":\"user\"}]}", "t.jsonl:1: messages[0].content: missing"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"b\",\"input\":[1]}]}]}",
+         "t.jsonl:1: messages[0].content[0].input: expected a JSON object"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}",
+         "t.jsonl:1: messages[0].tool_call_id: missing (a tool message with string content needs it)"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"system\":[{\"type\":\"image\"}],\"messages\":[]}",
+         "t.jsonl:1: system[0].type: a system block must be \"text\", not \"image\""},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"tools\":[{\"description\":\"d\"}],\"messages\":[]}", "t.jsonl:1: tools[0].name: missing"},
+        {"[1,2]", "t.jsonl:1: a line must be a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hx_transcript t;
+        char err[256] = "";
+        assert_int_equal(parse_str(cases[i].line, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+        assert_string_equal(err, cases[i].want);
+    }
+}
+
+static void invalid_utf8_is_rejected(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str("{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\xff\"}", false, &t, NULL, err, sizeof err),
+                     ENG_ERR_FORMAT);
+    assert_non_null(strstr(err, "t.jsonl:1: invalid JSON"));
+}
+
+static void turns_must_increase_within_a_session(void **state) {
+    (void)state;
+    const char *text = "{\"v\":1,\"session\":\"a\",\"turn\":3,\"prompt\":\"x\"}\n"
+                       "{\"v\":1,\"session\":\"b\",\"turn\":0,\"prompt\":\"x\"}\n"
+                       "{\"v\":1,\"session\":\"a\",\"turn\":3,\"prompt\":\"x\"}\n";
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str(text, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl:3: turn: 3 is not greater than the previous turn 3 of session \"a\"");
+}
+
+static void skip_bad_skips_and_counts_bad_lines(void **state) {
+    (void)state;
+    const char *text = "{\"v\":1,\"session\":\"a\",\"turn\":0,\"prompt\":\"x\"}\r\n"
+                       "{not json\n"
+                       "{\"v\":1,\"session\":\"a\",\"turn\":0,\"prompt\":\"dup turn\"}\n"
+                       "{\"v\":1,\"session\":\"a\",\"turn\":1,\"tokens\":[5]}";
+    hx_transcript t;
+    int64_t skipped = 0;
+    char err[256] = "";
+    assert_int_equal(parse_str(text, true, &t, &skipped, err, sizeof err), ENG_OK);
+    assert_int_equal(skipped, 2);
+    assert_int_equal(t.n, 2);
+    assert_int_equal(t.reqs[1].line, 4);
+    hx_transcript_free(&t);
+}
+
+static void missing_file_is_an_io_error(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(hx_transcript_read("/nonexistent/t.jsonl", false, &t, NULL, err, sizeof err), ENG_ERR_IO);
+    assert_non_null(strstr(err, "/nonexistent/t.jsonl"));
+    assert_int_equal(t.n, 0);
+}
+
+static void copies_are_deep_and_equal(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(hx_transcript_read(SAMPLE, false, &t, NULL, err, sizeof err), ENG_OK);
+    for (int32_t i = 0; i < t.n; i++) {
+        hx_request c;
+        assert_int_equal(hx_request_copy(&c, &t.reqs[i]), ENG_OK);
+        assert_true(hx_request_equal(&c, &t.reqs[i]));
+        if (c.n_messages) {
+            c.messages[0].blocks[0].text[0] ^= 1; /* a planted difference is seen */
+            assert_false(hx_request_equal(&c, &t.reqs[i]));
+        }
+        hx_request_free(&c);
+    }
+    hx_transcript_free(&t);
+}
+
+static void string_map_inserts_overwrites_and_grows(void **state) {
+    (void)state;
+    hx_strmap m = {0};
+    char k[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(k, sizeof k, "key-%d", i);
+        assert_int_equal(hx_strmap_put(&m, k, i), ENG_OK);
+    }
+    assert_int_equal(hx_strmap_put(&m, "key-7", 70), ENG_OK);
+    int64_t v = 0;
+    assert_true(hx_strmap_get(&m, "key-7", &v));
+    assert_int_equal(v, 70);
+    assert_true(hx_strmap_get(&m, "key-999", &v));
+    assert_int_equal(v, 999);
+    assert_false(hx_strmap_get(&m, "key-1000", NULL));
+    assert_int_equal(m.n, 1000);
+    hx_strmap_free(&m);
+}
+
+// ----------------------------------------------------------------------------
+// Fuzz: seeded truncations, byte flips, deletions and insertions
+
+/* Mutates buf (n bytes, capacity cap) in place; returns the new length. */
+static size_t fuzz_mutate(gsl_rng *r, char *buf, size_t n, size_t cap) {
+    static const char junk[] = "{}[]\":,\\\n0a \xff\xc3";
+    int ops = 1 + (int)gsl_rng_uniform_int(r, 3);
+    for (int k = 0; k < ops && n > 0; k++) {
+        size_t at = gsl_rng_uniform_int(r, n);
+        switch (gsl_rng_uniform_int(r, 5)) {
+        case 0: n = at; break;                                                   /* truncate */
+        case 1: buf[at] ^= (char)(1u << gsl_rng_uniform_int(r, 8)); break;      /* bit flip */
+        case 2: buf[at] = junk[gsl_rng_uniform_int(r, sizeof junk - 1)]; break;  /* byte swap */
+        case 3: {                                                                /* delete a span */
+            size_t len = 1 + gsl_rng_uniform_int(r, 16);
+            if (at + len > n) len = n - at;
+            memmove(buf + at, buf + at + len, n - at - len);
+            n -= len;
+            break;
+        }
+        default:                                                                 /* insert a byte */
+            if (n + 1 < cap) {
+                memmove(buf + at + 1, buf + at, n - at);
+                buf[at] = junk[gsl_rng_uniform_int(r, sizeof junk - 1)];
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+static void fuzzed_transcripts_parse_or_fail_with_a_message(void **state) {
+    (void)state;
+    char *orig, err[512];
+    size_t n0;
+    assert_int_equal(eng_read_file(SAMPLE, &orig, &n0, err, sizeof err), ENG_OK);
+    char *buf = malloc(n0 + 64);
+    assert_non_null(buf);
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(r, 12345);
+    int ok = 0, bad = 0;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(buf, orig, n0);
+        size_t n = fuzz_mutate(r, buf, n0, n0 + 64);
+        hx_transcript t;
+        err[0] = '\0';
+        int rc = hx_transcript_parse(buf, n, "fz.jsonl", it % 2 == 0, &t, NULL, err, sizeof err);
+        assert_true(rc == ENG_OK || rc == ENG_ERR_FORMAT);
+        if (rc == ENG_ERR_FORMAT) {
+            assert_true(strncmp(err, "fz.jsonl:", 9) == 0);
+            bad++;
+            continue;
+        }
+        ok++;
+        /* what parses round-trips and renders */
+        char *bytes;
+        size_t nb;
+        hx_transcript u;
+        assert_int_equal(hx_transcript_serialize(&t, &bytes, &nb, err, sizeof err), ENG_OK);
+        assert_int_equal(hx_transcript_parse(bytes, nb, "rt", false, &u, NULL, err, sizeof err), ENG_OK);
+        assert_int_equal(u.n, t.n);
+        for (int32_t i = 0; i < t.n; i++) {
+            assert_true(hx_request_equal(&t.reqs[i], &u.reqs[i]));
+            hx_render p;
+            if (hx_request_kind_of(&t.reqs[i]) != HX_REQUEST_TOKENS) {
+                assert_int_equal(hx_render_prompt(HX_TEMPLATE_CHATML, &t.reqs[i], &p, err, sizeof err), ENG_OK);
+                hx_render_free(&p);
+            }
+        }
+        free(bytes);
+        hx_transcript_free(&u);
+        hx_transcript_free(&t);
+    }
+    print_message("fuzz: %d parsed, %d rejected\n", ok, bad);
+    assert_true(ok > 0 && bad > 0);
+    gsl_rng_free(r);
+    free(buf);
+    free(orig);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sample_with_every_field_parses),
+        cmocka_unit_test(reading_what_was_written_gives_identical_structures),
+        cmocka_unit_test(write_read_write_is_byte_identical),
+        cmocka_unit_test(tool_inputs_are_canonical_whatever_the_key_order),
+        cmocka_unit_test(unknown_block_type_names_file_line_and_field),
+        cmocka_unit_test(a_line_needs_exactly_one_of_messages_prompt_and_tokens),
+        cmocka_unit_test(duplicate_keys_are_rejected),
+        cmocka_unit_test(bad_fields_are_named),
+        cmocka_unit_test(invalid_utf8_is_rejected),
+        cmocka_unit_test(turns_must_increase_within_a_session),
+        cmocka_unit_test(skip_bad_skips_and_counts_bad_lines),
+        cmocka_unit_test(missing_file_is_an_io_error),
+        cmocka_unit_test(copies_are_deep_and_equal),
+        cmocka_unit_test(string_map_inserts_overwrites_and_grows),
+        cmocka_unit_test(fuzzed_transcripts_parse_or_fail_with_a_message),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
