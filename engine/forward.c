@@ -52,6 +52,11 @@ void eng_ws_free(eng_ws *ws) {
 
 static float *zalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 
+/* Scores of several KV groups are computed before one softmax pass over all
+ * of them (fewer parallel regions); this caps that buffer (floats). Batching
+ * changes no result: every row is computed on its own. */
+#define ATTN_BATCH_FLOATS ((int64_t)4 << 20)
+
 /* Room for T rows attending P keys; logits [T, V] only when want_logits. */
 static int ws_reserve(eng_seq *s, int32_t T, int32_t P, bool want_logits) {
     eng_ws *w = &s->ws;
@@ -67,6 +72,7 @@ static int ws_reserve(eng_seq *s, int32_t T, int32_t P, bool want_logits) {
         free(w->gu); free(w->hid); free(w->rope_c); free(w->rope_s); free(w->scores);
         free(w->qg); free(w->og);
         w->scores = NULL;
+        w->scores_cap = 0;
         w->cap_P = 0;
         w->x = zalloc(T * D);
         w->xn = zalloc(T * D);
@@ -75,7 +81,7 @@ static int ws_reserve(eng_seq *s, int32_t T, int32_t P, bool want_logits) {
         w->proj = zalloc(T * D);
         w->gu = zalloc(T * 2 * F);
         w->hid = zalloc(T * F);
-        w->qg = zalloc(GR * T * in->head_dim);
+        w->qg = zalloc(HE * T);
         w->og = zalloc(GR * T * in->head_dim);
         w->rope_c = zalloc((int64_t)T * (in->n_rot / 2));
         w->rope_s = zalloc((int64_t)T * (in->n_rot / 2));
@@ -89,10 +95,14 @@ static int ws_reserve(eng_seq *s, int32_t T, int32_t P, bool want_logits) {
     if (P > w->cap_P) {
         int32_t cap = w->cap_P * 2 > P ? w->cap_P * 2 : P;
         if (cap > s->n_ctx) cap = s->n_ctx;
+        const int64_t one = GR * w->cap_T * cap;  /* one group */
+        const int64_t all = (int64_t)in->n_head_kv * one;
+        const int64_t n = all <= ATTN_BATCH_FLOATS ? all : (one > ATTN_BATCH_FLOATS ? one : ATTN_BATCH_FLOATS);
         free(w->scores);
-        w->scores = zalloc(GR * w->cap_T * cap);
-        if (!w->scores) { w->cap_P = 0; return ENG_ERR_NOMEM; }
+        w->scores = zalloc(n);
+        if (!w->scores) { w->cap_P = 0; w->scores_cap = 0; return ENG_ERR_NOMEM; }
         w->cap_P = cap;
+        w->scores_cap = n;
     }
     if (want_logits && !w->logits) {
         w->logits = zalloc((int64_t)w->cap_T * in->n_vocab);
@@ -116,28 +126,38 @@ static void attn_layer(eng_seq *s, int32_t il, int32_t T, int32_t pos0) {
 
     eng_k_rmsnorm(k, T, D, w->x, D, aw->attn_norm, in->rms_eps, w->xn, D);
     eng_k_matmul(k, &aw->wqkv, T, w->xn, D, w->qkv, QKV);             /* [T, HE | GE | GE] */
-    eng_k_rope(k, T, H, E, in->n_rot, w->rope_c, w->rope_s, w->qkv, QKV);       /* Q */
-    eng_k_rope(k, T, G, E, in->n_rot, w->rope_c, w->rope_s, w->qkv + HE, QKV);  /* K */
+    eng_k_rope(k, T, H + G, E, in->n_rot, w->rope_c, w->rope_s, w->qkv, QKV);  /* Q and K heads, side by side */
     for (int32_t t = 0; t < T; t++) {
         const float *row = w->qkv + (int64_t)t * QKV;
         memcpy(mem->k + (int64_t)(pos0 + t) * GE, row + HE, sizeof(float) * (size_t)GE);
         memcpy(mem->v + (int64_t)(pos0 + t) * GE, row + HE + GE, sizeof(float) * (size_t)GE);
     }
-    /* One KV head at a time, its query heads stacked: R = (H/G)*T rows. */
+    /* Per KV head g, its H/G query heads stacked: R = (H/G)*T rows (row r is
+     * chunk token r % T). Scores of a batch of nb groups, one softmax pass
+     * over them, then each group's values. */
     const float scale = 1.0f / sqrtf((float)E);
     const int32_t GR = H / G, R = GR * T;
-    for (int32_t g = 0; g < G; g++) {
-        for (int32_t hh = 0; hh < GR; hh++)
-            for (int32_t t = 0; t < T; t++)
-                memcpy(w->qg + ((int64_t)hh * T + t) * E, w->qkv + (int64_t)t * QKV + (int64_t)(g * GR + hh) * E,
-                       sizeof(float) * (size_t)E);
-        eng_k_attn_scores(k, R, T, pos0, E, w->qg, E, mem->k + (int64_t)g * E, GE, w->scores, P);
-        eng_k_softmax_causal(k, R, T, pos0, scale, w->scores, P);
-        eng_k_attn_values(k, R, T, pos0, E, w->scores, P, mem->v + (int64_t)g * E, GE, w->og, E);
-        for (int32_t hh = 0; hh < GR; hh++)
-            for (int32_t t = 0; t < T; t++)
-                memcpy(w->att + (int64_t)t * HE + (int64_t)(g * GR + hh) * E, w->og + ((int64_t)hh * T + t) * E,
-                       sizeof(float) * (size_t)E);
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t t = 0; t < T; t++)
+            memcpy(w->qg + ((int64_t)h * T + t) * E, w->qkv + (int64_t)t * QKV + (int64_t)h * E,
+                   sizeof(float) * (size_t)E);
+    int64_t nb = w->scores_cap / ((int64_t)R * P);
+    if (nb > G) nb = G;
+    ENG_ASSERT(nb >= 1);
+    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
+        const int32_t g1 = g0 + (int32_t)nb < G ? g0 + (int32_t)nb : G;
+        for (int32_t g = g0; g < g1; g++)
+            eng_k_attn_scores(k, R, T, pos0, E, w->qg + (int64_t)g * R * E, E, mem->k + (int64_t)g * E, GE,
+                              w->scores + (int64_t)(g - g0) * R * P, P);
+        eng_k_softmax_causal(k, (g1 - g0) * R, T, pos0, scale, w->scores, P);
+        for (int32_t g = g0; g < g1; g++) {
+            eng_k_attn_values(k, R, T, pos0, E, w->scores + (int64_t)(g - g0) * R * P, P, mem->v + (int64_t)g * E, GE,
+                              w->og, E);
+            for (int32_t hh = 0; hh < GR; hh++)
+                for (int32_t t = 0; t < T; t++)
+                    memcpy(w->att + (int64_t)t * HE + (int64_t)(g * GR + hh) * E, w->og + ((int64_t)hh * T + t) * E,
+                           sizeof(float) * (size_t)E);
+        }
     }
     eng_k_matmul(k, &aw->wo, T, w->att, HE, w->proj, D);
     eng_k_add(k, T, D, w->x, D, w->proj, D);

@@ -88,9 +88,10 @@ typedef struct eng_ws {
     float *proj;    /* [T, D] sublayer output before the residual add */
     float *gu;      /* [T, 2F] gate and up projections */
     float *hid;     /* [T, F] SwiGLU activations */
-    float *qg;      /* [H/G * T, E] the queries of one KV group, heads stacked */
-    float *og;      /* [H/G * T, E] their attention outputs */
-    float *scores;  /* [H/G * T, P] their scores / probabilities */
+    float *qg;      /* [H * T, E] queries regrouped by KV head: group g's heads stacked at g*(H/G)*T */
+    float *og;      /* [H/G * T, E] one group's attention outputs */
+    float *scores;  /* [nb * H/G * T, P] scores / probabilities of a batch of nb groups */
+    int64_t scores_cap;  /* floats in scores */
     float *logits;  /* [T, V] output head of a whole chunk */
     float *rope_c;  /* [T, n_rot/2] */
     float *rope_s;  /* [T, n_rot/2] */

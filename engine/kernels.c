@@ -13,6 +13,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "status.h"
@@ -35,6 +39,142 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n) {
 static void round_rows(const eng_kctx *ctx, float *Y, int32_t M, int32_t N, int32_t ldy) {
     if (!ctx->bf16) return;
     for (int32_t i = 0; i < M; i++) round_vec(Y + (int64_t)i * ldy, N);
+}
+
+// ----------------------------------------------------------------------------
+// The row-parallel dispatcher and the blas kernel's pool
+
+#define POOL_SPIN 2000  /* polls (with sched_yield) before a worker sleeps */
+
+struct eng_pool {
+    int32_t         n;        /* threads, the caller included */
+    pthread_t      *th;       /* [n - 1] workers */
+    pthread_mutex_t mu;
+    pthread_cond_t  cv_start, cv_done;
+    atomic_uint     gen;      /* job generation, bumped per job */
+    atomic_int      pending;  /* workers still running the current job */
+    bool            quit;     /* under mu */
+    void          (*fn)(void *, int32_t, int32_t);
+    void           *arg;
+    int32_t         n_rows;
+};
+
+typedef struct pool_worker_arg {
+    eng_pool *p;
+    int32_t   ith;
+} pool_worker_arg;
+
+static void pool_range(int32_t n_rows, int32_t ith, int32_t nth, int32_t *r0, int32_t *r1) {
+    *r0 = (int32_t)((int64_t)n_rows * ith / nth);
+    *r1 = (int32_t)((int64_t)n_rows * (ith + 1) / nth);
+}
+
+static void *pool_worker(void *v) {
+    pool_worker_arg *a = v;
+    eng_pool *p = a->p;
+    const int32_t ith = a->ith;
+    free(a);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g = atomic_load(&p->gen);
+        for (int s = 0; g == seen && s < POOL_SPIN; s++) {
+            sched_yield();
+            g = atomic_load(&p->gen);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load(&p->gen)) == seen && !p->quit) pthread_cond_wait(&p->cv_start, &p->mu);
+            const bool quit = p->quit;
+            pthread_mutex_unlock(&p->mu);
+            if (quit) return NULL;
+        }
+        seen = g;
+        int32_t r0, r1;
+        pool_range(p->n_rows, ith, p->n, &r0, &r1);
+        if (r1 > r0) p->fn(p->arg, r0, r1);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+eng_pool *eng_pool_new(int32_t n_threads) {
+    if (n_threads < 2) return NULL;
+    eng_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n = n_threads;
+    p->th = calloc((size_t)n_threads - 1, sizeof *p->th);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_start, NULL);
+    pthread_cond_init(&p->cv_done, NULL);
+    atomic_init(&p->gen, 0u);
+    atomic_init(&p->pending, 0);
+    if (!p->th) { free(p); return NULL; }
+    for (int32_t i = 1; i < n_threads; i++) {
+        pool_worker_arg *a = malloc(sizeof *a);
+        if (a) { a->p = p; a->ith = i; }
+        if (!a || pthread_create(&p->th[i - 1], NULL, pool_worker, a) != 0) {
+            free(a);
+            p->n = i;  /* join the ones started */
+            eng_pool_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void eng_pool_free(eng_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->cv_start);
+    pthread_mutex_unlock(&p->mu);
+    for (int32_t i = 1; i < p->n; i++) pthread_join(p->th[i - 1], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv_start);
+    pthread_cond_destroy(&p->cv_done);
+    free(p->th);
+    free(p);
+}
+
+static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, int32_t), void *arg) {
+    p->fn = fn;
+    p->arg = arg;
+    p->n_rows = n_rows;
+    atomic_store(&p->pending, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->gen, 1u);  /* publishes fn, arg, n_rows (seq_cst) */
+    pthread_cond_broadcast(&p->cv_start);
+    pthread_mutex_unlock(&p->mu);
+    int32_t r0, r1;
+    pool_range(n_rows, 0, p->n, &r0, &r1);
+    if (r1 > r0) fn(arg, r0, r1);
+    for (int s = 0; atomic_load(&p->pending) > 0 && s < POOL_SPIN; s++) sched_yield();
+    if (atomic_load(&p->pending) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *arg, int32_t r0, int32_t r1),
+                         void *arg) {
+    if (n_rows <= 0) return;
+    const int32_t nt = ctx->n_threads < n_rows ? ctx->n_threads : n_rows;
+    if (nt <= 1) {
+        fn(arg, 0, n_rows);
+    } else if (ctx->kernel == ENG_KERNEL_BLAS && ctx->pool) {
+        pool_run(ctx->pool, n_rows, fn, arg);
+    } else {
+        #pragma omp parallel num_threads(nt)
+        {
+            int32_t r0, r1;
+            pool_range(n_rows, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+            if (r1 > r0) fn(arg, r0, r1);
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -191,21 +331,39 @@ void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, 
 // ----------------------------------------------------------------------------
 // Shared row-wise ops
 
+typedef struct rmsnorm_args {
+    const eng_kctx *ctx;
+    int32_t D, ldx, ldy;
+    const float *X, *w;
+    float eps;
+    float *Y;
+} rmsnorm_args;
+
+static void rmsnorm_rows(void *v, int32_t t0, int32_t t1) {
+    const rmsnorm_args *a = v;
+    const int32_t D = a->D;
+    for (int32_t t = t0; t < t1; t++) {
+        const float *x = a->X + (int64_t)t * a->ldx, *w = a->w;
+        float *y = a->Y + (int64_t)t * a->ldy;
+        /* sum of squares in 8 double lanes (lane i % 8, ascending i), combined pairwise */
+        double l8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int32_t d8 = D / 8 * 8;
+        for (int32_t i = 0; i < d8; i += 8)
+            for (int c = 0; c < 8; c++) l8[c] += (double)(x[i + c] * x[i + c]);
+        for (int32_t i = d8; i < D; i++) l8[i & 7] += (double)(x[i] * x[i]);
+        const double sum = ((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7]));
+        const float mean = (float)(sum / D);
+        const float scale = 1.0f / sqrtf(mean + a->eps);
+        #pragma omp simd
+        for (int32_t i = 0; i < D; i++) y[i] = (x[i] * scale) * w[i];
+        if (a->ctx->bf16) round_vec(y, D);
+    }
+}
+
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
                    const float *w, float eps, float *Y, int32_t ldy) {
-    #pragma omp parallel for num_threads(ctx->n_threads_ew) schedule(static) if (ctx->n_threads_ew > 1)
-    for (int32_t t = 0; t < T; t++) {
-        const float *x = X + (int64_t)t * ldx;
-        float *y = Y + (int64_t)t * ldy;
-        double sum = 0.0;
-        for (int32_t i = 0; i < D; i++) sum += (double)(x[i] * x[i]);
-        const float mean = (float)(sum / D);
-        const float scale = 1.0f / sqrtf(mean + eps);
-        for (int32_t i = 0; i < D; i++) {
-            float v = (x[i] * scale) * w[i];
-            y[i] = ctx->bf16 ? eng_bf16_round(v) : v;
-        }
-    }
+    rmsnorm_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .w = w, .eps = eps, .Y = Y};
+    eng_k_parallel_rows(ctx, T, rmsnorm_rows, &a);
 }
 
 void eng_k_rope_table(int32_t T, int32_t pos0, int32_t n_rot, float base, float *cs, float *sn) {
@@ -221,23 +379,37 @@ void eng_k_rope_table(int32_t T, int32_t pos0, int32_t n_rot, float base, float 
     }
 }
 
-void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32_t n_rot,
-                const float *cs, const float *sn, float *X, int32_t ldx) {
-    const int32_t half = n_rot / 2;
-    #pragma omp parallel for num_threads(ctx->n_threads_ew) schedule(static) if (ctx->n_threads_ew > 1)
-    for (int32_t t = 0; t < T; t++) {
-        const float *c = cs + (int64_t)t * half, *s = sn + (int64_t)t * half;
-        for (int32_t h = 0; h < n_head; h++) {
-            float *x = X + (int64_t)t * ldx + (int64_t)h * E;
+typedef struct rope_args {
+    const eng_kctx *ctx;
+    int32_t n_head, E, n_rot, ldx;
+    const float *cs, *sn;
+    float *X;
+} rope_args;
+
+static void rope_rows(void *v, int32_t t0, int32_t t1) {
+    const rope_args *a = v;
+    const int32_t half = a->n_rot / 2;
+    const bool bf16 = a->ctx->bf16;
+    for (int32_t t = t0; t < t1; t++) {
+        const float *c = a->cs + (int64_t)t * half, *s = a->sn + (int64_t)t * half;
+        for (int32_t h = 0; h < a->n_head; h++) {
+            float *x = a->X + (int64_t)t * a->ldx + (int64_t)h * a->E;
             for (int32_t i = 0; i < half; i++) {
                 const float x0 = x[2 * i], x1 = x[2 * i + 1];
-                float y0 = x0 * c[i] - x1 * s[i];
-                float y1 = x0 * s[i] + x1 * c[i];
-                x[2 * i] = ctx->bf16 ? eng_bf16_round(y0) : y0;
-                x[2 * i + 1] = ctx->bf16 ? eng_bf16_round(y1) : y1;
+                const float y0 = x0 * c[i] - x1 * s[i];
+                const float y1 = x0 * s[i] + x1 * c[i];
+                x[2 * i] = y0;
+                x[2 * i + 1] = y1;
             }
+            if (bf16) round_vec(x, a->n_rot);
         }
     }
+}
+
+void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32_t n_rot,
+                const float *cs, const float *sn, float *X, int32_t ldx) {
+    rope_args a = {.ctx = ctx, .n_head = n_head, .E = E, .n_rot = n_rot, .ldx = ldx, .cs = cs, .sn = sn, .X = X};
+    eng_k_parallel_rows(ctx, T, rope_rows, &a);
 }
 
 /* Softmax of one row's n attended scores, in place (see kernels.h). The
@@ -268,37 +440,74 @@ static void softmax_row(float *s, int32_t n, float scale, bool bf16) {
     if (bf16) round_vec(s, n);
 }
 
+typedef struct softmax_args {
+    const eng_kctx *ctx;
+    int32_t T, pos0, lds;
+    float scale;
+    float *S;
+} softmax_args;
+
+static void softmax_rows(void *v, int32_t r0, int32_t r1) {
+    const softmax_args *a = v;
+    const int32_t P = a->pos0 + a->T;
+    for (int32_t r = r0; r < r1; r++) {
+        float *s = a->S + (int64_t)r * a->lds;
+        const int32_t n = a->pos0 + r % a->T + 1;  /* keys attended */
+        softmax_row(s, n, a->scale, a->ctx->bf16);
+        for (int32_t j = n; j < P; j++) s[j] = 0.0f;
+    }
+}
+
 void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
                           int32_t lds) {
-    const int32_t P = pos0 + T;
-    #pragma omp parallel for num_threads(ctx->n_threads_ew) schedule(static) if (ctx->n_threads_ew > 1)
-    for (int32_t r = 0; r < R; r++) {
-        float *s = S + (int64_t)r * lds;
-        const int32_t n = pos0 + r % T + 1;  /* keys attended */
-        softmax_row(s, n, scale, ctx->bf16);
-        for (int32_t j = n; j < P; j++) s[j] = 0.0f;
+    softmax_args a = {.ctx = ctx, .T = T, .pos0 = pos0, .lds = lds, .scale = scale, .S = S};
+    eng_k_parallel_rows(ctx, R, softmax_rows, &a);
+}
+
+typedef struct swiglu_args {
+    const eng_kctx *ctx;
+    int32_t F, ldgu, ldh;
+    const float *GU;
+    float *H;
+} swiglu_args;
+
+static void swiglu_rows(void *v, int32_t t0, int32_t t1) {
+    const swiglu_args *a = v;
+    const int32_t F = a->F;
+    for (int32_t t = t0; t < t1; t++) {
+        const float *g = a->GU + (int64_t)t * a->ldgu, *u = g + F;
+        float *h = a->H + (int64_t)t * a->ldh;
+        #pragma omp simd
+        for (int32_t f = 0; f < F; f++) h[f] = (g[f] / (1.0f + eng_expf(-g[f]))) * u[f];
+        if (a->ctx->bf16) round_vec(h, F);
     }
 }
 
 void eng_k_swiglu(const eng_kctx *ctx, int32_t T, int32_t F, const float *GU, int32_t ldgu, float *H,
                   int32_t ldh) {
-    #pragma omp parallel for num_threads(ctx->n_threads_ew) schedule(static) if (ctx->n_threads_ew > 1)
-    for (int32_t t = 0; t < T; t++) {
-        const float *g = GU + (int64_t)t * ldgu, *u = g + F;
-        float *h = H + (int64_t)t * ldh;
+    swiglu_args a = {.ctx = ctx, .F = F, .ldgu = ldgu, .ldh = ldh, .GU = GU, .H = H};
+    eng_k_parallel_rows(ctx, T, swiglu_rows, &a);
+}
+
+typedef struct add_args {
+    const eng_kctx *ctx;
+    int32_t D, ldx, ldy;
+    float *X;
+    const float *Y;
+} add_args;
+
+static void add_rows(void *v, int32_t t0, int32_t t1) {
+    const add_args *a = v;
+    for (int32_t t = t0; t < t1; t++) {
+        float *x = a->X + (int64_t)t * a->ldx;
+        const float *y = a->Y + (int64_t)t * a->ldy;
         #pragma omp simd
-        for (int32_t f = 0; f < F; f++) h[f] = (g[f] / (1.0f + eng_expf(-g[f]))) * u[f];
-        if (ctx->bf16) round_vec(h, F);
+        for (int32_t i = 0; i < a->D; i++) x[i] = x[i] + y[i];
+        if (a->ctx->bf16) round_vec(x, a->D);
     }
 }
 
 void eng_k_add(const eng_kctx *ctx, int32_t T, int32_t D, float *X, int32_t ldx, const float *Y, int32_t ldy) {
-    for (int32_t t = 0; t < T; t++) {
-        float *x = X + (int64_t)t * ldx;
-        const float *y = Y + (int64_t)t * ldy;
-        for (int32_t i = 0; i < D; i++) {
-            const float v = x[i] + y[i];
-            x[i] = ctx->bf16 ? eng_bf16_round(v) : v;
-        }
-    }
+    add_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
+    eng_k_parallel_rows(ctx, T, add_rows, &a);
 }

@@ -35,13 +35,30 @@
 
 #include "model.h"
 
+/* A small thread pool for the shared row-wise ops of the blas kernel: its
+ * workers spin briefly, then sleep on a condition variable, so they never
+ * compete with OpenBLAS's own threads while an sgemm runs (OpenMP's
+ * spinning workers would: libgomp spins for a long while after each
+ * region). The ref kernel uses OpenMP, as its products do. */
+typedef struct eng_pool eng_pool;
+
+/* A pool of n_threads (the caller counts as thread 0). NULL on failure. */
+eng_pool *eng_pool_new(int32_t n_threads);
+void      eng_pool_free(eng_pool *p);  /* accepts NULL; joins the workers */
+
 /* Numerics of one forward pass. */
 typedef struct eng_kctx {
     eng_kernel kernel;
     bool       bf16;        /* precision == ENG_PRECISION_BF16 */
-    int32_t    n_threads;   /* OpenMP threads for ref products (== eng_numerics.n_threads) */
-    int32_t    n_threads_ew;/* OpenMP threads for the shared row-wise ops */
+    int32_t    n_threads;   /* threads for products and row-wise ops (== eng_numerics.n_threads) */
+    eng_pool  *pool;        /* blas with n_threads > 1: row-wise ops run here; else NULL */
 } eng_kctx;
+
+/* Runs fn(arg, r0, r1) over [0, n_rows) split into contiguous ranges, one
+ * per thread (pool, OpenMP for ref, or inline when one thread). Results must
+ * not depend on the split: fn treats each row on its own. */
+void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *arg, int32_t r0, int32_t r1),
+                         void *arg);
 
 /* Rounds a float to the nearest bf16 value (ties to even), kept as a float.
  * NaN stays NaN (quieted); infinities stay infinite. */
@@ -165,7 +182,9 @@ void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, 
 // Shared row-wise ops (identical for both kernels)
 
 /* Y[t, :] = (X[t, :] * (1 / sqrtf(mean(X[t,:]^2) + eps))) * w, rounded.
- * The sum of squares is accumulated in double in index order (as ggml). */
+ * The sum of the float squares is accumulated in double (as ggml) in a
+ * fixed order that depends only on D: 8 lanes (lane i % 8, ascending i),
+ * combined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). */
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
                    const float *w, float eps, float *Y, int32_t ldy);
 

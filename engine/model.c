@@ -337,7 +337,11 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     m->kctx.kernel = num->kernel;
     m->kctx.bf16 = num->precision == ENG_PRECISION_BF16;
     m->kctx.n_threads = num->n_threads;
-    m->kctx.n_threads_ew = num->kernel == ENG_KERNEL_REF ? num->n_threads : 1;
+    if (num->kernel == ENG_KERNEL_BLAS && num->n_threads > 1 && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
+        eng_errf(err, errlen, "%s: cannot start %d threads", path, num->n_threads);
+        free(m);
+        return ENG_ERR_NOMEM;
+    }
     openblas_set_num_threads(num->n_threads);
 
     int rc = eng_gguf_open(path, &ld.g, err, errlen);
@@ -462,6 +466,7 @@ void eng_model_free(eng_model *m) {
     free(m->tok_embd);
     free(m->output_norm);
     eng_tokenizer_free(m->tok);
+    eng_pool_free(m->kctx.pool);
     free(m);
 }
 

@@ -3,8 +3,9 @@
  * the machine's sgemm peak, measured in the same run at the same thread
  * count.
  *
- *   peak:    median GFLOP/s of R square sgemms (M = N = K = --peak-size,
- *            default 1024, X . W^T like the engine's products).
+ *   peak:    square sgemms (M = N = K = --peak-size, default 1024, X . W^T
+ *            like the engine's products), sampled before every timed
+ *            prefill (best of 3 calls per sample): the median sample.
  *   prefill: median time of R cold prefills of N seeded random tokens at
  *            chunk C (after one untimed warm-up), as tokens/s and as GFLOP/s
  *            of the engine's cost model (eng_model_prefill_flops_params).
@@ -74,29 +75,49 @@ static uint64_t splitmix64(uint64_t *x) {
 }
 
 // ----------------------------------------------------------------------------
-// The sgemm peak
+// The sgemm peak, sampled between prefill repetitions so that both see the
+// same machine (a shared machine's load drifts)
 
-static double sgemm_peak_gflops(int32_t n, int32_t threads, int reps) {
-    float *a = malloc(sizeof(float) * (size_t)n * (size_t)n);
-    float *b = malloc(sizeof(float) * (size_t)n * (size_t)n);
-    float *c = calloc((size_t)n * (size_t)n, sizeof(float));
-    double *g = malloc(sizeof(double) * (size_t)reps);
-    if (!a || !b || !c || !g) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+typedef struct peak_ctx {
+    int32_t n;
+    float  *a, *b, *c;
+    double *samples;
+    int     n_samples, cap;
+} peak_ctx;
+
+static void peak_init(peak_ctx *p, int32_t n, int cap) {
+    p->n = n;
+    p->a = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    p->b = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    p->c = calloc((size_t)n * (size_t)n, sizeof(float));
+    p->samples = malloc(sizeof(double) * (size_t)cap);
+    p->n_samples = 0;
+    p->cap = cap;
+    if (!p->a || !p->b || !p->c || !p->samples) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
     uint64_t st = 1;
     for (int64_t i = 0; i < (int64_t)n * n; i++) {
-        a[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
-        b[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
+        p->a[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
+        p->b[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
     }
+}
+
+static void peak_free(peak_ctx *p) {
+    free(p->a); free(p->b); free(p->c); free(p->samples);
+}
+
+/* One sample: the best of 3 square sgemms (X . W^T, like the engine's
+ * products), in GFLOP/s, at `threads` OpenBLAS threads. */
+static void peak_sample(peak_ctx *p, int32_t threads) {
+    const int32_t n = p->n;
     openblas_set_num_threads(threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);  /* warm-up */
-    for (int r = 0; r < reps; r++) {
+    double best = 0.0;
+    for (int r = 0; r < 3; r++) {
         double t0 = eng_now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        g[r] = 2.0 * n * (double)n * n / (eng_now_s() - t0) / 1e9;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
+        double g = 2.0 * n * (double)n * n / (eng_now_s() - t0) / 1e9;
+        if (g > best) best = g;
     }
-    double med = median(g, reps);
-    free(a); free(b); free(c); free(g);
-    return med;
+    if (p->n_samples < p->cap) p->samples[p->n_samples++] = best;
 }
 
 // ----------------------------------------------------------------------------
@@ -111,14 +132,17 @@ typedef struct run {
     double     ratio;
 } run;
 
-static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t chunk, int reps, double peak, run *out) {
+/* R timed prefills (after a warm-up), a peak sample before each. */
+static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t chunk, int reps, peak_ctx *pk, run *out) {
     eng_seq *s = eng_seq_new(m, n);
     float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
     double *t = malloc(sizeof(double) * (size_t)reps);
     if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
     eng_prefill_params pp = eng_prefill_params_default();
     pp.chunk = chunk;
+    const int32_t threads = eng_model_get_numerics(m)->n_threads;
     for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
+        if (r >= 0) peak_sample(pk, threads);
         eng_seq_reset(s);
         double t0 = eng_now_s();
         int rc = eng_prefill(s, toks, n, &pp, logits);
@@ -135,7 +159,6 @@ static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t 
     out->seconds = median(t, reps);
     out->tok_s = n / out->seconds;
     out->gflops = eng_model_prefill_flops_params(m, 0, n, &pp) / out->seconds / 1e9;
-    out->ratio = out->gflops / peak;
     free(t);
     free(logits);
     eng_seq_free(s);
@@ -207,12 +230,15 @@ int hx_cmd_bench(int argc, char **argv) {
     uint64_t st = (uint64_t)seed;
     for (int64_t i = 0; i < n_tok; i++) toks[i] = (int32_t)(splitmix64(&st) % (uint64_t)in->n_vocab);
 
-    const double peak = sgemm_peak_gflops((int32_t)peak_n, num.n_threads, (int)reps);
+    peak_ctx pk;
+    peak_init(&pk, (int32_t)peak_n, n_chunks * n_kernels * (int)reps);
     run runs[2 * MAX_CHUNKS];
     int n_runs = 0;
     for (int c = 0; c < n_chunks; c++)
         for (int k = 0; k < n_kernels; k++)
-            measure(models[k], toks, (int32_t)n_tok, chunks[c], (int)reps, peak, &runs[n_runs++]);
+            measure(models[k], toks, (int32_t)n_tok, chunks[c], (int)reps, &pk, &runs[n_runs++]);
+    const double peak = median(pk.samples, pk.n_samples);
+    for (int r = 0; r < n_runs; r++) runs[r].ratio = runs[r].gflops / peak;
 
     if (json) {
         json_t *o = json_object();
@@ -224,6 +250,7 @@ int hx_cmd_bench(int argc, char **argv) {
         json_object_set_new(o, "reps", json_integer(reps));
         json_object_set_new(o, "peak_size", json_integer(peak_n));
         json_object_set_new(o, "peak_gflops", json_real(peak));
+        json_object_set_new(o, "peak_samples", json_integer(pk.n_samples));
         json_object_set_new(o, "blas", json_string(eng_blas_info()));
         /* Top level: the first run (the only one without a sweep or comparison). */
         json_object_set_new(o, "chunk", json_integer(runs[0].chunk));
@@ -253,13 +280,15 @@ int hx_cmd_bench(int argc, char **argv) {
         printf("model %s: D %d, L %d, H %d, G %d, F %d, V %d; %lld tokens, %d threads, %s, median of %lld\n", model,
                in->n_embd, in->n_layer, in->n_head, in->n_head_kv, in->n_ff, in->n_vocab, (long long)n_tok,
                num.n_threads, eng_precision_name(num.precision), (long long)reps);
-        printf("sgemm peak (%lld^3): %.1f GFLOP/s\n", (long long)peak_n, peak);
+        printf("sgemm peak (%lld^3, median of %d samples taken between the prefills): %.1f GFLOP/s\n",
+               (long long)peak_n, pk.n_samples, peak);
         printf("%-6s %6s %10s %12s %10s %7s\n", "kernel", "chunk", "prefill_s", "tok/s", "GFLOP/s", "ratio");
         for (int r = 0; r < n_runs; r++)
             printf("%-6s %6d %10.4f %12.1f %10.2f %7.3f\n", eng_kernel_name(runs[r].kernel), runs[r].chunk,
                    runs[r].seconds, runs[r].tok_s, runs[r].gflops, runs[r].ratio);
     }
     free(toks);
+    peak_free(&pk);
     for (int k = 0; k < n_kernels; k++) eng_model_free(models[k]);
     return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
 }

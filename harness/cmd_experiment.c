@@ -54,6 +54,7 @@ static void usage(FILE *f) {
                "  --only VARIANT       run only this variant (repeatable prefix match)\n"
                "  --resume             complete interrupted runs instead of starting new ones\n"
                "  --cold-cache-mib N   budget of the shared cold-result cache (default 2048)\n"
+               "  --cache-root DIR     where generated models and transcripts are cached (default results/cache)\n"
                "  --dry-run            print the replay command lines and stop\n");
 }
 
@@ -177,6 +178,7 @@ int hx_cmd_experiment(int argc, char **argv) {
     const char *spec_path = NULL, *db = NULL, *scale = "demo", *only[16];
     int n_only = 0, threads = 0, dry = 0, resume = 0;
     int64_t cold_mib = 2048;
+    const char *cache_root = "results/cache";
     for (int i = 1; i < argc; i++) {
         const char *v;
         if ((v = hx_opt(argc, argv, &i, "--db"))) db = v;
@@ -184,6 +186,7 @@ int hx_cmd_experiment(int argc, char **argv) {
         else if ((v = hx_opt(argc, argv, &i, "--threads"))) threads = (int)hx_parse_int("--threads", v, 1, 256);
         else if ((v = hx_opt(argc, argv, &i, "--only"))) { if (n_only < 16) only[n_only++] = v; }
         else if ((v = hx_opt(argc, argv, &i, "--cold-cache-mib"))) cold_mib = hx_parse_int("--cold-cache-mib", v, 0, 1 << 20);
+        else if ((v = hx_opt(argc, argv, &i, "--cache-root"))) cache_root = v;
         else if (hx_flag(argv, i, "--dry-run")) dry = 1;
         else if (hx_flag(argv, i, "--resume")) resume = 1;
         else if (argv[i][0] != '-' && !spec_path) spec_path = argv[i];
@@ -202,7 +205,7 @@ int hx_cmd_experiment(int argc, char **argv) {
     json_t *models = json_object_get(spec, "models"), *transcripts = json_object_get(spec, "transcripts");
     if (!json_is_object(models) || !json_is_object(transcripts))
         hx_die(HX_EXIT_USAGE, "%s: models and transcripts: expected objects", spec_path);
-    xctx x = {.spec_path = spec_path, .cache_root = "results/cache"};
+    xctx x = {.spec_path = spec_path, .cache_root = cache_root};
     json_t *vars = json_object_get(spec, "vars");
     x.vars = vars ? json_object_get(vars, scale) : NULL;
 

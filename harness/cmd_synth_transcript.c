@@ -12,14 +12,15 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvreplay synth-transcript --scenario agent|extend [--seed S] -o FILE.jsonl [OPTIONS]\n"
+            "usage: kvreplay synth-transcript --scenario agent|extend|static [--seed S] -o FILE.jsonl [OPTIONS]\n"
             "\n"
             "Writes a seeded synthetic transcript (transcript v1, docs/transcripts.md). The same flags\n"
             "always give a byte-identical file.\n"
             "\n"
             "common:\n"
             "  --scenario NAME            agent: Claude-Code-shaped coding sessions; extend: each request\n"
-            "                             extends the previous one (git-diff summarisation)\n"
+            "                             extends the previous one (git-diff summarisation); static: one\n"
+            "                             large static context, a different short question per request\n"
             "  --seed S                   random seed (default 0)\n"
             "  -o, --output FILE          output transcript (written atomically)\n"
             "  --sessions N               number of sessions (default: agent 2, extend 1)\n"
@@ -35,8 +36,12 @@ static void usage(FILE *f) {
             "                             starting fresh from the shared stable prefix; the git-status\n"
             "                             block changes between sessions after a commit\n"
             "  --interleave               emit the sessions' requests round-robin (not with --fresh-sessions)\n"
-            "extend:\n"
-            "  --base-bytes B             diff bytes in the first request (default 4096)\n"
+            "  --env-last                 render the tool definitions inside the system prompt and put the\n"
+            "                             environment (git-status) block last, at the end of the stable\n"
+            "                             prefix, as in ds4-server's layout (seeds/000)\n"
+            "extend, static:\n"
+            "  --base-bytes B             diff bytes in the first request (extend) or of the static\n"
+            "                             context (static) (default 4096)\n"
             "  --step-bytes B             diff bytes added by each later request (default 1024)\n"
             "  --format chat|prompt       messages lines (default) or raw prompt lines\n"
             "\n"
@@ -55,6 +60,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     /* parse everything first: defaults depend on the scenario */
     const char *v_seed = NULL, *v_sessions = NULL, *v_turns = NULL, *v_sys = NULL, *v_systok = NULL, *v_tr = NULL,
                *v_commit = NULL, *v_base = NULL, *v_step = NULL;
+    bool env_last = false;
     bool fresh = false, inter = false;
     const char *v;
     for (int i = 1; i < argc; i++) {
@@ -72,11 +78,12 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
         else if ((v = hx_opt(argc, argv, &i, "--format"))) format = v;
         else if (hx_flag(argv, i, "--fresh-sessions")) fresh = true;
         else if (hx_flag(argv, i, "--interleave")) inter = true;
+        else if (hx_flag(argv, i, "--env-last")) env_last = true;
         else hx_bad_arg(argv[0], argv[i]);
     }
-    if (!scenario) hx_die(HX_EXIT_USAGE, "%s: --scenario is required (agent or extend)", argv[0]);
+    if (!scenario) hx_die(HX_EXIT_USAGE, "%s: --scenario is required (agent, extend or static)", argv[0]);
     int sc = hx_synth_scenario_from_name(scenario);
-    if (sc < 0) hx_die(HX_EXIT_USAGE, "%s: --scenario: expected agent or extend, got '%s'", argv[0], scenario);
+    if (sc < 0) hx_die(HX_EXIT_USAGE, "%s: --scenario: expected agent, extend or static, got '%s'", argv[0], scenario);
     if (!outp) hx_die(HX_EXIT_USAGE, "%s: -o FILE is required", argv[0]);
     if (v_sys && v_systok) hx_die(HX_EXIT_USAGE, "%s: give --system-bytes or --system-tokens-approx, not both", argv[0]);
 
@@ -93,15 +100,18 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     if (v_step) p.step_bytes = hx_parse_int("--step-bytes", v_step, 1, 64 << 20);
     p.fresh_sessions = fresh;
     p.interleave = inter;
+    p.env_last = env_last;
     if (format) {
         if (!strcmp(format, "prompt")) p.prompt_lines = true;
         else if (strcmp(format, "chat")) hx_die(HX_EXIT_USAGE, "%s: --format: expected chat or prompt, got '%s'", argv[0], format);
     }
-    bool agent_only = v_sys || v_systok || v_tr || v_commit || fresh || inter;
+    bool agent_only = v_sys || v_systok || v_tr || v_commit || fresh || inter || env_last;
     bool extend_only = v_base || v_step || format;
     if (sc == HX_SYNTH_AGENT && extend_only)
         hx_die(HX_EXIT_USAGE, "%s: --base-bytes, --step-bytes and --format apply to --scenario extend", argv[0]);
-    if (sc == HX_SYNTH_EXTEND && agent_only)
+    if (sc == HX_SYNTH_STATIC && (v_step || format))
+        hx_die(HX_EXIT_USAGE, "%s: --step-bytes and --format apply to --scenario extend", argv[0]);
+    if (sc != HX_SYNTH_AGENT && agent_only)
         hx_die(HX_EXIT_USAGE, "%s: --system-bytes, --tool-result-bytes, --commit-rate, --fresh-sessions and "
                               "--interleave apply to --scenario agent", argv[0]);
 

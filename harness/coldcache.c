@@ -64,11 +64,9 @@ void hx_coldcache_free(hx_coldcache *c) {
 
 static XXH128_hash_t make_key(const eng_model *m, const eng_prefill_params *pp, int32_t n_decode,
                               const int32_t *tokens, int32_t n) {
-    struct {
-        uint64_t fp;
-        int32_t  align, chunk, ubatch, n_decode, n;
-    } hdr = {eng_model_fingerprint(m), (int32_t)pp->align, pp->chunk,
-             pp->align == ENG_ALIGN_NONE ? pp->ubatch : 0, n_decode, n};
+    /* packed explicitly: a struct would hash its padding bytes */
+    int64_t hdr[6] = {(int64_t)eng_model_fingerprint(m), (int64_t)pp->align, pp->chunk,
+                      pp->align == ENG_ALIGN_NONE ? pp->ubatch : 0, n_decode, n};
     XXH3_state_t *s = XXH3_createState();
     ENG_ASSERT(s);
     XXH3_128bits_reset(s);

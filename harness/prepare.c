@@ -70,6 +70,36 @@ oom:
     return ENG_ERR_NOMEM;
 }
 
+/* The response as the cache holds it after generation: the tokens that follow
+ * the prompt's tokens in tokenize(prompt + response), so they match how the
+ * next request's prompt (which contains both) tokenizes. When the joint
+ * tokenization does not start with the prompt's own tokens (a merge across
+ * the seam), the response is tokenized on its own instead. */
+static int response_tokens(hx_prepare_ctx *c, hx_prepared *out, const hx_render *resp) {
+    if (out->prompt.text) {
+        size_t n = out->text_len + resp->len;
+        char *joint = malloc(n + 1);
+        if (!joint) return ENG_ERR_NOMEM;
+        memcpy(joint, out->text, out->text_len);
+        memcpy(joint + out->text_len, resp->text, resp->len);
+        joint[n] = '\0';
+        int32_t *ids = NULL, m = 0;
+        int rc = tokenize(c->tok, joint, n, eng_tokenizer_add_bos(c->tok), &ids, NULL, &m);
+        free(joint);
+        if (rc != ENG_OK) return rc;
+        if (m > out->n && !memcmp(ids, out->tokens, sizeof(int32_t) * (size_t)out->n)) {
+            out->n_resp = m - out->n;
+            out->resp = malloc(sizeof(int32_t) * (size_t)out->n_resp);
+            if (!out->resp) { free(ids); return ENG_ERR_NOMEM; }
+            memcpy(out->resp, ids + out->n, sizeof(int32_t) * (size_t)out->n_resp);
+            free(ids);
+            return ENG_OK;
+        }
+        free(ids);
+    }
+    return tokenize(c->tok, resp->text, resp->len, false, &out->resp, NULL, &out->n_resp);
+}
+
 int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->req = r;
@@ -115,7 +145,7 @@ int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, si
     }
     hx_render resp = {0};
     if ((rc = hx_render_response(c->tmpl, r, &resp, err, errlen)) != ENG_OK) goto fail;
-    if (resp.len > 0) rc = tokenize(c->tok, resp.text, resp.len, false, &out->resp, NULL, &out->n_resp);
+    if (resp.len > 0) rc = response_tokens(c, out, &resp);
     hx_render_free(&resp);
     if (rc != ENG_OK) goto fail;
     return ENG_OK;

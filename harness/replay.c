@@ -12,7 +12,9 @@
  */
 #include "replay.h"
 
+#include <dirent.h>
 #include <math.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,7 @@ void hx_replay_opts_default(hx_replay_opts *o) {
     o->anchor_tokens = -1;
     o->sweep_value = NAN;
     o->seed = -1;
+    o->fault_request = 1;
 }
 
 static char g_quirks[256];
@@ -91,6 +94,13 @@ bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o) {
     else if ((v = hx_opt(argc, argv, i, "--seed"))) o->seed = hx_parse_int("--seed", v, 0, INT64_MAX);
     else if (hx_flag(argv, *i, "--resume")) o->resume = true;
     else if (hx_flag(argv, *i, "--skip-bad")) o->skip_bad = true;
+    else if (hx_flag(argv, *i, "--fresh-cache")) o->fresh_cache = true;
+    else if ((v = hx_opt(argc, argv, i, "--inject-fault"))) {
+        if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row"))
+            hx_die(HX_EXIT_USAGE, "--inject-fault: expected ulp-flip or kv-row, got '%s'", v);
+        o->fault = v;
+    } else if ((v = hx_opt(argc, argv, i, "--fault-request"))) o->fault_request = (int32_t)hx_parse_int("--fault-request", v, 0, 1 << 30);
+    else if ((v = hx_opt(argc, argv, i, "--fault-index"))) o->fault_index = (int32_t)hx_parse_int("--fault-index", v, 0, 1 << 30);
     else if (hx_flag(argv, *i, "--quiet")) o->quiet = true;
     else return false;
     return true;
@@ -127,10 +137,15 @@ const char *hx_replay_opts_help(void) {
         "  --cache-budget MIB        disk-anchor: byte budget, LRU eviction (default 4096)\n"
         "  --waypoint-every N        disk-anchor: tokens between waypoints (default 2048; ds4: 20480)\n"
         "  --anchor N|auto           disk-anchor: anchor position (default auto: end of system + tools)\n"
+        "  --fresh-cache             disk-anchor: delete the checkpoint files in --cache-dir first\n"
+        "                            (ignored with --resume, which needs them)\n"
         "  --resume                  complete an interrupted run of the same configuration\n"
         "  --skip-bad                skip and count bad transcript lines instead of failing\n"
         "  --limit N                 replay at most N requests\n"
-        "  --seed S                  record the seed that produced synthetic inputs\n";
+        "  --seed S                  record the seed that produced synthetic inputs\n"
+        "  --inject-fault F          test the checker: ulp-flip (one reused logit moves one ULP) or kv-row\n"
+        "                            (the last restored KV row is recomputed from another token), on\n"
+        "                            request --fault-request K (default 1), logit --fault-index I (default 0)\n";
 }
 
 // ----------------------------------------------------------------------------
@@ -206,6 +221,26 @@ static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request
     row->miss_where = where;
 }
 
+/* Removes the checkpoint files (*.kv) and quarantined files of a disk cache directory. */
+static void clear_cache_dir(const char *dir) {
+    char path[4096];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) snprintf(path, sizeof path, "%s/quarantine", dir);
+        else snprintf(path, sizeof path, "%s", dir);
+        DIR *d = opendir(path);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (e->d_name[0] == '.' || (!pass && (n < 3 || strcmp(e->d_name + n - 3, ".kv")))) continue;
+            char f[4352];
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+}
+
 static void progress(int32_t i, int32_t n, const hx_request *r, double t0) {
     if (!eng_stderr_is_tty()) return;
     fprintf(stderr, "\r[%d/%d] %s turn %d  %.1fs   ", i + 1, n, r->session, r->turn, eng_now_s() - t0);
@@ -257,8 +292,8 @@ typedef struct replay_ctx {
 
 /* The reused path: acquire, prefill the rest, decode, roll back, teacher-force, release.
  * compare=false (resume warm-up) skips the decode. */
-static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, hx_acquire *acq, hx_release *rel,
-                      double *ttft_ms, double *restore_ms, int32_t *greedy_out) {
+static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t idx, hx_acquire *acq,
+                      hx_release *rel, double *ttft_ms, double *restore_ms, int32_t *greedy_out) {
     int32_t V = x->V;
     eng_prefill_params pp = x->o->pp;
     pp.on_chunk = x->pol->ops->on_chunk;
@@ -270,9 +305,18 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, hx_acqu
     if (rc != ENG_OK) return rc;
     eng_seq *s = acq->seq;
     ENG_ASSERT(eng_seq_n_tokens(s) == acq->n_reused);
+    bool fault_here = x->o->fault && idx == x->o->fault_request;
+    if (fault_here && !strcmp(x->o->fault, "kv-row") && acq->n_reused > 0) {
+        int32_t k = acq->n_reused - 1;  /* rewrite the last restored row from another token */
+        if ((rc = eng_seq_truncate(s, k)) == ENG_OK)
+            rc = eng_decode(s, (p->tokens[k] + 1) % x->V, NULL);
+        if (rc != ENG_OK) return rc;
+    }
     if ((rc = eng_prefill(s, p->tokens + acq->n_reused, p->n - acq->n_reused, &pp, x->reuse_logits)) != ENG_OK)
         return rc;
     double t2 = eng_now_s();
+    if (fault_here && !strcmp(x->o->fault, "ulp-flip") && x->o->fault_index < x->V)
+        x->reuse_logits[x->o->fault_index] = hx_next_ulp(x->reuse_logits[x->o->fault_index]);
     *ttft_ms = 1e3 * (t2 - t0);
     *restore_ms = 1e3 * (t1 - t0);
     if (compare && x->n_rows > 1) {
@@ -318,7 +362,7 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     int32_t *greedy = calloc((size_t)R, sizeof(int32_t));
     hx_step_row *steps = calloc((size_t)R, sizeof(hx_step_row));
     if (!greedy || !steps) { free(greedy); free(steps); return ENG_ERR_NOMEM; }
-    int rc = run_reused(x, p, true, &acq, &rel, &ttft, &restore_ms, greedy);
+    int rc = run_reused(x, p, true, idx, &acq, &rel, &ttft, &restore_ms, greedy);
     if (rc != ENG_OK) {
         eng_errf(err, errlen, "reused prefill (policy %s): %s", o->policy, eng_status_str(rc));
         free(greedy);
@@ -463,6 +507,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     cfg.cache_budget = o->cache_budget;
     cfg.waypoint_every = o->waypoint_every;
     cfg.anchor_tokens = o->anchor_tokens;
+    if (o->fresh_cache && !o->resume && !strcmp(o->policy, "disk-anchor")) clear_cache_dir(o->cache_dir);
     rc = hx_policy_create(o->policy, &cfg, &x.pol, err, sizeof err);
     if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
     x.cold_seq = eng_seq_new(x.m, n_ctx);
@@ -494,7 +539,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
             hx_acquire acq;
             hx_release rel;
             double ttft, rms;
-            if ((rc = run_reused(&x, &prep[i], false, &acq, &rel, &ttft, &rms, NULL)) != ENG_OK) {
+            if ((rc = run_reused(&x, &prep[i], false, i, &acq, &rel, &ttft, &rms, NULL)) != ENG_OK) {
                 snprintf(err, sizeof err, "resume warm-up: %s", eng_status_str(rc));
                 code = HX_EXIT_INTERNAL;
                 goto fail;

@@ -49,6 +49,14 @@ typedef struct hx_replay_opts {
     int64_t       cache_budget;    /* default 4 GiB */
     int32_t       waypoint_every;  /* default 2048 */
     int32_t       anchor_tokens;   /* default -1: end of system + tools */
+    bool          fresh_cache;     /* empty cache_dir's checkpoint files first (not with resume) */
+    /* Fault injection, to prove the comparator catches what it must (tests):
+     * "ulp-flip": the reused run's last-prompt logit at index fault_index moves one ULP;
+     * "kv-row": the restored KV row at position n_reused - 1 is recomputed from a
+     * different token (a corrupted cache row). Applied to request fault_request only. */
+    const char   *fault;           /* NULL, "ulp-flip" or "kv-row" */
+    int32_t       fault_request;   /* 0-based request index (default 1) */
+    int32_t       fault_index;     /* logit index for ulp-flip (default 0) */
     /* run control */
     bool          resume;
     bool          skip_bad;

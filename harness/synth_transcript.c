@@ -1090,6 +1090,7 @@ typedef struct prefix {
     char    *instr;
     hx_tool *tools;
     int32_t  n_tools;
+    char     *tools_text; /* env_last: the tool definitions as a system block, else NULL */
 } prefix;
 
 static int make_request(hx_request *q, const char *session, int32_t turn, const prefix *px, const char *env,
@@ -1098,16 +1099,21 @@ static int make_request(hx_request *q, const char *session, int32_t turn, const 
     q->turn = turn;
     q->response.role = HX_ROLE_ASSISTANT;
     if (!(q->session = hx_strdup(session))) goto nomem;
-    if (!(q->system = calloc(3, sizeof *q->system))) goto nomem;
-    q->n_system = 3;
-    /* block 0 (the billing header) gets its checksum when the output order is known */
+    int32_t ns = px->tools_text ? 4 : 3;
+    if (!(q->system = calloc((size_t)ns, sizeof *q->system))) goto nomem;
+    q->n_system = ns;
+    /* block 0 (the billing header) gets its checksum when the output order is known;
+     * with env_last the tool definitions are block 2 and the environment comes last */
     if (hx_block_init(&q->system[0], HX_BLOCK_TEXT, "", NULL, NULL, NULL, false) ||
         hx_block_init(&q->system[1], HX_BLOCK_TEXT, px->instr, NULL, NULL, NULL, false) ||
-        hx_block_init(&q->system[2], HX_BLOCK_TEXT, env, NULL, NULL, NULL, false))
+        (px->tools_text && hx_block_init(&q->system[2], HX_BLOCK_TEXT, px->tools_text, NULL, NULL, NULL, false)) ||
+        hx_block_init(&q->system[ns - 1], HX_BLOCK_TEXT, env, NULL, NULL, NULL, false))
         goto nomem;
-    if (!(q->tools = calloc((size_t)px->n_tools, sizeof *q->tools))) goto nomem;
-    for (int32_t i = 0; i < px->n_tools; i++, q->n_tools++)
-        if (hx_tool_copy(&q->tools[i], &px->tools[i])) goto nomem;
+    if (!px->tools_text) {
+        if (!(q->tools = calloc((size_t)px->n_tools, sizeof *q->tools))) goto nomem;
+        for (int32_t i = 0; i < px->n_tools; i++, q->n_tools++)
+            if (hx_tool_copy(&q->tools[i], &px->tools[i])) goto nomem;
+    }
     if (n_conv && !(q->messages = calloc((size_t)n_conv, sizeof *q->messages))) goto nomem;
     for (int32_t i = 0; i < n_conv; i++, q->n_messages++)
         if (hx_message_copy(&q->messages[i], &conv[i])) goto nomem;
@@ -1199,6 +1205,14 @@ static int synth_agent(const hx_synth_params *p, hx_transcript *out) {
         free(env);
         if (!(px.instr = instruction_block(p->seed, p->system_bytes, fixed))) { rc = ENG_ERR_NOMEM; goto out; }
     }
+    if (p->env_last) {  /* the tool definitions rendered inside the system prompt, before the environment */
+        sbuf o = {0};
+        sb_puts(&o, "# Tools\n\nYou can call these tools:\n");
+        for (int32_t i = 0; i < px.n_tools; i++)
+            sb_printf(&o, "\n## %s\n%s\nInput schema: %s\n", px.tools[i].name, px.tools[i].description,
+                      px.tools[i].schema);
+        if (!(px.tools_text = sb_take(&o))) { rc = ENG_ERR_NOMEM; goto out; }
+    }
     for (int32_t s = 0; s < S; s++) {
         repo *rp = p->fresh_sessions ? &repos[0] : &repos[s];
         if (!rp->r && (rc = repo_init(rp, p->seed, (uint64_t)s))) goto out;
@@ -1233,6 +1247,7 @@ out:
     free(used);
     if (cr) gsl_rng_free(cr);
     free(px.instr);
+    free(px.tools_text);
     for (int32_t i = 0; i < px.n_tools; i++) hx_tool_free(&px.tools[i]);
     free(px.tools);
     return rc;
@@ -1351,6 +1366,70 @@ static int synth_extend(const hx_synth_params *p, hx_transcript *out) {
 }
 
 // ----------------------------------------------------------------------------
+// The static scenario: one large static context, a different short question
+// on every request (seeds/004: "large static context + small varying query").
+// Request t = system + one user message (context + question t); requests do
+// not extend each other, so the reusable prefix ends where the question starts.
+
+static int synth_static(const hx_synth_params *p, hx_transcript *out) {
+    int rc = ENG_OK;
+    for (int32_t s = 0; s < p->sessions && rc == ENG_OK; s++) {
+        gsl_rng *r = rng_new(p->seed, STREAM_EXTEND, 1000000u + (uint64_t)s);
+        char session[32], paths[6][48], func[64];
+        if (!r) return ENG_ERR_NOMEM;
+        snprintf(session, sizeof session, "static-%03d", s);
+        int np = 3 + (int)rnd(r, 4);
+        const char *proj = PICK(r, k_projects);
+        for (int i = 0; i < np; i++)
+            snprintf(paths[i], sizeof paths[i], "%s/%s.c", i % 2 ? "src" : "lib", k_nouns[(rnd(r, 60) + (uint32_t)i) % N_OF(k_nouns)]);
+        const char *pp[6] = {paths[0], paths[1], paths[2], paths[3], paths[4], paths[5]};
+        snprintf(func, sizeof func, "%s_%s", PICK(r, k_nouns), PICK(r, k_verbs));
+        tctx c0 = {proj, paths[0], paths[0], func, "buffer", "len", "s", "n", "", "main"};
+        sbuf d = {0};
+        sb_puts(&d, "Here is the full diff of my working tree:\n\n```diff\n");
+        diff_text(r, &d, &c0, pp, np, p->base_bytes);
+        sb_puts(&d, "```\n\n");
+        char *context = sb_take(&d);
+        if (!context) { gsl_rng_free(r); return ENG_ERR_NOMEM; }
+        for (int32_t t = 0; t < p->turns && rc == ENG_OK; t++) {
+            const char *noun = PICK(r, k_nouns);
+            snprintf(func, sizeof func, "%s_%s", noun, PICK(r, k_verbs));
+            tctx c = {proj, paths[rnd(r, (uint32_t)np)], paths[0], func, noun, PICK(r, k_fields), "s", "n", "", "main"};
+            const char *q = PICK(r, k_questions);
+            char *ans = answer(r, &c);
+            hx_request req = {0};
+            hx_message user = {HX_ROLE_USER, NULL, 0};
+            sbuf o = {0};
+            req.response.role = HX_ROLE_ASSISTANT;
+            req.turn = t;
+            rc = ENG_ERR_NOMEM;
+            if (!ans || !(req.session = hx_strdup(session))) goto step_out;
+            sb_puts(&o, context);
+            sb_printf(&o, "Question %d: %s Focus on `%s` in %s.", t + 1, q, func, c.path);
+            if (push_text(&user, HX_BLOCK_TEXT, sb_take(&o))) goto step_out;
+            if (!(req.system = calloc(1, sizeof *req.system))) goto step_out;
+            req.n_system = 1;
+            if (hx_block_init(&req.system[0], HX_BLOCK_TEXT, k_extend_system, NULL, NULL, NULL, false)) goto step_out;
+            if (!(req.messages = calloc(1, sizeof *req.messages))) goto step_out;
+            req.messages[0] = user;
+            req.n_messages = 1;
+            user.blocks = NULL;
+            user.n_blocks = 0;
+            if (push_text(&req.response, HX_BLOCK_TEXT, hx_strdup(ans))) goto step_out;
+            rc = hx_transcript_push(out, &req);
+        step_out:
+            eng_buf_free(&o.b);
+            hx_message_free(&user);
+            hx_request_free(&req);
+            free(ans);
+        }
+        free(context);
+        gsl_rng_free(r);
+    }
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
 // Entry points
 
 void hx_synth_params_init(hx_synth_params *p, hx_synth_scenario s) {
@@ -1369,13 +1448,15 @@ void hx_synth_params_init(hx_synth_params *p, hx_synth_scenario s) {
 int hx_synth_scenario_from_name(const char *name) {
     if (name && !strcmp(name, "agent")) return HX_SYNTH_AGENT;
     if (name && !strcmp(name, "extend")) return HX_SYNTH_EXTEND;
+    if (name && !strcmp(name, "static")) return HX_SYNTH_STATIC;
     return ENG_ERR_NOT_FOUND;
 }
 
 int hx_synth_transcript(const hx_synth_params *p, hx_transcript *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
 #define RANGE(cond, ...) do { if (!(cond)) { eng_errf(err, errlen, __VA_ARGS__); return ENG_ERR_ARG; } } while (0)
-    RANGE(p->scenario == HX_SYNTH_AGENT || p->scenario == HX_SYNTH_EXTEND, "--scenario: expected agent or extend");
+    RANGE(p->scenario == HX_SYNTH_AGENT || p->scenario == HX_SYNTH_EXTEND || p->scenario == HX_SYNTH_STATIC,
+          "--scenario: expected agent, extend or static");
     RANGE(p->sessions >= 1 && p->sessions <= 100000, "--sessions: must be in [1, 100000]");
     RANGE(p->turns >= 1 && p->turns <= 100000, "--turns: must be in [1, 100000]");
     RANGE((int64_t)p->sessions * p->turns <= 1000000, "--sessions x --turns: at most 1000000 requests");
@@ -1386,7 +1467,8 @@ int hx_synth_transcript(const hx_synth_params *p, hx_transcript *out, char *err,
     RANGE(p->base_bytes >= 1 && p->base_bytes <= (64 << 20), "--base-bytes: must be in [1, 67108864]");
     RANGE(p->step_bytes >= 1 && p->step_bytes <= (64 << 20), "--step-bytes: must be in [1, 67108864]");
 #undef RANGE
-    int rc = p->scenario == HX_SYNTH_AGENT ? synth_agent(p, out) : synth_extend(p, out);
+    int rc = p->scenario == HX_SYNTH_AGENT ? synth_agent(p, out)
+           : p->scenario == HX_SYNTH_STATIC ? synth_static(p, out) : synth_extend(p, out);
     if (rc) {
         hx_transcript_free(out);
         eng_errf(err, errlen, "synth-transcript: %s", eng_status_str(rc));

@@ -29,6 +29,10 @@
  *   extend  Each request extends the previous one (seeds/003_*: git-diff
  *           summarisation): request t+1 = request t + its response + a new
  *           chunk of diff + a question; as messages (default) or raw prompts.
+ *   static  One large static context (base_bytes of diff) and a different
+ *           short question on every request (seeds/004's "large static
+ *           context + small varying query"); requests share the system turn
+ *           and the context, not each other's questions or answers.
  *
  * Sizes: system_bytes counts the system blocks plus the tool definitions
  * (name + description + schema); the instruction text is generated to fill
@@ -46,6 +50,7 @@
 typedef enum hx_synth_scenario {
     HX_SYNTH_AGENT  = 0,
     HX_SYNTH_EXTEND = 1,
+    HX_SYNTH_STATIC = 2,  /* one large static context, a different short question per request (seeds/004) */
 } hx_synth_scenario;
 
 typedef struct hx_synth_params {
@@ -59,6 +64,8 @@ typedef struct hx_synth_params {
     double   commit_rate;       /* probability that a non-final response commits (default 0.1) */
     bool     fresh_sessions;    /* one repository, sessions one after another (default false) */
     bool     interleave;        /* emit the sessions' requests round-robin (default false; not with fresh_sessions) */
+    bool     env_last;          /* tool definitions inside the system prompt and the environment (git-status)
+                                   block last, so it ends the stable prefix as in seeds/000 (default false) */
     /* extend */
     int64_t  base_bytes;        /* diff bytes in the first request (default 4096) */
     int64_t  step_bytes;        /* diff bytes added by each later request (default 1024) */

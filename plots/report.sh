@@ -72,11 +72,29 @@ say() {
     return 0
 }
 
+# The order figures appear in (the intros name them); figures of NAME not
+# listed here follow in file-name order.
+figorder() {
+    case "$1" in
+    seed000) echo "seed000-prefilled seed000-ttft seed000-anchor" ;;
+    seed001) echo "seed001-reuse seed001-prefilled" ;;
+    seed002) echo "seed002-cumulative seed002-summary" ;;
+    seed003) echo "seed003-identical seed003-sweep" ;;
+    seed004) echo "seed004-reuse seed004-ttft" ;;
+    esac
+}
+
 # figures NAME: every rendered figure of NAME with its caption file.
 figures() {
+    _order=$(figorder "$1")
     for _gp in "$PLOTS/$1"-*.gp; do
         [ -f "$_gp" ] || continue
-        _fig=$(basename "$_gp" .gp)
+        _f=$(basename "$_gp" .gp)
+        case " $_order " in *" $_f "*) ;; *) _order="$_order $_f" ;; esac
+    done
+    for _fig in $_order; do
+        _gp="$PLOTS/$_fig.gp"
+        [ -f "$_gp" ] || continue
         [ -f "$FIG_DIR/$_fig.png" ] || continue
         _cap=$(sed -n 's/^# caption: *//p' "$_gp" | head -n 1)
         printf '#### Figure %s\n\n' "$_fig"
@@ -118,11 +136,11 @@ is written only by a prefill that starts from zero, so after the stable prefix
 changes every fresh session resumes from an older waypoint and the anchor is
 never refreshed; variant *fixed* writes the anchor when a partial hit lands
 below the anchor position. Every request is the first request of a fresh
-session, in order. The first figure plots the tokens each fresh session
-prefills (with the prompt length for reference), the second its time to first
-token, the third the time spent writing the anchor; the table shows, per
-variant, the prefill of the first and of the later sessions and the anchor
-write cost.
+session, in order. Figure `seed000-prefilled` plots the tokens each fresh
+session prefills (with the prompt length for reference), `seed000-ttft` its
+time to first token, `seed000-anchor` the time spent writing the anchor; the
+first table shows, per variant, the prefill of the first and of the later
+sessions and the anchor write cost.
 EOF
         ;;
     seed001) cat <<'EOF'
@@ -132,8 +150,8 @@ digits) in the `x-anthropic-billing-header` system text, so consecutive
 prompts differ a few tokens in and a prefix cache can reuse only what precedes
 it. Variant *raw* replays the prompts as sent; *normalized* runs
 `--normalize anthropic-cch`, which replaces the checksum before tokenization.
-The figures plot, for each request in replay order, the reuse fraction and
-the tokens prefilled; the first table shows the per-run totals, the second
+Figures `seed001-reuse` and `seed001-prefilled` plot, for each request in
+replay order, the reuse fraction and the tokens prefilled; the first table shows the per-run totals, the second
 where the prompt first left the best cached prefix (`miss_where`, `miss_pos`),
 i.e. why the cache missed.
 EOF
@@ -145,10 +163,10 @@ sequence removal (recurrent and hybrid models) the server discards the cached
 state and re-prefills the whole prompt on every turn instead of restoring a
 context checkpoint. Variants *MODEL/quirk* run `--quirk full-reprocess`,
 *MODEL/fixed* restore the checkpoint taken on the prefill grid; MODEL is a
-recurrent and a hybrid model. The first figure plots the cumulative time to
-first token of the reused path over the agent loop, with the cold path of each
-model family for reference; the second the median TTFT and the prefilled
-tokens per variant; the table shows the per-run figures.
+recurrent and a hybrid model. Figure `seed002-cumulative` plots the cumulative
+time to first token of the reused path over the agent loop, with the cold
+path of each model family for reference; `seed002-summary` the median TTFT
+and the prefilled tokens per variant; the table shows the per-run figures.
 EOF
         ;;
     seed003) cat <<'EOF'
@@ -162,9 +180,9 @@ shape as cold. Variants *MODEL/ALIGN/PRECISION/KERNEL* cross `--align chunk`
 (the grid) with `--align none` (llama.cpp-style ubatches counted from the
 reuse point), fp32 with bf16, and OpenBLAS with the fixed-order reference
 kernels; *MODEL/chunk-nocap/fp32/blas* also reuses KV written by decode, off
-the grid. The first figure shows per variant the share of bit-identical
-requests and of forked generations, the second the chunk-size sweep (TTFT and
-divergence against C); the first table covers the variants, the second the
+the grid. Figure `seed003-identical` shows per variant the share of
+bit-identical requests and of forked generations, `seed003-sweep` the
+chunk-size sweep (TTFT and divergence against C); the first table covers the variants, the second the
 sweep.
 EOF
         ;;
@@ -175,9 +193,9 @@ follow-up queries, the checkpoint search for hybrid models applies a sliding-
 window position threshold that, at long contexts, matches no checkpoint, so
 the server erases them and re-processes the whole prompt. Variant *quirk* runs
 `--quirk swa-threshold`, *fixed* searches checkpoints by position; each run
-replays one context length (`sweep_value`, tokens). The figures plot the
-reuse fraction and the median TTFT of the follow-up requests (turn > 0)
-against the context length; the first table shows them per run, the second
+replays one context length (`sweep_value`, tokens). Figures `seed004-reuse`
+and `seed004-ttft` plot the reuse fraction and the median TTFT of the
+follow-up requests (turn > 0) against the context length; the first table shows them per run, the second
 the per-run totals over all requests.
 EOF
         ;;
@@ -249,7 +267,7 @@ printf 'SELECT count(*) FROM req;\n' >"$tmp.count"
         figures "$name"
         cli_report "$db"
     done
-} >"$tmp" || die "$tmp: cannot write the report"
+} >"$tmp"
 rm -f "$tmp.count"
 mv -f "$tmp" "$out" || die "$out: cannot write"
 echo "plots/report.sh: wrote $out" >&2

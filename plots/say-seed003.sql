@@ -22,7 +22,8 @@ swa AS (SELECT align, min(div) AS mn, max(div) AS mx, count(*) AS k,
 SELECT 'In this database, over the variants: ' || group_concat(t, '; ') || '.'
 FROM (SELECT t FROM gs ORDER BY vo) HAVING count(*) > 0
 UNION ALL
-SELECT 'In the chunk sweep: ' || group_concat(printf('align %s, C = %s: %s of requests not bit-identical',
+SELECT 'In the chunk sweep: ' || group_concat(printf('align %s (C = %s): %s',
            coalesce(align, '-'), cs,
-           CASE WHEN mn = mx THEN printf('%.1f%% at every C', mn) ELSE printf('%.1f%% to %.1f%%', mn, mx) END), '; ') || '.'
+           CASE WHEN mn = mx THEN printf('%.1f%% of requests not bit-identical at every C', mn)
+                ELSE printf('%.1f%% to %.1f%% of requests not bit-identical, depending on C', mn, mx) END), '; ') || '.'
 FROM swa HAVING count(*) > 0;

@@ -366,10 +366,10 @@ static void ref_matmul_rows_do_not_depend_on_the_number_of_rows(void **state) {
     for (int i = 0; i < M * K; i++) { s = s * 6364136223846793005ull + 1; x[i] = (float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23); }
     eng_kmat W;
     assert_int_equal(eng_kmat_init(&W, w, N, K, false), ENG_OK);
-    eng_kctx ref = {.kernel = ENG_KERNEL_REF, .bf16 = false, .n_threads = 2, .n_threads_ew = 2};
+    eng_kctx ref = {.kernel = ENG_KERNEL_REF, .bf16 = false, .n_threads = 2, .pool = NULL};
     eng_k_matmul(&ref, &W, M, x, K, y, N);
     int blas_rows_differ = 0;
-    eng_kctx blas = {.kernel = ENG_KERNEL_BLAS, .bf16 = false, .n_threads = 1, .n_threads_ew = 1};
+    eng_kctx blas = {.kernel = ENG_KERNEL_BLAS, .bf16 = false, .n_threads = 1, .pool = NULL};
     float *yb = calloc((size_t)M * N, sizeof(float));
     eng_k_matmul(&blas, &W, M, x, K, yb, N);
     for (int32_t i = 0; i < M; i++) {
