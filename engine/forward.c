@@ -52,9 +52,9 @@ void eng_ws_free(eng_ws *ws) {
 
 static float *zalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 
-/* Scores of several KV groups are computed before one softmax pass over all
- * of them (fewer parallel regions); this caps that buffer (floats). Batching
- * changes no result: every row is computed on its own. */
+/* eng_k_attention works on batches of KV heads whose scores fit in the
+ * scores buffer; this caps that buffer (floats). Batching changes no result:
+ * every head is computed on its own. */
 #define ATTN_BATCH_FLOATS ((int64_t)4 << 20)
 
 /* Room for T rows attending P keys; logits [T, V] only when want_logits. */
@@ -82,7 +82,7 @@ static int ws_reserve(eng_seq *s, int32_t T, int32_t P, bool want_logits) {
         w->gu = zalloc(T * 2 * F);
         w->hid = zalloc(T * F);
         w->qg = zalloc(HE * T);
-        w->og = zalloc(GR * T * in->head_dim);
+        w->og = zalloc(HE * T);
         w->rope_c = zalloc((int64_t)T * (in->n_rot / 2));
         w->rope_s = zalloc((int64_t)T * (in->n_rot / 2));
         if (!w->x || !w->xn || !w->qkv || !w->att || !w->proj || !w->gu || !w->hid || !w->rope_c || !w->rope_s ||
@@ -122,7 +122,7 @@ static void attn_layer(eng_seq *s, int32_t il, int32_t T, int32_t pos0) {
     eng_attn_mem *mem = &s->mem[il].attn;
     eng_ws *w = &s->ws;
     const int32_t D = in->n_embd, H = in->n_head, G = in->n_head_kv, E = in->head_dim;
-    const int32_t HE = H * E, GE = G * E, QKV = HE + 2 * GE, P = pos0 + T;
+    const int32_t HE = H * E, GE = G * E, QKV = HE + 2 * GE;
 
     eng_k_rmsnorm(k, T, D, w->x, D, aw->attn_norm, in->rms_eps, w->xn, D);
     eng_k_matmul(k, &aw->wqkv, T, w->xn, D, w->qkv, QKV);             /* [T, HE | GE | GE] */
@@ -132,33 +132,8 @@ static void attn_layer(eng_seq *s, int32_t il, int32_t T, int32_t pos0) {
         memcpy(mem->k + (int64_t)(pos0 + t) * GE, row + HE, sizeof(float) * (size_t)GE);
         memcpy(mem->v + (int64_t)(pos0 + t) * GE, row + HE + GE, sizeof(float) * (size_t)GE);
     }
-    /* Per KV head g, its H/G query heads stacked: R = (H/G)*T rows (row r is
-     * chunk token r % T). Scores of a batch of nb groups, one softmax pass
-     * over them, then each group's values. */
-    const float scale = 1.0f / sqrtf((float)E);
-    const int32_t GR = H / G, R = GR * T;
-    for (int32_t h = 0; h < H; h++)
-        for (int32_t t = 0; t < T; t++)
-            memcpy(w->qg + ((int64_t)h * T + t) * E, w->qkv + (int64_t)t * QKV + (int64_t)h * E,
-                   sizeof(float) * (size_t)E);
-    int64_t nb = w->scores_cap / ((int64_t)R * P);
-    if (nb > G) nb = G;
-    ENG_ASSERT(nb >= 1);
-    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
-        const int32_t g1 = g0 + (int32_t)nb < G ? g0 + (int32_t)nb : G;
-        for (int32_t g = g0; g < g1; g++)
-            eng_k_attn_scores(k, R, T, pos0, E, w->qg + (int64_t)g * R * E, E, mem->k + (int64_t)g * E, GE,
-                              w->scores + (int64_t)(g - g0) * R * P, P);
-        eng_k_softmax_causal(k, (g1 - g0) * R, T, pos0, scale, w->scores, P);
-        for (int32_t g = g0; g < g1; g++) {
-            eng_k_attn_values(k, R, T, pos0, E, w->scores + (int64_t)(g - g0) * R * P, P, mem->v + (int64_t)g * E, GE,
-                              w->og, E);
-            for (int32_t hh = 0; hh < GR; hh++)
-                for (int32_t t = 0; t < T; t++)
-                    memcpy(w->att + (int64_t)t * HE + (int64_t)(g * GR + hh) * E, w->og + ((int64_t)hh * T + t) * E,
-                           sizeof(float) * (size_t)E);
-        }
-    }
+    eng_k_attention(k, T, pos0, H, G, E, w->qkv, QKV, mem->k, mem->v, GE, w->att, HE, w->qg, w->og, w->scores,
+                    w->scores_cap);
     eng_k_matmul(k, &aw->wo, T, w->att, HE, w->proj, D);
     eng_k_add(k, T, D, w->x, D, w->proj, D);
 }

@@ -88,9 +88,9 @@ typedef struct eng_ws {
     float *proj;    /* [T, D] sublayer output before the residual add */
     float *gu;      /* [T, 2F] gate and up projections */
     float *hid;     /* [T, F] SwiGLU activations */
-    float *qg;      /* [H * T, E] queries regrouped by KV head: group g's heads stacked at g*(H/G)*T */
-    float *og;      /* [H/G * T, E] one group's attention outputs */
-    float *scores;  /* [nb * H/G * T, P] scores / probabilities of a batch of nb groups */
+    float *qg;      /* [H * T, E] queries regrouped by KV head (eng_k_attention) */
+    float *og;      /* [H * T, E] their attention outputs */
+    float *scores;  /* [nb * H/G * T, P] scores / probabilities of a batch of nb KV heads */
     int64_t scores_cap;  /* floats in scores */
     float *logits;  /* [T, V] output head of a whole chunk */
     float *rope_c;  /* [T, n_rot/2] */

@@ -13,18 +13,33 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "status.h"
 
-/* ref kernel blocking: RB activation rows x CB output columns per register
- * block. CB is a multiple of the SIMD width; W^T is padded to a multiple of CB. */
-#define REF_RB 4
+/* ref kernel blocking: REF_RB activation rows x REF_CB output columns per
+ * register block (6 x 16: 12 accumulators of 8 floats). W^T is padded to a
+ * multiple of REF_CB columns. */
+#define REF_RB 6
 #define REF_CB 16
+
+/* 8 floats as one value (GCC/Clang vector extension): element-wise IEEE
+ * arithmetic, the same operations as a scalar loop over the 8 lanes, but
+ * kept in registers. */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f v8_splat(float x) {
+    const v8f v = {x, x, x, x, x, x, x, x};
+    return v;
+}
+
+static inline v8f v8_load(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 
 /* Rounds n floats to bf16 in place. */
 static void round_vec(float *x, int64_t n) {
@@ -44,7 +59,17 @@ static void round_rows(const eng_kctx *ctx, float *Y, int32_t M, int32_t N, int3
 // ----------------------------------------------------------------------------
 // The row-parallel dispatcher and the blas kernel's pool
 
-#define POOL_SPIN 2000  /* polls (with sched_yield) before a worker sleeps */
+#define POOL_SPIN 100  /* polls (with a pause) before a thread sleeps: a few microseconds */
+
+/* Below this many element operations a row-parallel op runs on the caller
+ * alone: waking threads would cost more than the work. */
+#define PAR_MIN_WORK 32768
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 struct eng_pool {
     int32_t         n;        /* threads, the caller included */
@@ -78,7 +103,7 @@ static void *pool_worker(void *v) {
     for (;;) {
         unsigned g = atomic_load(&p->gen);
         for (int s = 0; g == seen && s < POOL_SPIN; s++) {
-            sched_yield();
+            cpu_relax();
             g = atomic_load(&p->gen);
         }
         if (g == seen) {
@@ -151,7 +176,7 @@ static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, in
     int32_t r0, r1;
     pool_range(n_rows, 0, p->n, &r0, &r1);
     if (r1 > r0) fn(arg, r0, r1);
-    for (int s = 0; atomic_load(&p->pending) > 0 && s < POOL_SPIN; s++) sched_yield();
+    for (int s = 0; atomic_load(&p->pending) > 0 && s < POOL_SPIN; s++) cpu_relax();
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
@@ -162,43 +187,55 @@ static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, in
 void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *arg, int32_t r0, int32_t r1),
                          void *arg) {
     if (n_rows <= 0) return;
-    const int32_t nt = ctx->n_threads < n_rows ? ctx->n_threads : n_rows;
-    if (nt <= 1) {
+    if (ctx->n_threads <= 1 || n_rows == 1 || !ctx->pool) {
         fn(arg, 0, n_rows);
-    } else if (ctx->kernel == ENG_KERNEL_BLAS && ctx->pool) {
-        pool_run(ctx->pool, n_rows, fn, arg);
-    } else {
-        #pragma omp parallel num_threads(nt)
-        {
-            int32_t r0, r1;
-            pool_range(n_rows, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
-            if (r1 > r0) fn(arg, r0, r1);
-        }
+        return;
     }
+    pool_run(ctx->pool, n_rows, fn, arg);
+}
+
+void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
+                              void (*fn)(void *arg, int32_t r0, int32_t r1), void *arg) {
+    if ((int64_t)n_rows * row_cost < PAR_MIN_WORK) {
+        if (n_rows > 0) fn(arg, 0, n_rows);
+        return;
+    }
+    eng_k_parallel_rows(ctx, n_rows, fn, arg);
 }
 
 // ----------------------------------------------------------------------------
 // Weight layouts
 
-int eng_kmat_init(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16) {
+static int kmat_build(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool panels, bool bf16) {
     memset(m, 0, sizeof *m);
     const int32_t npad = (n_out + REF_CB - 1) / REF_CB * REF_CB;
     m->n_out = n_out;
     m->n_in = n_in;
     m->ld = npad;
     m->kn = true;
+    m->panels = panels;
     m->data = calloc((size_t)n_in * (size_t)npad, sizeof(float));
     if (!m->data) return ENG_ERR_NOMEM;
-    /* Transpose in tiles so that both sides stay in cache. */
+    /* W^T element (k, j) lives at k*npad + j (kn) or at panel j/16, row k, column j%16 */
     for (int32_t j0 = 0; j0 < n_out; j0 += 64)
         for (int32_t k0 = 0; k0 < n_in; k0 += 64)
             for (int32_t j = j0; j < n_out && j < j0 + 64; j++)
                 for (int32_t k = k0; k < n_in && k < k0 + 64; k++) {
                     const float v = w[(int64_t)j * n_in + k];
-                    m->data[(int64_t)k * npad + j] = bf16 ? eng_bf16_round(v) : v;
+                    const int64_t at = panels ? ((int64_t)(j / REF_CB) * n_in + k) * REF_CB + j % REF_CB
+                                              : (int64_t)k * npad + j;
+                    m->data[at] = bf16 ? eng_bf16_round(v) : v;
                 }
     m->owned = true;
     return ENG_OK;
+}
+
+int eng_kmat_init(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16) {
+    return kmat_build(m, w, n_out, n_in, false, bf16);
+}
+
+int eng_kmat_init_for(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, eng_kernel kernel, bool bf16) {
+    return kmat_build(m, w, n_out, n_in, kernel == ENG_KERNEL_REF, bf16);
 }
 
 void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in) {
@@ -206,6 +243,7 @@ void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in) {
     m->n_in = n_in;
     m->ld = n_in;
     m->kn = false;
+    m->panels = false;
     m->owned = false;
     m->data = w;
 }
@@ -220,57 +258,85 @@ void eng_kmat_free(eng_kmat *m) {
 // The ref product: one accumulator per output, k ascending, vectorised
 // across the CB outputs of a block
 
-/* REF_RB rows x REF_CB columns. */
+/* REF_RB rows x REF_CB columns: acc[r][c] = sum over k ascending of x[r][k] * w[k][c],
+ * one accumulator per element starting at +0 (multiply, then add). */
 static void ref_block_full(int32_t K, const float *X, int32_t ldx, const float *Wt, int32_t ldw,
-                           float acc[REF_RB][REF_CB]) {
-    for (int r = 0; r < REF_RB; r++)
-        for (int c = 0; c < REF_CB; c++) acc[r][c] = 0.0f;
+                           float out[REF_RB][REF_CB]) {
+    v8f a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0};
+    v8f a30 = {0}, a31 = {0}, a40 = {0}, a41 = {0}, a50 = {0}, a51 = {0};
+    const float *x0 = X, *x1 = X + ldx, *x2 = X + 2 * (int64_t)ldx;
+    const float *x3 = X + 3 * (int64_t)ldx, *x4 = X + 4 * (int64_t)ldx, *x5 = X + 5 * (int64_t)ldx;
     for (int32_t k = 0; k < K; k++) {
         const float *w = Wt + (int64_t)k * ldw;
-        for (int r = 0; r < REF_RB; r++) {
-            const float xv = X[(int64_t)r * ldx + k];
-            for (int c = 0; c < REF_CB; c++) acc[r][c] += xv * w[c];
-        }
+        const v8f w0 = v8_load(w), w1 = v8_load(w + 8);
+        v8f b;
+        b = v8_splat(x0[k]); a00 = a00 + b * w0; a01 = a01 + b * w1;
+        b = v8_splat(x1[k]); a10 = a10 + b * w0; a11 = a11 + b * w1;
+        b = v8_splat(x2[k]); a20 = a20 + b * w0; a21 = a21 + b * w1;
+        b = v8_splat(x3[k]); a30 = a30 + b * w0; a31 = a31 + b * w1;
+        b = v8_splat(x4[k]); a40 = a40 + b * w0; a41 = a41 + b * w1;
+        b = v8_splat(x5[k]); a50 = a50 + b * w0; a51 = a51 + b * w1;
     }
+    const v8f acc[REF_RB][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+    memcpy(out, acc, sizeof acc);
 }
 
 /* One row x REF_CB columns: the same sequence of operations per element. */
-static void ref_block_row(int32_t K, const float *x, const float *Wt, int32_t ldw, float acc[REF_CB]) {
-    for (int c = 0; c < REF_CB; c++) acc[c] = 0.0f;
+static void ref_block_row(int32_t K, const float *x, const float *Wt, int32_t ldw, float out[REF_CB]) {
+    v8f a0 = {0}, a1 = {0};
     for (int32_t k = 0; k < K; k++) {
         const float *w = Wt + (int64_t)k * ldw;
-        const float xv = x[k];
-        for (int c = 0; c < REF_CB; c++) acc[c] += xv * w[c];
+        const v8f b = v8_splat(x[k]);
+        a0 = a0 + b * v8_load(w);
+        a1 = a1 + b * v8_load(w + 8);
+    }
+    memcpy(out, &a0, sizeof a0);
+    memcpy(out + 8, &a1, sizeof a1);
+}
+
+typedef struct ref_matmul_args {
+    const eng_kmat *W;
+    int32_t M, ldx, ldy;
+    const float *X;
+    float *Y;
+} ref_matmul_args;
+
+/* Column blocks [cb0, cb1) of the product, every row. */
+static void ref_matmul_cols(void *v, int32_t cb0, int32_t cb1) {
+    const ref_matmul_args *a = v;
+    const int32_t N = a->W->n_out, K = a->W->n_in, M = a->M;
+    for (int32_t cb = cb0; cb < cb1; cb++) {
+        const int32_t j0 = cb * REF_CB;
+        const int32_t nc = N - j0 < REF_CB ? N - j0 : REF_CB;
+        const float *Wt = a->W->panels ? a->W->data + (int64_t)cb * K * REF_CB : a->W->data + j0;
+        const int32_t ldw = a->W->panels ? REF_CB : a->W->ld;
+        int32_t i = 0;
+        for (; i + REF_RB <= M; i += REF_RB) {
+            float acc[REF_RB][REF_CB];
+            ref_block_full(K, a->X + (int64_t)i * a->ldx, a->ldx, Wt, ldw, acc);
+            for (int r = 0; r < REF_RB; r++)
+                memcpy(a->Y + (int64_t)(i + r) * a->ldy + j0, acc[r], sizeof(float) * (size_t)nc);
+        }
+        for (; i < M; i++) {
+            float acc[REF_CB];
+            ref_block_row(K, a->X + (int64_t)i * a->ldx, Wt, ldw, acc);
+            memcpy(a->Y + (int64_t)i * a->ldy + j0, acc, sizeof(float) * (size_t)nc);
+        }
     }
 }
 
 static void ref_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                        float *Y, int32_t ldy) {
-    const int32_t N = W->n_out, K = W->n_in;
-    const int32_t n_cb = (N + REF_CB - 1) / REF_CB;
-    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static)
-    for (int32_t cb = 0; cb < n_cb; cb++) {
-        const int32_t j0 = cb * REF_CB;
-        const int32_t nc = N - j0 < REF_CB ? N - j0 : REF_CB;
-        const float *Wt = W->data + j0;
-        int32_t i = 0;
-        for (; i + REF_RB <= M; i += REF_RB) {
-            float acc[REF_RB][REF_CB];
-            ref_block_full(K, X + (int64_t)i * ldx, ldx, Wt, W->ld, acc);
-            for (int r = 0; r < REF_RB; r++) memcpy(Y + (int64_t)(i + r) * ldy + j0, acc[r], sizeof(float) * (size_t)nc);
-        }
-        for (; i < M; i++) {
-            float acc[REF_CB];
-            ref_block_row(K, X + (int64_t)i * ldx, Wt, W->ld, acc);
-            memcpy(Y + (int64_t)i * ldy + j0, acc, sizeof(float) * (size_t)nc);
-        }
-    }
+    ref_matmul_args a = {.W = W, .M = M, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
+    const int32_t n_cb = (W->n_out + REF_CB - 1) / REF_CB;
+    eng_k_parallel_rows_cost(ctx, n_cb, (int64_t)M * REF_CB * W->n_in, ref_matmul_cols, &a);
 }
 
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                   float *Y, int32_t ldy) {
     ENG_ASSERT(M >= 1 && ldy >= W->n_out && ldx >= W->n_in);
     if (ctx->kernel == ENG_KERNEL_BLAS) {
+        ENG_ASSERT(!W->panels);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, M, W->n_out, W->n_in, 1.0f,
                     X, ldx, W->data, W->ld, 0.0f, Y, ldy);
     } else {
@@ -290,6 +356,70 @@ static float dot_fixed(const float *a, const float *b, int32_t n) {
     return s;
 }
 
+typedef struct ref_attn_args {
+    int32_t T, pos0, E, ldq, ldk, lds, ldo;
+    const float *Q, *K, *Pr;
+    float *S, *O;
+} ref_attn_args;
+
+/* Scores of rows [r0, r1), vectorised across 8 keys at a time: a block of
+ * 8 key rows is transposed to kt[E][8], then each query row accumulates
+ * q[e] * kt[e][0..7] for e ascending, one lane per key: the same operations
+ * per score as dot_fixed. Keys past a row's causal end are never computed. */
+#define REF_KT_MAX_E 512
+static void ref_scores_rows(void *v, int32_t r0, int32_t r1) {
+    const ref_attn_args *a = v;
+    const int32_t E = a->E, T = a->T;
+    int32_t n_max = 0;
+    for (int32_t r = r0; r < r1; r++) {
+        const int32_t n = a->pos0 + r % T + 1;
+        if (n > n_max) n_max = n;
+    }
+    float kt[REF_KT_MAX_E * 8];
+    for (int32_t j0 = 0; j0 < n_max; j0 += 8) {
+        const bool full = j0 + 8 <= n_max && E <= REF_KT_MAX_E;
+        if (full)
+            for (int32_t c = 0; c < 8; c++) {
+                const float *k = a->K + (int64_t)(j0 + c) * a->ldk;
+                for (int32_t e = 0; e < E; e++) kt[e * 8 + c] = k[e];
+            }
+        for (int32_t r = r0; r < r1; r++) {
+            const float *q = a->Q + (int64_t)r * a->ldq;
+            float *s = a->S + (int64_t)r * a->lds;
+            const int32_t n = a->pos0 + r % T + 1;
+            if (full && j0 + 8 <= n) {
+                v8f acc = {0};
+                for (int32_t e = 0; e < E; e++) acc = acc + v8_splat(q[e]) * v8_load(kt + e * 8);
+                memcpy(s + j0, &acc, sizeof acc);
+            } else {
+                for (int32_t j = j0; j < n && j < j0 + 8; j++) s[j] = dot_fixed(q, a->K + (int64_t)j * a->ldk, E);
+            }
+        }
+    }
+}
+
+/* Outputs of rows [r0, r1), vectorised across 8 output dims: o[e] = sum
+ * over j ascending of p[j] * v[j][e], one accumulator per element. */
+static void ref_values_rows(void *v, int32_t r0, int32_t r1) {
+    const ref_attn_args *a = v;
+    const int32_t E = a->E, E8 = E / 8 * 8;
+    for (int32_t r = r0; r < r1; r++) {
+        const float *p = a->Pr + (int64_t)r * a->lds;
+        float *o = a->O + (int64_t)r * a->ldo;
+        const int32_t n = a->pos0 + r % a->T + 1;
+        for (int32_t e0 = 0; e0 < E8; e0 += 8) {
+            v8f acc = {0};
+            for (int32_t j = 0; j < n; j++) acc = acc + v8_splat(p[j]) * v8_load(a->K + (int64_t)j * a->ldk + e0);
+            memcpy(o + e0, &acc, sizeof acc);
+        }
+        for (int32_t e = E8; e < E; e++) {
+            float acc = 0.0f;
+            for (int32_t j = 0; j < n; j++) acc += p[j] * a->K[(int64_t)j * a->ldk + e];
+            o[e] = acc;
+        }
+    }
+}
+
 void eng_k_attn_scores(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Q,
                        int32_t ldq, const float *K, int32_t ldk, float *S, int32_t lds) {
     const int32_t P = pos0 + T;
@@ -297,13 +427,8 @@ void eng_k_attn_scores(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, Q, ldq, K, ldk, 0.0f, S, lds);
         return;
     }
-    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static)
-    for (int32_t r = 0; r < R; r++) {
-        const float *q = Q + (int64_t)r * ldq;
-        float *s = S + (int64_t)r * lds;
-        const int32_t n = pos0 + r % T + 1;
-        for (int32_t j = 0; j < n; j++) s[j] = dot_fixed(q, K + (int64_t)j * ldk, E);
-    }
+    ref_attn_args a = {.T = T, .pos0 = pos0, .E = E, .ldq = ldq, .ldk = ldk, .lds = lds, .Q = Q, .K = K, .S = S};
+    eng_k_parallel_rows_cost(ctx, R, (int64_t)P * E, ref_scores_rows, &a);
 }
 
 void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
@@ -312,20 +437,42 @@ void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, 
     if (ctx->kernel == ENG_KERNEL_BLAS) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, Pr, lds, V, ldv, 0.0f, O, ldo);
     } else {
-        #pragma omp parallel for num_threads(ctx->n_threads) schedule(static)
-        for (int32_t r = 0; r < R; r++) {
-            const float *p = Pr + (int64_t)r * lds;
-            float *o = O + (int64_t)r * ldo;
-            const int32_t n = pos0 + r % T + 1;
-            for (int32_t e = 0; e < E; e++) o[e] = 0.0f;
-            for (int32_t j = 0; j < n; j++) {
-                const float pj = p[j];
-                const float *v = V + (int64_t)j * ldv;
-                for (int32_t e = 0; e < E; e++) o[e] += pj * v[e];  /* per e: j ascending */
-            }
-        }
+        ref_attn_args a = {.T = T, .pos0 = pos0, .E = E, .ldk = ldv, .lds = lds, .ldo = ldo, .K = V, .Pr = Pr, .O = O};
+        eng_k_parallel_rows_cost(ctx, R, (int64_t)P * E, ref_values_rows, &a);
     }
     round_rows(ctx, O, R, E, ldo);
+}
+
+// ----------------------------------------------------------------------------
+// Attention of one chunk
+
+void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
+                     int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O, int32_t ldo, float *wq,
+                     float *wo, float *ws, int64_t ws_cap) {
+    const int32_t GR = H / G, R = GR * T, P = pos0 + T;
+    ENG_ASSERT(GR * G == H && ws_cap >= (int64_t)R * P);
+    const float scale = 1.0f / sqrtf((float)E);
+    /* queries regrouped: head h's T rows at wq + h*T*E, so KV head g's query heads are rows [g*R, (g+1)*R) */
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t t = 0; t < T; t++)
+            memcpy(wq + ((int64_t)h * T + t) * E, Q + (int64_t)t * ldq + (int64_t)h * E, sizeof(float) * (size_t)E);
+    int64_t nb = ws_cap / ((int64_t)R * P);  /* KV heads per batch */
+    if (nb > G) nb = G;
+    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
+        const int32_t g1 = g0 + (int32_t)nb < G ? g0 + (int32_t)nb : G;
+        for (int32_t g = g0; g < g1; g++)
+            eng_k_attn_scores(ctx, R, T, pos0, E, wq + (int64_t)g * R * E, E, K + (int64_t)g * E, ldkv,
+                              ws + (int64_t)(g - g0) * R * P, P);
+        eng_k_softmax_causal(ctx, (g1 - g0) * R, T, pos0, scale, ws, P);  /* one pass over the batch */
+        for (int32_t g = g0; g < g1; g++) {
+            float *og = wo + (int64_t)g * R * E;
+            eng_k_attn_values(ctx, R, T, pos0, E, ws + (int64_t)(g - g0) * R * P, P, V + (int64_t)g * E, ldkv, og, E);
+            for (int32_t hh = 0; hh < GR; hh++)  /* back to [T, H*E] */
+                for (int32_t t = 0; t < T; t++)
+                    memcpy(O + (int64_t)t * ldo + (int64_t)(g * GR + hh) * E, og + ((int64_t)hh * T + t) * E,
+                           sizeof(float) * (size_t)E);
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -363,7 +510,7 @@ static void rmsnorm_rows(void *v, int32_t t0, int32_t t1) {
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
                    const float *w, float eps, float *Y, int32_t ldy) {
     rmsnorm_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .w = w, .eps = eps, .Y = Y};
-    eng_k_parallel_rows(ctx, T, rmsnorm_rows, &a);
+    eng_k_parallel_rows_cost(ctx, T, D, rmsnorm_rows, &a);
 }
 
 void eng_k_rope_table(int32_t T, int32_t pos0, int32_t n_rot, float base, float *cs, float *sn) {
@@ -409,7 +556,7 @@ static void rope_rows(void *v, int32_t t0, int32_t t1) {
 void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32_t n_rot,
                 const float *cs, const float *sn, float *X, int32_t ldx) {
     rope_args a = {.ctx = ctx, .n_head = n_head, .E = E, .n_rot = n_rot, .ldx = ldx, .cs = cs, .sn = sn, .X = X};
-    eng_k_parallel_rows(ctx, T, rope_rows, &a);
+    eng_k_parallel_rows_cost(ctx, T, (int64_t)n_head * n_rot, rope_rows, &a);
 }
 
 /* Softmax of one row's n attended scores, in place (see kernels.h). The
@@ -461,7 +608,7 @@ static void softmax_rows(void *v, int32_t r0, int32_t r1) {
 void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
                           int32_t lds) {
     softmax_args a = {.ctx = ctx, .T = T, .pos0 = pos0, .lds = lds, .scale = scale, .S = S};
-    eng_k_parallel_rows(ctx, R, softmax_rows, &a);
+    eng_k_parallel_rows_cost(ctx, R, pos0 + T, softmax_rows, &a);
 }
 
 typedef struct swiglu_args {
@@ -486,7 +633,7 @@ static void swiglu_rows(void *v, int32_t t0, int32_t t1) {
 void eng_k_swiglu(const eng_kctx *ctx, int32_t T, int32_t F, const float *GU, int32_t ldgu, float *H,
                   int32_t ldh) {
     swiglu_args a = {.ctx = ctx, .F = F, .ldgu = ldgu, .ldh = ldh, .GU = GU, .H = H};
-    eng_k_parallel_rows(ctx, T, swiglu_rows, &a);
+    eng_k_parallel_rows_cost(ctx, T, 8 * (int64_t)F, swiglu_rows, &a);
 }
 
 typedef struct add_args {
@@ -509,5 +656,5 @@ static void add_rows(void *v, int32_t t0, int32_t t1) {
 
 void eng_k_add(const eng_kctx *ctx, int32_t T, int32_t D, float *X, int32_t ldx, const float *Y, int32_t ldy) {
     add_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
-    eng_k_parallel_rows(ctx, T, add_rows, &a);
+    eng_k_parallel_rows_cost(ctx, T, D, add_rows, &a);
 }

@@ -35,11 +35,17 @@
 
 #include "model.h"
 
-/* A small thread pool for the shared row-wise ops of the blas kernel: its
- * workers spin briefly, then sleep on a condition variable, so they never
- * compete with OpenBLAS's own threads while an sgemm runs (OpenMP's
- * spinning workers would: libgomp spins for a long while after each
- * region). The ref kernel uses OpenMP, as its products do. */
+/* The engine's thread pool: every parallel loop of both kernels (ref
+ * products split by output columns, attention rows, row-wise ops) runs on
+ * it, with exactly n_threads threads (the caller is thread 0) and a static
+ * split of rows into contiguous ranges. Its workers poll for tens of
+ * microseconds (pause instructions, never sched_yield: on a loaded machine a
+ * yield gives the core away for a whole time slice), then sleep on a
+ * condition variable. OpenMP was measured unusable here: libgomp's threads
+ * spin for milliseconds at every barrier, which starves OpenBLAS's threads
+ * between sgemms (5x slower) and, when another process holds a core,
+ * stalls every region on a descheduled partner (a ref prefill of the tiny
+ * model went from 0.2 s to 20 s on this 2-core machine under load). */
 typedef struct eng_pool eng_pool;
 
 /* A pool of n_threads (the caller counts as thread 0). NULL on failure. */
@@ -50,15 +56,20 @@ void      eng_pool_free(eng_pool *p);  /* accepts NULL; joins the workers */
 typedef struct eng_kctx {
     eng_kernel kernel;
     bool       bf16;        /* precision == ENG_PRECISION_BF16 */
-    int32_t    n_threads;   /* threads for products and row-wise ops (== eng_numerics.n_threads) */
-    eng_pool  *pool;        /* blas with n_threads > 1: row-wise ops run here; else NULL */
+    int32_t    n_threads;   /* threads (== eng_numerics.n_threads) */
+    eng_pool  *pool;        /* n_threads > 1: the model's pool; else NULL */
 } eng_kctx;
 
 /* Runs fn(arg, r0, r1) over [0, n_rows) split into contiguous ranges, one
- * per thread (pool, OpenMP for ref, or inline when one thread). Results must
- * not depend on the split: fn treats each row on its own. */
+ * per thread of ctx's pool (inline without a pool or with one row). Results
+ * must not depend on the split: fn treats each row on its own. Not
+ * reentrant: fn must not call it with the same pool. */
 void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *arg, int32_t r0, int32_t r1),
                          void *arg);
+/* Same, but runs on the caller alone when n_rows * row_cost (element
+ * operations) is too small to be worth waking threads. */
+void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
+                              void (*fn)(void *arg, int32_t r0, int32_t r1), void *arg);
 
 /* Rounds a float to the nearest bf16 value (ties to even), kept as a float.
  * NaN stays NaN (quieted); infinities stay infinite. */
@@ -133,22 +144,29 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n);
 
 /* A weight matrix W [N, K] (N outputs, K inputs: GGUF ne = [K, N]), in the
  * layout its kernel reads:
- *   kn (owned, both kernels): W^T row-major [K, ld], ld = N rounded up to
- *     the ref kernel's column block, padding columns zero (blas calls
- *     sgemm NoTrans/NoTrans, which OpenBLAS packs faster than NoTrans/Trans);
+ *   kn (eng_kmat_init, both kernels): W^T row-major [K, ld], ld = N rounded
+ *     up to the ref kernel's column block (16), padding columns zero (blas
+ *     calls sgemm NoTrans/NoTrans, which OpenBLAS packs faster than
+ *     NoTrans/Trans);
+ *   panels (eng_kmat_init_for with ENG_KERNEL_REF): W^T cut into panels of
+ *     16 columns, each contiguous [K][16], so the ref kernel streams one
+ *     panel sequentially (the kn layout strides by a whole row per k);
  *   !kn (eng_kmat_view, blas only): W itself, row-major [N, ld = K]. */
 typedef struct eng_kmat {
     int32_t n_out;   /* N */
     int32_t n_in;    /* K */
     int32_t ld;
-    bool    kn;      /* data is W^T [K, ld] */
+    bool    kn;      /* data is W^T */
+    bool    panels;  /* ... in panels of 16 columns (ref) */
     bool    owned;   /* data is freed by eng_kmat_free */
     float  *data;
 } eng_kmat;
 
-/* Builds W's layout from w [N, K] (copied; rounded to bf16 when bf16).
+/* Builds W's kn layout from w [N, K] (copied; rounded to bf16 when bf16).
  * Returns ENG_OK or ENG_ERR_NOMEM. */
 int  eng_kmat_init(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16);
+/* The layout that kernel reads fastest (panels for ref, kn for blas). */
+int  eng_kmat_init_for(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, eng_kernel kernel, bool bf16);
 /* A view of w [N, K] (not copied, not owned): w must already be in its final
  * precision and outlive m. Only for ENG_KERNEL_BLAS (a tied output head). */
 void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in);
@@ -177,6 +195,20 @@ void eng_k_attn_scores(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, 
  * accumulator per (r, e), j = 0 .. pos0 + t ascending. */
 void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
                        int32_t lds, const float *V, int32_t ldv, float *O, int32_t ldo);
+
+/* Causal grouped-query attention of one chunk of T tokens at positions
+ * [pos0, pos0 + T), H query heads sharing G KV heads (head h reads KV head
+ * h / (H/G)), head dim E, scale 1/sqrt(E):
+ *   Q [T, H*E] (row stride ldq), K and V [P, G*E] (the cache rows [0, P),
+ *   P = pos0 + T, row stride ldkv) -> O [T, H*E] (row stride ldo).
+ * Per KV head g, its H/G query heads are stacked into R = (H/G)*T rows:
+ * eng_k_attn_scores, then one eng_k_softmax_causal over a batch of KV heads,
+ * then eng_k_attn_values per head. Batching changes no result.
+ * Workspace: wq and wo [H*T*E] floats, ws [ws_cap] floats with
+ * ws_cap >= R*P (as many KV heads per batch as fit). */
+void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
+                     int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O, int32_t ldo, float *wq,
+                     float *wo, float *ws, int64_t ws_cap);
 
 // ----------------------------------------------------------------------------
 // Shared row-wise ops (identical for both kernels)

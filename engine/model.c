@@ -177,7 +177,7 @@ static int get_fused(loader *ld, const eng_model *m, const char *const *names, c
         row += n_outs[i];
     }
     if (rc == ENG_OK)
-        rc = eng_kmat_init(out, w, (int32_t)n_out, (int32_t)n_in, m->kctx.bf16);
+        rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->kctx.bf16);
     free(w);
     return rc;
 }
@@ -337,7 +337,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     m->kctx.kernel = num->kernel;
     m->kctx.bf16 = num->precision == ENG_PRECISION_BF16;
     m->kctx.n_threads = num->n_threads;
-    if (num->kernel == ENG_KERNEL_BLAS && num->n_threads > 1 && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
+    if (num->n_threads > 1 && !getenv("KVR_NOPOOL") && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
         eng_errf(err, errlen, "%s: cannot start %d threads", path, num->n_threads);
         free(m);
         return ENG_ERR_NOMEM;
@@ -397,7 +397,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     float *ow = NULL;
     rc = get_tensor(&ld, "output.weight", D, V, true, &ow);
     if (rc == ENG_OK) {
-        rc = eng_kmat_init(&m->output, ow, (int32_t)V, (int32_t)D, m->kctx.bf16);
+        rc = eng_kmat_init_for(&m->output, ow, (int32_t)V, (int32_t)D, num->kernel, m->kctx.bf16);
         free(ow);
     } else if (rc == ENG_ERR_NOT_FOUND) {
         m->output_tied = true;
@@ -405,7 +405,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
             eng_kmat_view(&m->output, m->tok_embd, (int32_t)V, (int32_t)D);
             rc = ENG_OK;
         } else {
-            rc = eng_kmat_init(&m->output, m->tok_embd, (int32_t)V, (int32_t)D, false);
+            rc = eng_kmat_init_for(&m->output, m->tok_embd, (int32_t)V, (int32_t)D, num->kernel, false);
         }
     }
     if (rc != ENG_OK) goto fail;

@@ -20,10 +20,17 @@
  *   output          N(0, K/sqrt(D)), K = 2  after the final RMS norm the
  *                   logits are iid N(0, ~K^2) given the hidden state, so the
  *                   median top-2 gap is about 0.3-0.45 (V = 32000..259).
+ *   Mamba-2 mixer (Mamba-2's own init where it has one):
+ *   ssm_conv1d      N(0, 1/sqrt(K)), F32 always; its bias N(0, 0.1)
+ *   ssm_dt.bias     softplus^-1(dt), dt log-uniform in [1e-3, 1e-1]
+ *   ssm_a           A = -exp(A_log) = -U[1, 16] (stored negated, as llama.cpp's
+ *                   converter stores it), F32 [1, NH]
+ *   ssm_d           1 + N(0, 0.02), F32 [1, NH]; ssm_norm 1 + N(0, 0.02), F32 [I/NG, NG]
+ *   uniform draws come from the tensor's own generator (gsl_rng_uniform_pos).
  *
- * Architectures are rows of `archs[]`: a check of the params, the
- * architecture's metadata, and the tensors of one layer. New architectures
- * ("swa", "recurrent", "hybrid") add a row and their three functions here.
+ * Architectures are rows of `archs[]`: the synth name, the GGUF
+ * architecture, a check of the params, the architecture's metadata, and the
+ * tensors of one layer.
  */
 #include "synth.h"
 #include "gguf.h"
@@ -44,32 +51,55 @@
 #define SYNTH_BUILTIN_VOCAB 259
 
 const char *const eng_synth_preset_names[] = {"tiny", "small", "base", NULL};
-const char *const eng_synth_arch_names[] = {"llama", NULL};
+const char *const eng_synth_arch_names[] = {"llama", "swa", "recurrent", "hybrid", NULL};
 
 // ----------------------------------------------------------------------------
 // Presets
 
-eng_synth_params eng_synth_preset(const char *name) {
+/* The shape of a preset per architecture: D, L, H, G, F, ctx, then the
+ * window and attention period (swa, hybrid) and the SSM dims N, P, NG, K. */
+typedef struct preset_row {
+    const char *arch, *name;
+    int32_t D, L, H, G, F, ctx, W, every, N, P, NG, K;
+} preset_row;
+
+static const preset_row presets[] = {
+    {"llama", "tiny", 64, 2, 4, 2, 176, 4096, 0, 0, 0, 0, 0, 0},
+    {"llama", "small", 256, 4, 8, 4, 704, 16384, 0, 0, 0, 0, 0, 0},
+    {"llama", "base", 1024, 12, 16, 8, 2816, 8192, 0, 0, 0, 0, 0, 0},
+    {"swa", "tiny", 64, 2, 4, 2, 176, 4096, 40, 2, 0, 0, 0, 0},
+    {"swa", "small", 256, 4, 8, 4, 704, 16384, 512, 4, 0, 0, 0, 0},
+    {"swa", "base", 1024, 12, 16, 8, 2816, 8192, 1024, 6, 0, 0, 0, 0},
+    {"recurrent", "tiny", 64, 2, 0, 0, 0, 4096, 0, 0, 16, 32, 1, 4},
+    {"recurrent", "small", 256, 8, 0, 0, 0, 16384, 0, 0, 64, 64, 1, 4},
+    {"recurrent", "base", 1024, 24, 0, 0, 0, 8192, 0, 0, 64, 64, 1, 4},
+    {"hybrid", "tiny", 64, 4, 4, 2, 176, 4096, 0, 2, 16, 32, 1, 4},
+    {"hybrid", "small", 256, 8, 8, 4, 704, 16384, 0, 4, 64, 64, 1, 4},
+    {"hybrid", "base", 1024, 12, 16, 8, 2816, 8192, 0, 4, 64, 64, 1, 4},
+};
+
+eng_synth_params eng_synth_preset_arch(const char *arch, const char *name) {
     eng_synth_params p = {0};
-    p.ok = true;
-    snprintf(p.arch, sizeof p.arch, "llama");
     p.rope_freq_base = 10000.0f;
     p.rms_eps = 1e-5f;
     p.type = ENG_GGML_TYPE_F32;
-    /* tiny unless told otherwise */
-    p.n_embd = 64; p.n_layer = 2; p.n_head = 4; p.n_head_kv = 2; p.n_ff = 176; p.n_ctx = 4096;
-    if (name && !strcmp(name, "tiny")) {
-        /* defaults above */
-    } else if (name && !strcmp(name, "small")) {
-        p.n_embd = 256; p.n_layer = 4; p.n_head = 8; p.n_head_kv = 4; p.n_ff = 704; p.n_ctx = 16384;
-    } else if (name && !strcmp(name, "base")) {
-        p.n_embd = 1024; p.n_layer = 12; p.n_head = 16; p.n_head_kv = 8; p.n_ff = 2816; p.n_ctx = 8192;
-    } else {
-        p.ok = false;
-    }
+    const preset_row *r = &presets[0];  /* llama tiny unless found */
+    p.ok = false;
+    for (size_t i = 0; arch && name && i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(presets[i].arch, arch) && !strcmp(presets[i].name, name)) {
+            r = &presets[i];
+            p.ok = true;
+            break;
+        }
+    snprintf(p.arch, sizeof p.arch, "%s", r->arch);
+    p.n_embd = r->D; p.n_layer = r->L; p.n_head = r->H; p.n_head_kv = r->G; p.n_ff = r->F; p.n_ctx = r->ctx;
+    p.n_swa = r->W; p.attn_every = r->every;
+    p.ssm_d_state = r->N; p.ssm_head_dim = r->P; p.ssm_n_group = r->NG; p.ssm_d_conv = r->K;
     snprintf(p.preset, sizeof p.preset, "%s", p.ok ? name : "custom");
     return p;
 }
+
+eng_synth_params eng_synth_preset(const char *name) { return eng_synth_preset_arch("llama", name); }
 
 // ----------------------------------------------------------------------------
 // Build context
@@ -84,6 +114,8 @@ typedef struct synth_ctx {
     size_t           tmp_n;
     char            *err;
     size_t           errlen;
+    const char      *gguf_arch;  /* general.architecture: prefix of the arch's keys */
+    char             key[128];   /* scratch for key() */
 } synth_ctx;
 
 static int fail_arg(synth_ctx *c, const char *field, const char *what) {
@@ -152,12 +184,63 @@ static int add_norm(synth_ctx *c, const char *name, int64_t n) {
     return add_gauss(c, name, n, 0, 1.0, SYNTH_NORM_NOISE);
 }
 
-// ----------------------------------------------------------------------------
-// Architecture: llama
+static bool in_range(int32_t v, int32_t lo, int32_t hi) { return v >= lo && v <= hi; }
 
-static int llama_check(synth_ctx *c) {
+/* Adds an F32 tensor [ne0, ne1] (n_dims 2 when two_d, else 1) of the given
+ * values (copied). */
+static int add_f32(synth_ctx *c, const char *name, int64_t ne0, int64_t ne1, bool two_d, const float *vals) {
+    const size_t n = (size_t)ne0 * (size_t)ne1;
+    float *data = malloc(sizeof(float) * (n ? n : 1));
+    if (!data || keep_buf(c, data) != ENG_OK) {
+        free(data);
+        return nomem(c, name);
+    }
+    memcpy(data, vals, sizeof(float) * n);
+    int64_t ne[2] = {ne0, ne1};
+    int rc = eng_gguf_writer_add_tensor(c->w, name, ENG_GGML_TYPE_F32, two_d ? 2 : 1, ne, data, sizeof(float) * n);
+    if (rc != ENG_OK) eng_errf(c->err, c->errlen, "synth: %s: cannot add tensor (%s)", name, eng_status_str(rc));
+    return rc;
+}
+
+/* n uniform draws in (0, 1) from the tensor's own generator (seeded as add_gauss). */
+static int draw_uniform(synth_ctx *c, const char *name, size_t n, float **out) {
+    if (c->tmp_n < n) {
+        float *t = realloc(c->tmp, n * sizeof *t);
+        if (!t) return nomem(c, name);
+        c->tmp = t;
+        c->tmp_n = n;
+    }
+    uint64_t h = XXH3_64bits_withSeed(name, strlen(name), c->p.seed);
+    gsl_rng_set(c->rng, (unsigned long)((h ^ (h >> 32)) & 0xffffffffu));
+    for (size_t i = 0; i < n; i++) c->tmp[i] = (float)gsl_rng_uniform_pos(c->rng);
+    *out = c->tmp;
+    return ENG_OK;
+}
+
+/* Metadata key "ARCH.suffix" for the architecture being written. */
+static const char *key(synth_ctx *c, const char *suffix) {
+    snprintf(c->key, sizeof c->key, "%s.%s", c->gguf_arch, suffix);
+    return c->key;
+}
+
+static bool layer_is_attn(const eng_synth_params *p, int32_t il) {
+    return p->attn_every > 0 && il % p->attn_every == p->attn_every - 1;
+}
+
+// ----------------------------------------------------------------------------
+// Attention: shared checks, keys and tensors (llama, swa, hybrid)
+
+static int attn_check(synth_ctx *c) {
     const eng_synth_params *p = &c->p;
     char msg[128];
+    struct { const char *field; int32_t v, lo, hi; } lim[] = {
+        {"n_head", p->n_head, 1, 4096}, {"n_head_kv", p->n_head_kv, 1, 4096}, {"n_ff", p->n_ff, 1, 1 << 20},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (!in_range(lim[i].v, lim[i].lo, lim[i].hi)) {
+            snprintf(msg, sizeof msg, "%d, expected [%d, %d]", lim[i].v, lim[i].lo, lim[i].hi);
+            return fail_arg(c, lim[i].field, msg);
+        }
     if (p->n_embd % p->n_head != 0) {
         snprintf(msg, sizeof msg, "%d heads do not divide n_embd %d", p->n_head, p->n_embd);
         return fail_arg(c, "n_head", msg);
@@ -166,6 +249,7 @@ static int llama_check(synth_ctx *c) {
         snprintf(msg, sizeof msg, "%d kv heads do not divide %d heads", p->n_head_kv, p->n_head);
         return fail_arg(c, "n_head_kv", msg);
     }
+    if (p->n_rot == 0) c->p.n_rot = p->n_embd / p->n_head;
     int32_t e = p->n_embd / p->n_head;
     if (p->n_rot < 2 || p->n_rot > e || p->n_rot % 2 != 0) {
         snprintf(msg, sizeof msg, "%d, expected an even number in [2, head dim %d]", p->n_rot, e);
@@ -174,59 +258,265 @@ static int llama_check(synth_ctx *c) {
     return ENG_OK;
 }
 
-static int llama_meta(synth_ctx *c) {
+/* context, embedding, blocks, FFN, heads, rope, eps, vocab: llama's keys under
+ * the architecture's prefix; head_count_kv is written by the caller when
+ * hkv_scalar is false. */
+static int attn_meta(synth_ctx *c, bool hkv_scalar) {
     const eng_synth_params *p = &c->p;
     eng_gguf_writer *w = c->w;
     int rc = ENG_OK;
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)p->n_ctx);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)p->n_embd);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)p->n_layer);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)p->n_ff);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)p->n_head);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)p->n_head_kv);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)p->n_rot);
-    if (!rc) rc = eng_gguf_writer_set_f32(w, "llama.rope.freq_base", p->rope_freq_base);
-    if (!rc) rc = eng_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps);
-    if (!rc) rc = eng_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)p->n_vocab);
-    return rc ? nomem(c, "llama metadata") : ENG_OK;
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "context_length"), (uint32_t)p->n_ctx);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "embedding_length"), (uint32_t)p->n_embd);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "block_count"), (uint32_t)p->n_layer);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "feed_forward_length"), (uint32_t)p->n_ff);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "attention.head_count"), (uint32_t)p->n_head);
+    if (!rc && hkv_scalar) rc = eng_gguf_writer_set_u32(w, key(c, "attention.head_count_kv"), (uint32_t)p->n_head_kv);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "rope.dimension_count"), (uint32_t)p->n_rot);
+    if (!rc) rc = eng_gguf_writer_set_f32(w, key(c, "rope.freq_base"), p->rope_freq_base);
+    if (!rc) rc = eng_gguf_writer_set_f32(w, key(c, "attention.layer_norm_rms_epsilon"), p->rms_eps);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "vocab_size"), (uint32_t)p->n_vocab);
+    return rc ? nomem(c, "metadata") : ENG_OK;
 }
 
-/* blk.N: attn_norm [D], attn_q [D, D], attn_k/v [D, G*E], attn_output [D, D],
- * ffn_norm [D], ffn_gate/up [D, F], ffn_down [F, D]. */
-static int llama_layer(synth_ctx *c, int32_t il) {
+#define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+
+/* blk.N: attn_norm [D], attn_q [D, D], attn_k/v [D, G*E], attn_output [D, D]. */
+static int attn_tensors(synth_ctx *c, int32_t il) {
     const eng_synth_params *p = &c->p;
-    int64_t D = p->n_embd, F = p->n_ff, GE = (int64_t)p->n_head_kv * (p->n_embd / p->n_head);
+    int64_t D = p->n_embd, GE = (int64_t)p->n_head_kv * (p->n_embd / p->n_head);
     char name[64];
     int rc;
-#define T(suffix) (snprintf(name, sizeof name, "blk.%d." suffix ".weight", il), name)
-    if ((rc = add_norm(c, T("attn_norm"), D))) return rc;
-    if ((rc = add_proj(c, T("attn_q"), D, D))) return rc;
-    if ((rc = add_proj(c, T("attn_k"), D, GE))) return rc;
-    if ((rc = add_proj(c, T("attn_v"), D, GE))) return rc;
-    if ((rc = add_proj(c, T("attn_output"), D, D))) return rc;
-    if ((rc = add_norm(c, T("ffn_norm"), D))) return rc;
-    if ((rc = add_proj(c, T("ffn_gate"), D, F))) return rc;
-    if ((rc = add_proj(c, T("ffn_up"), D, F))) return rc;
-    if ((rc = add_proj(c, T("ffn_down"), F, D))) return rc;
-#undef T
+    if ((rc = add_norm(c, TN("attn_norm.weight"), D))) return rc;
+    if ((rc = add_proj(c, TN("attn_q.weight"), D, D))) return rc;
+    if ((rc = add_proj(c, TN("attn_k.weight"), D, GE))) return rc;
+    if ((rc = add_proj(c, TN("attn_v.weight"), D, GE))) return rc;
+    return add_proj(c, TN("attn_output.weight"), D, D);
+}
+
+/* blk.N: ffn_norm [D], ffn_gate/up [D, F], ffn_down [F, D]. */
+static int ffn_tensors(synth_ctx *c, int32_t il) {
+    const eng_synth_params *p = &c->p;
+    int64_t D = p->n_embd, F = p->n_ff;
+    char name[64];
+    int rc;
+    if ((rc = add_norm(c, TN("ffn_norm.weight"), D))) return rc;
+    if ((rc = add_proj(c, TN("ffn_gate.weight"), D, F))) return rc;
+    if ((rc = add_proj(c, TN("ffn_up.weight"), D, F))) return rc;
+    return add_proj(c, TN("ffn_down.weight"), F, D);
+}
+
+// ----------------------------------------------------------------------------
+// Mamba-2: checks, keys and tensors (recurrent, hybrid)
+
+static int ssm_check(synth_ctx *c) {
+    const eng_synth_params *p = &c->p;
+    char msg[160];
+    const int32_t I = 2 * p->n_embd;
+    struct { const char *field; int32_t v, lo, hi; } lim[] = {
+        {"ssm_d_state", p->ssm_d_state, 1, 4096}, {"ssm_head_dim", p->ssm_head_dim, 1, 4096},
+        {"ssm_n_group", p->ssm_n_group, 1, 4096}, {"ssm_d_conv", p->ssm_d_conv, 1, 64},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (!in_range(lim[i].v, lim[i].lo, lim[i].hi)) {
+            snprintf(msg, sizeof msg, "%d, expected [%d, %d]", lim[i].v, lim[i].lo, lim[i].hi);
+            return fail_arg(c, lim[i].field, msg);
+        }
+    if (I % p->ssm_head_dim != 0) {
+        snprintf(msg, sizeof msg, "%d does not divide the inner size 2*n_embd = %d", p->ssm_head_dim, I);
+        return fail_arg(c, "ssm_head_dim", msg);
+    }
+    if ((I / p->ssm_head_dim) % p->ssm_n_group != 0) {
+        snprintf(msg, sizeof msg, "%d groups do not divide %d heads", p->ssm_n_group, I / p->ssm_head_dim);
+        return fail_arg(c, "ssm_n_group", msg);
+    }
     return ENG_OK;
 }
 
+static int ssm_meta(synth_ctx *c) {
+    const eng_synth_params *p = &c->p;
+    eng_gguf_writer *w = c->w;
+    const int32_t I = 2 * p->n_embd;
+    int rc = ENG_OK;
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "ssm.conv_kernel"), (uint32_t)p->ssm_d_conv);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "ssm.inner_size"), (uint32_t)I);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "ssm.state_size"), (uint32_t)p->ssm_d_state);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "ssm.time_step_rank"), (uint32_t)(I / p->ssm_head_dim));
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "ssm.group_count"), (uint32_t)p->ssm_n_group);
+    return rc ? nomem(c, "metadata") : ENG_OK;
+}
+
+/* blk.N: attn_norm [D], ssm_in [D, DP], ssm_conv1d.weight [K, CD] and .bias
+ * [CD], ssm_dt.bias [NH], ssm_a and ssm_d [1, NH], ssm_norm.weight [I/NG, NG],
+ * ssm_out [I, D] (llama.cpp's mamba2 names; ssm_a and ssm_d without ".weight"). */
+static int ssm_tensors(synth_ctx *c, int32_t il) {
+    const eng_synth_params *p = &c->p;
+    const int64_t D = p->n_embd, I = 2 * D, N = p->ssm_d_state, NG = p->ssm_n_group, K = p->ssm_d_conv;
+    const int64_t NH = I / p->ssm_head_dim, CD = I + 2 * NG * N, DP = 2 * I + 2 * NG * N + NH;
+    char name[64];
+    int rc;
+    if ((rc = add_norm(c, TN("attn_norm.weight"), D))) return rc;
+    if ((rc = add_proj(c, TN("ssm_in.weight"), D, DP))) return rc;
+    {
+        /* F32 always, as llama.cpp keeps the conv unquantised */
+        uint32_t keep = c->p.type;
+        c->p.type = ENG_GGML_TYPE_F32;
+        rc = add_gauss(c, TN("ssm_conv1d.weight"), K, CD, 0.0, 1.0 / sqrt((double)K));
+        c->p.type = keep;
+        if (rc) return rc;
+    }
+    if ((rc = add_gauss(c, TN("ssm_conv1d.bias"), CD, 0, 0.0, 0.1))) return rc;
+    float *u, v[4096];
+    if (NH > (int64_t)(sizeof v / sizeof v[0])) return fail_arg(c, "ssm_head_dim", "too many SSM heads");
+    /* dt log-uniform in [1e-3, 1e-1], bias = softplus^-1(dt) = dt + log(-expm1(-dt)) */
+    if ((rc = draw_uniform(c, TN("ssm_dt.bias"), (size_t)NH, &u))) return rc;
+    for (int64_t h = 0; h < NH; h++) {
+        const double dt = exp(log(1e-3) + u[h] * (log(1e-1) - log(1e-3)));
+        v[h] = (float)(dt + log(-expm1(-dt)));
+    }
+    if ((rc = add_f32(c, name, NH, 1, false, v))) return rc;
+    if ((rc = draw_uniform(c, TN("ssm_a"), (size_t)NH, &u))) return rc;
+    for (int64_t h = 0; h < NH; h++) v[h] = (float)-(1.0 + 15.0 * u[h]);
+    if ((rc = add_f32(c, name, 1, NH, true, v))) return rc;
+    {
+        /* gaussians drawn as add_gauss does, written [1, NH] */
+        TN("ssm_d");
+        uint64_t hs = XXH3_64bits_withSeed(name, strlen(name), c->p.seed);
+        gsl_rng_set(c->rng, (unsigned long)((hs ^ (hs >> 32)) & 0xffffffffu));
+        for (int64_t h = 0; h < NH; h++) v[h] = (float)(1.0 + gsl_ran_gaussian_ziggurat(c->rng, SYNTH_NORM_NOISE));
+        if ((rc = add_f32(c, name, 1, NH, true, v))) return rc;
+    }
+    {
+        float *nw = malloc(sizeof(float) * (size_t)I);
+        if (!nw) return nomem(c, "ssm_norm");
+        TN("ssm_norm.weight");
+        uint64_t hs = XXH3_64bits_withSeed(name, strlen(name), c->p.seed);
+        gsl_rng_set(c->rng, (unsigned long)((hs ^ (hs >> 32)) & 0xffffffffu));
+        for (int64_t i = 0; i < I; i++) nw[i] = (float)(1.0 + gsl_ran_gaussian_ziggurat(c->rng, SYNTH_NORM_NOISE));
+        rc = add_f32(c, name, I / NG, NG, true, nw);
+        free(nw);
+        if (rc) return rc;
+    }
+    return add_proj(c, TN("ssm_out.weight"), I, D);
+}
+
+#undef TN
+
+// ----------------------------------------------------------------------------
+// The architectures
+
+static int llama_check(synth_ctx *c) { return attn_check(c); }
+static int llama_meta(synth_ctx *c) { return attn_meta(c, true); }
+
+static int llama_layer(synth_ctx *c, int32_t il) {
+    int rc = attn_tensors(c, il);
+    return rc ? rc : ffn_tensors(c, il);
+}
+
+static int swa_check(synth_ctx *c) {
+    int rc = attn_check(c);
+    if (rc) return rc;
+    char msg[96];
+    if (!in_range(c->p.n_swa, 1, INT32_MAX)) {
+        snprintf(msg, sizeof msg, "%d, expected a window of at least 1 position", c->p.n_swa);
+        return fail_arg(c, "n_swa", msg);
+    }
+    if (!in_range(c->p.attn_every, 0, 1 << 20)) {
+        snprintf(msg, sizeof msg, "%d, expected >= 0 (0: every layer sliding-window)", c->p.attn_every);
+        return fail_arg(c, "attn_every", msg);
+    }
+    return ENG_OK;
+}
+
+/* llama's keys, plus the window and llama.cpp's set_swa_pattern(P) period:
+ * layer il slides iff P == 0 or il % P < P - 1. */
+static int swa_meta(synth_ctx *c) {
+    int rc = attn_meta(c, true);
+    if (rc) return rc;
+    rc = eng_gguf_writer_set_u32(c->w, key(c, "attention.sliding_window"), (uint32_t)c->p.n_swa);
+    if (!rc) rc = eng_gguf_writer_set_u32(c->w, key(c, "attention.sliding_window_pattern"), (uint32_t)c->p.attn_every);
+    return rc ? nomem(c, "metadata") : ENG_OK;
+}
+
+static int rec_check(synth_ctx *c) { return ssm_check(c); }
+
+/* llama.cpp's mamba2 keys: no attention and no FFN (both counts 0, as its
+ * converter writes them). */
+static int rec_meta(synth_ctx *c) {
+    const eng_synth_params *p = &c->p;
+    eng_gguf_writer *w = c->w;
+    int rc = ENG_OK;
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "context_length"), (uint32_t)p->n_ctx);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "embedding_length"), (uint32_t)p->n_embd);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "block_count"), (uint32_t)p->n_layer);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "feed_forward_length"), 0);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "attention.head_count"), 0);
+    if (!rc) rc = eng_gguf_writer_set_f32(w, key(c, "attention.layer_norm_rms_epsilon"), p->rms_eps);
+    if (!rc) rc = eng_gguf_writer_set_u32(w, key(c, "vocab_size"), (uint32_t)p->n_vocab);
+    if (rc) return nomem(c, "metadata");
+    return ssm_meta(c);
+}
+
+static int rec_layer(synth_ctx *c, int32_t il) { return ssm_tensors(c, il); }
+
+static int hybrid_check(synth_ctx *c) {
+    int rc = attn_check(c);
+    if (!rc) rc = ssm_check(c);
+    if (rc) return rc;
+    if (!in_range(c->p.attn_every, 0, 1 << 20)) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "%d, expected >= 0 (0: no attention layer)", c->p.attn_every);
+        return fail_arg(c, "attn_every", msg);
+    }
+    return ENG_OK;
+}
+
+/* granitehybrid: llama's keys, head_count_kv an int32 array (0 = a Mamba-2
+ * layer, as llama.cpp reads it), rope on (rope.scaling.finetuned true), the
+ * ssm.* keys; no granite scaling keys (llama.cpp then scales nothing). */
+static int hybrid_meta(synth_ctx *c) {
+    int rc = attn_meta(c, false);
+    if (rc) return rc;
+    const eng_synth_params *p = &c->p;
+    int32_t *hkv = malloc(sizeof(int32_t) * (size_t)p->n_layer);
+    if (!hkv) return nomem(c, "metadata");
+    for (int32_t il = 0; il < p->n_layer; il++) hkv[il] = layer_is_attn(p, il) ? p->n_head_kv : 0;
+    rc = eng_gguf_writer_set_arr(c->w, key(c, "attention.head_count_kv"), ENG_GGUF_TYPE_INT32, (uint64_t)p->n_layer, hkv);
+    free(hkv);
+    if (!rc) rc = eng_gguf_writer_set_bool(c->w, key(c, "rope.scaling.finetuned"), true);
+    if (rc) return nomem(c, "metadata");
+    return ssm_meta(c);
+}
+
+static int hybrid_layer(synth_ctx *c, int32_t il) {
+    int rc = layer_is_attn(&c->p, il) ? attn_tensors(c, il) : ssm_tensors(c, il);
+    return rc ? rc : ffn_tensors(c, il);
+}
+
 typedef struct synth_arch {
-    const char *name;
+    const char *name;                        /* --arch */
+    const char *gguf;                        /* general.architecture */
+    bool attn, ssm;                          /* which parameter groups apply */
     int (*check)(synth_ctx *c);              /* arch-specific param checks */
     int (*meta)(synth_ctx *c);               /* ARCH.* metadata keys */
     int (*layer)(synth_ctx *c, int32_t il);  /* tensors of layer il */
 } synth_arch;
 
 static const synth_arch archs[] = {
-    {"llama", llama_check, llama_meta, llama_layer},
+    {"llama", "llama", true, false, llama_check, llama_meta, llama_layer},
+    {"swa", "kvreplay-swa", true, false, swa_check, swa_meta, llama_layer},
+    {"recurrent", "mamba2", false, true, rec_check, rec_meta, rec_layer},
+    {"hybrid", "granitehybrid", true, true, hybrid_check, hybrid_meta, hybrid_layer},
 };
 
 static const synth_arch *find_arch(const char *name) {
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(archs[i].name, name)) return &archs[i];
     return NULL;
+}
+
+const char *eng_synth_gguf_arch(const char *arch) {
+    const synth_arch *a = arch ? find_arch(arch) : NULL;
+    return a ? a->gguf : NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -305,8 +595,6 @@ static uint32_t file_type(uint32_t t) {   /* llama.cpp's LLAMA_FTYPE_* */
     }
 }
 
-static bool in_range(int32_t v, int32_t lo, int32_t hi) { return v >= lo && v <= hi; }
-
 /* Generic param checks and resolution of the derived fields. */
 static int resolve(synth_ctx *c, const eng_synth_params *in, const synth_arch **arch) {
     c->p = *in;
@@ -314,13 +602,13 @@ static int resolve(synth_ctx *c, const eng_synth_params *in, const synth_arch **
     char msg[128];
     *arch = find_arch(p->arch);
     if (!*arch) {
-        eng_errf(c->err, c->errlen, "synth: arch: '%s' is not supported (llama is)", p->arch);
+        eng_errf(c->err, c->errlen, "synth: arch: '%s' is not supported (llama, swa, recurrent, hybrid are)",
+                 p->arch);
         return ENG_ERR_UNSUPPORTED;
     }
+    c->gguf_arch = (*arch)->gguf;
     struct { const char *field; int32_t v, lo, hi; } lim[] = {
-        {"n_embd", p->n_embd, 2, 65536},    {"n_layer", p->n_layer, 1, 1024},
-        {"n_head", p->n_head, 1, 4096},     {"n_head_kv", p->n_head_kv, 1, 4096},
-        {"n_ff", p->n_ff, 1, 1 << 20},      {"n_ctx", p->n_ctx, 1, INT32_MAX},
+        {"n_embd", p->n_embd, 2, 65536}, {"n_layer", p->n_layer, 1, 1024}, {"n_ctx", p->n_ctx, 1, INT32_MAX},
     };
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
         if (!in_range(lim[i].v, lim[i].lo, lim[i].hi)) {
@@ -333,6 +621,10 @@ static int resolve(synth_ctx *c, const eng_synth_params *in, const synth_arch **
     if (!(p->rms_eps > 0.0f) || !isfinite(p->rms_eps))
         return fail_arg(c, "rms_eps", "expected a positive number");
     if (!eng_ggml_type_known(p->type)) return fail_arg(c, "type", "expected f32, f16, bf16 or q8_0");
+    if (!(*arch)->attn) p->n_head = p->n_head_kv = p->n_ff = p->n_rot = 0;  /* unused */
+    if (!(*arch)->ssm) p->ssm_d_state = p->ssm_head_dim = p->ssm_n_group = p->ssm_d_conv = 0;
+    if (strcmp((*arch)->name, "swa") != 0) p->n_swa = 0;
+    if (strcmp((*arch)->name, "swa") != 0 && strcmp((*arch)->name, "hybrid") != 0) p->attn_every = 0;
     if (p->n_rot == 0 && p->n_head > 0) p->n_rot = p->n_embd / p->n_head;
     int32_t nv;
     int rc = vocab_size(c, p->vocab_path, &nv);
@@ -347,12 +639,15 @@ static int resolve(synth_ctx *c, const eng_synth_params *in, const synth_arch **
 
 /* "tiny" when the shape is the preset's, "tiny+custom" when flags changed it. */
 static void preset_label(const eng_synth_params *p, char *out, size_t n) {
-    eng_synth_params ref = eng_synth_preset(p->preset);
-    int32_t rot = p->n_rot == p->n_embd / p->n_head ? 0 : p->n_rot;
+    eng_synth_params ref = eng_synth_preset_arch(p->arch, p->preset);
+    int32_t rot = p->n_head > 0 && p->n_rot != p->n_embd / p->n_head ? p->n_rot : 0;
     bool same = ref.ok && !strcmp(ref.arch, p->arch) && ref.n_embd == p->n_embd &&
                 ref.n_layer == p->n_layer && ref.n_head == p->n_head &&
                 ref.n_head_kv == p->n_head_kv && ref.n_ff == p->n_ff && ref.n_ctx == p->n_ctx &&
-                rot == 0 && ref.rope_freq_base == p->rope_freq_base && ref.rms_eps == p->rms_eps;
+                rot == 0 && ref.rope_freq_base == p->rope_freq_base && ref.rms_eps == p->rms_eps &&
+                ref.n_swa == p->n_swa && ref.attn_every == p->attn_every && ref.ssm_d_state == p->ssm_d_state &&
+                ref.ssm_head_dim == p->ssm_head_dim && ref.ssm_n_group == p->ssm_n_group &&
+                ref.ssm_d_conv == p->ssm_d_conv;
     if (same || !ref.ok) snprintf(out, n, "%s", p->preset[0] ? p->preset : "custom");
     else snprintf(out, n, "%s+custom", p->preset);
 }
@@ -374,9 +669,10 @@ int eng_synth_to_buffer(const eng_synth_params *in, void **buf, size_t *n, char 
     char label[48], name[96];
     preset_label(p, label, sizeof label);
     if (p->name) snprintf(name, sizeof name, "%s", p->name);
-    else snprintf(name, sizeof name, "kvreplay-synth-%s", label);
+    else if (!strcmp(arch->name, "llama")) snprintf(name, sizeof name, "kvreplay-synth-%s", label);
+    else snprintf(name, sizeof name, "kvreplay-synth-%s-%s", arch->name, label);
     eng_gguf_writer *w = c.w;
-    rc = eng_gguf_writer_set_str(w, "general.architecture", arch->name);
+    rc = eng_gguf_writer_set_str(w, "general.architecture", arch->gguf);
     if (!rc) rc = eng_gguf_writer_set_str(w, "general.name", name);
     if (!rc) rc = eng_gguf_writer_set_u32(w, "general.alignment", ENG_GGUF_DEFAULT_ALIGNMENT);
     if (!rc) rc = eng_gguf_writer_set_u32(w, "general.file_type", file_type(p->type));

@@ -6,11 +6,19 @@
  * give a byte-identical file on every machine), and a tokenizer: either
  * every tokenizer.* key copied from a vocabulary GGUF, or a built-in
  * 259-token SentencePiece byte vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>).
- * Architectures are rows of a table in synth.c ("llama" today; "swa",
- * "recurrent" and "hybrid" are meant to be added there).
+ * Architectures are rows of a table in synth.c; the synth name (--arch) and
+ * the GGUF general.architecture it writes:
+ *   llama      "llama"          full attention (llama.cpp's llama)
+ *   swa        "kvreplay-swa"   llama layers, every layer sliding-window
+ *                               attention except every attn_every-th (kvreplay's own)
+ *   recurrent  "mamba2"         Mamba-2 layers only, no FFN (llama.cpp's mamba2)
+ *   hybrid     "granitehybrid"  Mamba-2 layers with a full-attention layer every
+ *                               attn_every-th, SwiGLU FFN in every layer
+ *                               (llama.cpp's granitehybrid, dense, no scaling)
+ * docs/gguf.md lists every key and tensor of each.
  *
  * Usage:
- *     eng_synth_params p = eng_synth_preset("tiny");   // p.ok is false for an unknown name
+ *     eng_synth_params p = eng_synth_preset_arch("hybrid", "tiny");  // p.ok false when unknown
  *     p.seed = 42;
  *     char err[256];
  *     if (eng_synth_write(&p, "tiny.gguf", err, sizeof err) != ENG_OK) { puts(err); ... }
@@ -24,19 +32,27 @@
 
 typedef struct eng_synth_params {
     bool        ok;             /* set by eng_synth_preset: false for an unknown preset name */
-    char        arch[16];       /* "llama" */
+    char        arch[16];       /* synth architecture: "llama", "swa", "recurrent", "hybrid" */
     char        preset[16];     /* recorded in kvreplay.synth.preset ("custom" when none) */
     int32_t     n_vocab;        /* V: 0 = the vocabulary's token count (259 built-in);
                                    non-zero must equal it */
     int32_t     n_embd;         /* D */
     int32_t     n_layer;        /* L */
-    int32_t     n_head;         /* H; head dim E = D / H */
-    int32_t     n_head_kv;      /* G; H must be a multiple of G */
-    int32_t     n_ff;           /* F */
+    int32_t     n_head;         /* H; head dim E = D / H (attention archs) */
+    int32_t     n_head_kv;      /* G; H must be a multiple of G (attention archs) */
+    int32_t     n_ff;           /* F (not recurrent: mamba2 has no FFN) */
     int32_t     n_ctx;          /* llama.context_length */
     int32_t     n_rot;          /* rope dims, even, <= E; 0 = E */
     float       rope_freq_base; /* default 10000 */
     float       rms_eps;        /* default 1e-5 */
+    int32_t     n_swa;          /* swa: window W >= 1 (a query at p sees keys (p - W, p]) */
+    int32_t     attn_every;     /* swa, hybrid: layer il is full attention iff
+                                   il % attn_every == attn_every - 1; 0 = none */
+    int32_t     ssm_d_state;    /* recurrent, hybrid: N */
+    int32_t     ssm_head_dim;   /* P; heads NH = d_inner / P, d_inner = 2D (llama.cpp's
+                                   expansion factor, the only one it supports) */
+    int32_t     ssm_n_group;    /* NG, divides NH */
+    int32_t     ssm_d_conv;     /* K, the conv kernel */
     uint32_t    type;           /* enum eng_ggml_type of the matrices: F32 (default), F16,
                                    BF16, Q8_0 (a matrix whose ne[0] is not a multiple of 32
                                    falls back to F16, as llama.cpp's quantizer does);
@@ -46,11 +62,21 @@ typedef struct eng_synth_params {
     const char *name;           /* general.name; NULL = "kvreplay-synth-PRESET" */
 } eng_synth_params;
 
-/* Defaults for a named preset: "tiny" (D 64, L 2, H 4, G 2, F 176, ctx 4096),
- * "small" (256, 4, 8, 4, 704, 16384) or "base" (1024, 12, 16, 8, 2816, 8192);
- * arch llama, F32, rope base 10000, eps 1e-5, seed 0, built-in vocabulary.
- * An unknown (or NULL) name returns the tiny defaults with ok = false. */
+/* Defaults for a named preset of the llama architecture: "tiny" (D 64, L 2,
+ * H 4, G 2, F 176, ctx 4096), "small" (256, 4, 8, 4, 704, 16384) or "base"
+ * (1024, 12, 16, 8, 2816, 8192); F32, rope base 10000, eps 1e-5, seed 0,
+ * built-in vocabulary. An unknown (or NULL) name returns the tiny defaults
+ * with ok = false. Same as eng_synth_preset_arch("llama", name). */
 eng_synth_params eng_synth_preset(const char *name);
+
+/* Defaults for a preset of any architecture (the tables in docs/gguf.md).
+ * An unknown arch or preset (or NULL) returns llama's tiny defaults with
+ * ok = false. */
+eng_synth_params eng_synth_preset_arch(const char *arch, const char *name);
+
+/* The GGUF general.architecture written for a synth architecture name, or
+ * NULL when unknown ("hybrid" -> "granitehybrid"). */
+const char *eng_synth_gguf_arch(const char *arch);
 
 /* Names of the presets, NULL-terminated, and of the architectures. */
 extern const char *const eng_synth_preset_names[];

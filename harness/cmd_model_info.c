@@ -55,6 +55,13 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A float hyperparameter as JSON, at float precision (1e-05, not 9.99999975e-06). */
+static json_t *json_float(float f) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)f);
+    return json_real(strtod(buf, NULL));
+}
+
 static const char *kind_name(eng_layer_kind k) {
     switch (k) {
     case ENG_LAYER_ATTN: return "attn";
@@ -149,8 +156,8 @@ int hx_cmd_model_info(int argc, char **argv) {
         json_object_set_new(o, "n_ff", json_integer(in->n_ff));
         json_object_set_new(o, "n_ctx_train", json_integer(in->n_ctx_train));
         json_object_set_new(o, "n_rot", json_integer(in->n_rot));
-        json_object_set_new(o, "rope_freq_base", json_real(in->rope_freq_base));
-        json_object_set_new(o, "rms_eps", json_real(in->rms_eps));
+        json_object_set_new(o, "rope_freq_base", json_float(in->rope_freq_base));
+        json_object_set_new(o, "rms_eps", json_float(in->rms_eps));
         json_object_set_new(o, "n_swa", json_integer(in->n_swa));
         json_object_set_new(o, "layer_kinds", kinds);
         json_object_set_new(o, "n_layer_attn", json_integer(in->n_layer_attn));

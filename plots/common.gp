@@ -94,3 +94,5 @@ panel_gap = 0.10
 panel_w(n) = (panel_r - panel_l - (n - 1) * panel_gap) / n
 panel(i, n) = sprintf("set lmargin at screen %g; set rmargin at screen %g", \
     panel_l + (i - 1) * (panel_w(n) + panel_gap), panel_l + (i - 1) * (panel_w(n) + panel_gap) + panel_w(n))
+# Font for value labels inside a plot (a little smaller than the text).
+smallfont = (fmt eq 'pdf') ? ',9' : ',14'

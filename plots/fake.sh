@@ -166,9 +166,10 @@ BEGIN {
     }
 }'
 
-# seed000: disk anchor never refreshed: 12 fresh sessions after the stable
-# prefix changed; quirk keeps hitting the 2048 waypoint, fixed rewrites the
-# anchor (2688) once and hits it from then on.
+# seed000: disk anchor never refreshed: 12 fresh sessions of two turns after
+# the stable prefix changed; quirk keeps hitting the 2048 waypoint, fixed
+# rewrites the anchor (2688) once and hits it from then on. The second turn
+# records anchor_pos 0 and anchor_ms 0 (no anchor), as the real store does.
 mk seed000 '
 BEGIN {
     srand(0); id = 0; T = "experiments/data/fresh-sessions-12.jsonl"
@@ -179,7 +180,10 @@ BEGIN {
             np = 3000 + int(u() * 40); nr = (v == 2 && i > 0) ? 2688 : 2048
             am = (v == 2 && i == 0) ? sprintf("%.2f", 11 + u()) : 0; ap = (v == 2 && i == 0) ? 2688 : ""
             ex = (i % 2) ? "{\"anchor_ms\":" am ",\"anchor_pos\":" (ap == "" ? "null" : ap) "}" : ""
-            req(id, i, "fresh-" (i + 1), 0, np, nr, ttft(np, 0, 0.07), ttft(np - nr, nr, 0.07) + am + 3, 1, 1, "", 2, "", "", ap, (i % 2) ? "" : am, ex, 2688)
+            req(id, 2 * i, "fresh-" (i + 1), 0, np, nr, ttft(np, 0, 0.07), ttft(np - nr, nr, 0.07) + am + 3, 1, 1, "", 2, "", "", ap, (i % 2) ? "" : am, ex, 2688)
+            # the second turn of the session extends the first: mostly reused, anchor_pos 0 = none
+            np2 = np + 150 + int(u() * 100)
+            req(id, 2 * i + 1, "fresh-" (i + 1), 1, np2, int(np / 64) * 64, ttft(np2, 0, 0.07), ttft(np2 - int(np / 64) * 64, np, 0.07) + 2, 1, 1, "", 2, "", "", 0, 0, "", 2688)
         }
     }
 }'

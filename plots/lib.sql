@@ -13,14 +13,17 @@
 --   its first request is ignored, and a run still in progress is plotted only
 --   while no finished one exists.
 -- req: the requests of the runs in fig_runs, with their run's configuration
---   and two derived figures:
+--   and derived columns:
 --     label         the run's variant, or "run ID" without one (legend text;
 --                   the caption files give each run's quirks and rules)
 --     vorder        the smallest run_id of the variant in fig_runs (series
 --                   order in legends and tables = the order the runs were made)
 --     anchor_write  ms spent writing the disk anchor: requests.anchor_ms, or
 --                   extra's $.anchor_ms when the column is NULL; 0 when neither
---     anchor_at     requests.anchor_pos, or extra's $.anchor_pos
+--     first_idx     the req_index of the first request of this request's session
+--     session_no    1, 2, ...: the sessions of the run in the order they start
+--     anchor_at     requests.anchor_pos, or extra's $.anchor_pos; NULL when
+--                   neither, or 0 (the store writes 0 when no anchor was written)
 -- Only columns documented in docs/sqlite.md are used.
 CREATE TEMP VIEW sel_runs AS
 SELECT * FROM (
@@ -32,16 +35,18 @@ SELECT * FROM (
 ) WHERE pick = 1;
 
 CREATE TEMP VIEW req AS
+SELECT *, dense_rank() OVER (PARTITION BY run_id ORDER BY first_idx) AS session_no FROM (
 SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_prefilled,
        q.ttft_cold_ms, q.ttft_reuse_ms, q.logits_equal, q.decode_equal, q.fork_step,
        q.n_decode, q.max_ulp, q.miss_pos, q.miss_where,
        coalesce(q.anchor_ms,
                 CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,
                 0) AS anchor_write,
-       coalesce(q.anchor_pos,
-                CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_pos') END)
-           AS anchor_at,
+       nullif(coalesce(q.anchor_pos,
+                       CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_pos') END),
+              0) AS anchor_at,
        f.variant, f.sweep_name, f.sweep_value, f.model_name, f.policy, f.quirks, f.normalize,
        f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.vorder,
-       coalesce(f.variant, 'run ' || f.run_id) AS label
-FROM requests q JOIN fig_runs f USING (run_id);
+       coalesce(f.variant, 'run ' || f.run_id) AS label,
+       min(q.req_index) OVER (PARTITION BY q.run_id, q.session) AS first_idx
+FROM requests q JOIN fig_runs f USING (run_id));

@@ -132,15 +132,17 @@ Reproduces issue report `seeds/000` (ds4-server #393, "Cold anchor never
 refreshed after partial prefix hits"). The disk-anchor policy keeps a cold
 anchor checkpoint at the end of the stable prefix and continued waypoints
 every N tokens. With the quirk `anchor-cold-only` (variant *quirk*) the anchor
-is written only by a prefill that starts from zero, so after the stable prefix
-changes every fresh session resumes from an older waypoint and the anchor is
-never refreshed; variant *fixed* writes the anchor when a partial hit lands
-below the anchor position. Every request is the first request of a fresh
-session, in order. Figure `seed000-prefilled` plots the tokens each fresh
-session prefills (with the prompt length for reference), `seed000-ttft` its
-time to first token, `seed000-anchor` the time spent writing the anchor; the
-first table shows, per variant, the prefill of the first and of the later
-sessions and the anchor write cost.
+is written only by a prefill that starts from zero; the issue report describes
+how, once the stable prefix changes, every fresh session then resumes from an
+older waypoint and the anchor is never refreshed. Variant *fixed* writes the
+anchor when a partial hit lands below the anchor position. Every transcript
+session is a fresh agent session; the per-session figures take its first
+request (the one that starts from the disk cache), numbering sessions in
+replay order. Figure `seed000-prefilled` plots the tokens that request
+prefills (with the prompt length for reference), `seed000-ttft` its time to
+first token, `seed000-anchor` the time spent writing anchors; the first table
+shows, per variant, the prefill of the first and of the later sessions and
+the anchor write cost (over all requests).
 EOF
         ;;
     seed001) cat <<'EOF'
@@ -151,8 +153,8 @@ prompts differ a few tokens in and a prefix cache can reuse only what precedes
 it. Variant *raw* replays the prompts as sent; *normalized* runs
 `--normalize anthropic-cch`, which replaces the checksum before tokenization.
 Figures `seed001-reuse` and `seed001-prefilled` plot, for each request in
-replay order, the reuse fraction and the tokens prefilled; the first table shows the per-run totals, the second
-where the prompt first left the best cached prefix (`miss_where`, `miss_pos`),
+replay order, the reuse fraction and the tokens prefilled; the first table
+shows the per-run totals, the second where the prompt first left the best cached prefix (`miss_where`, `miss_pos`),
 i.e. why the cache missed.
 EOF
         ;;

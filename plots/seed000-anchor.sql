@@ -1,5 +1,6 @@
--- seed000-anchor: per fresh session: series (variant label), session number
--- (req_index + 1), ms spent writing the disk anchor (0 when none was
--- written), anchor position (tokens; empty when none).
-SELECT label, req_index + 1, printf('%.4f', anchor_write), anchor_at
-FROM req ORDER BY vorder, run_id, req_index;
+-- seed000-anchor: per fresh session: series (variant label), session number,
+-- ms spent writing disk anchors over the session's requests (0 when none
+-- was written), anchors written.
+SELECT min(label), session_no, round(sum(anchor_write), 4),
+       sum(anchor_write > 0 OR anchor_at IS NOT NULL)
+FROM req GROUP BY run_id, session_no ORDER BY min(vorder), run_id, session_no;

@@ -1,4 +1,4 @@
-# caption: Tokens prefilled by each fresh agent session (one request each, in order) after the stable prefix changed, with the anchor-cold-only quirk (the disk anchor is written only on a fully cold prefill, so sessions keep resuming from the last waypoint) and fixed (a partial hit below the anchor writes a new anchor); grey dashed: the prompt length.
+# caption: Tokens prefilled by the first request of each fresh agent session (sessions numbered in replay order), with the anchor-cold-only quirk (the disk anchor is written only by a prefill that starts from zero) and fixed (a partial hit below the anchor writes a new anchor); grey dashed: the prompt length.
 # seed000-prefilled: blocks = one per variant; columns: 1 session number,
 # 2 prefilled tokens, 3 prompt tokens.
 set multiplot title 'seed000: tokens prefilled per fresh session (disk anchor refresh)'

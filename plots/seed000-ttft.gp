@@ -1,4 +1,4 @@
-# caption: Time to first token of each fresh agent session (one request each, in order): the reused run (solid) with the anchor-cold-only quirk and fixed, and the cold run (dashed, open points).
+# caption: Time to first token of the first request of each fresh agent session (sessions numbered in replay order): the reused run (solid) with the anchor-cold-only quirk and fixed, and the cold run (dashed, open points).
 # seed000-ttft: blocks = one per variant; columns: 1 session number,
 # 2 TTFT reused ms, 3 TTFT cold ms.
 set multiplot title 'seed000: TTFT per fresh session (disk anchor refresh)'

@@ -1,4 +1,4 @@
-# caption: Tokens prefilled by the reused run for every request of the replayed session, in replay order, raw and with the cch= checksum normalized; the grey dashed line is the prompt length (a request that reuses nothing prefills all of it).
+# caption: Tokens prefilled by the reused run for every request of the replayed transcript, in replay order, raw and with the cch= checksum normalized; the grey dashed line is the prompt length (a request that reuses nothing prefills all of it).
 # seed001-prefilled: blocks = one per variant; columns: 1 request number,
 # 2 prefilled tokens, 3 prompt tokens.
 set multiplot title 'seed001: tokens prefilled per request'

@@ -1,4 +1,4 @@
-# caption: Reuse fraction (tokens whose state came from the cache / prompt tokens) of every request of the replayed session, in replay order, without normalization (raw) and with the volatile cch= billing checksum normalized before tokenization.
+# caption: Reuse fraction (tokens whose state came from the cache / prompt tokens) of every request of the replayed transcript, in replay order, without normalization (raw) and with the volatile cch= billing checksum normalized before tokenization.
 # seed001-reuse: blocks = one per variant; columns: 1 request number, 2 reuse fraction.
 set multiplot title 'seed001: prefix reuse with a volatile billing checksum in the prompt'
 set xlabel 'request number (replay order)'

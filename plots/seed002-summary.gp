@@ -5,7 +5,8 @@
 set multiplot title 'seed002: median TTFT and prefilled tokens per variant'
 panel_l = 0.11
 panel_gap = 0.12
-set bmargin at screen 0.22
+set bmargin at screen 0.24
+set xlabel 'variant'
 set xtics rotate by 20 right scale 0
 set grid noxtics
 stats data using 2 nooutput

@@ -1,10 +1,10 @@
 # caption: Per variant (MODEL/ALIGN/PRECISION/KERNEL), the share of requests whose reused run is bit-identical to cold (last prompt token's logits and every decode step's logits equal under memcmp) and the share of greedy generations whose tokens fork from cold; one panel per model.
 # seed003-identical: blocks = one per model; columns: 1 label, 2 % bit-identical,
 # 3 % forked, 4 requests. Horizontal bars, variants top to bottom.
-set multiplot title 'seed003: bit-exact prefix reuse per variant'
-panel_l = 0.245
-panel_r = 0.96
-panel_gap = 0.26
+set multiplot title 'seed003: bit-exact prefix reuse per variant (align / precision / kernel)'
+panel_l = 0.255
+panel_r = 0.965
+panel_gap = 0.255
 set tmargin at screen 0.76
 set xrange [0:100]
 set xtics 0, 20, 100

@@ -358,16 +358,23 @@ static void ref_logits_do_not_depend_on_the_thread_count(void **state) {
 
 static void ref_matmul_rows_do_not_depend_on_the_number_of_rows(void **state) {
     (void)state;
-    const int32_t N = 45, K = 77, M = 37;
+    const int32_t N = 45, K = 777, M = 37;  /* M * 16 * K above the parallel threshold */
     float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K);
     float *y = calloc((size_t)M * N, sizeof(float)), *y1 = calloc(N, sizeof(float));
     uint64_t s = 3;
     for (int i = 0; i < N * K; i++) { s = s * 6364136223846793005ull + 1; w[i] = (float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23); }
     for (int i = 0; i < M * K; i++) { s = s * 6364136223846793005ull + 1; x[i] = (float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23); }
-    eng_kmat W;
+    eng_kmat W, Wp;  /* the kn layout and the ref kernel's panels */
     assert_int_equal(eng_kmat_init(&W, w, N, K, false), ENG_OK);
-    eng_kctx ref = {.kernel = ENG_KERNEL_REF, .bf16 = false, .n_threads = 2, .pool = NULL};
+    assert_int_equal(eng_kmat_init_for(&Wp, w, N, K, ENG_KERNEL_REF, false), ENG_OK);
+    assert_true(Wp.panels);
+    eng_pool *pool = eng_pool_new(2);
+    assert_non_null(pool);
+    eng_kctx ref = {.kernel = ENG_KERNEL_REF, .bf16 = false, .n_threads = 2, .pool = pool};
     eng_k_matmul(&ref, &W, M, x, K, y, N);
+    float *yp = calloc((size_t)M * N, sizeof(float));
+    eng_k_matmul(&ref, &Wp, M, x, K, yp, N);
+    assert_memory_equal(y, yp, sizeof(float) * M * N);
     int blas_rows_differ = 0;
     eng_kctx blas = {.kernel = ENG_KERNEL_BLAS, .bf16 = false, .n_threads = 1, .pool = NULL};
     float *yb = calloc((size_t)M * N, sizeof(float));
@@ -386,7 +393,9 @@ static void ref_matmul_rows_do_not_depend_on_the_number_of_rows(void **state) {
     }
     print_message("blas: %d of %d rows differ between M=1 and M=%d (measured, not asserted)\n", blas_rows_differ, M, M);
     eng_kmat_free(&W);
-    free(w); free(x); free(y); free(y1); free(yb);
+    eng_kmat_free(&Wp);
+    eng_pool_free(pool);
+    free(w); free(x); free(y); free(y1); free(yb); free(yp);
 }
 
 static void bf16_rounding_is_to_nearest_even(void **state) {

@@ -11,7 +11,9 @@
  * that the checkers (hx_compare_logits, eng_seq_compare) catch planted
  * faults at the right place.
  *
- * Model: the synthetic tiny preset (D 64, L 2, H 4, G 2, F 176, V 259).
+ * Model: the synthetic tiny preset (D 64, L 2, H 4, G 2, F 176, V 259), at
+ * one thread (and a smaller grid at two threads, which runs the thread pool
+ * and OpenMP paths).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,13 +62,15 @@ static int teardown_models(void **state) {
     return 0;
 }
 
-static eng_model *load(eng_kernel k, eng_precision p) {
-    eng_numerics num = {.kernel = k, .precision = p, .n_threads = 2};
+static eng_model *load_threads(eng_kernel k, eng_precision p, int32_t threads) {
+    eng_numerics num = {.kernel = k, .precision = p, .n_threads = threads};
     eng_model *m = NULL;
     char err[256] = "";
     if (eng_model_load(g_tiny, &num, &m, err, sizeof err) != ENG_OK) fail_msg("load: %s", err);
     return m;
 }
+
+static eng_model *load(eng_kernel k, eng_precision p) { return load_threads(k, p, 1); }
 
 static void assert_seq_equal(const eng_seq *a, const eng_seq *b, const char *what) {
     eng_seq_diff d;
@@ -124,14 +128,18 @@ static void check_split(eng_model *m, int32_t n, int32_t k, int32_t C, split_sta
     eng_seq_free(cold); eng_seq_free(re);
 }
 
-static void property(eng_kernel kern, eng_precision prec) {
-    eng_model *m = load(kern, prec);
-    const int32_t chunks[] = {1, 3, 16, 64};
-    const int32_t ns[] = {2, 5, 17, 64, 65, 100, 133};
+/* Every (n, k) of a grid of prompt lengths and splits (on and off the C grid),
+ * for each C in chunks; at one thread, or at two for a smaller grid. */
+static void property(eng_kernel kern, eng_precision prec, int32_t threads) {
+    eng_model *m = load_threads(kern, prec, threads);
+    const int32_t chunks_all[] = {1, 3, 16, 64}, chunks_mt[] = {3, 16};
+    const int32_t ns_all[] = {2, 5, 17, 64, 65, 100, 133}, ns_mt[] = {17, 65, 100};
+    const int32_t *chunks = threads > 1 ? chunks_mt : chunks_all, *ns = threads > 1 ? ns_mt : ns_all;
+    const size_t n_chunks = threads > 1 ? 2 : 4, n_ns = threads > 1 ? 3 : 7;
     split_stats st = {0, 0};
-    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+    for (size_t c = 0; c < n_chunks; c++) {
         const int32_t C = chunks[c];
-        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+        for (size_t a = 0; a < n_ns; a++) {
             const int32_t n = ns[a];
             if (C == 1 && n > 65) continue;  /* one forward per token: keep the suite fast */
             /* k on and off the grid: around each multiple of C, the ends, the middle */
@@ -147,30 +155,36 @@ static void property(eng_kernel kern, eng_precision prec) {
             for (int q = 0; q < nk; q++) check_split(m, n, ks[q], C, &st);
         }
     }
-    print_message("%s/%s: %d splits bit-identical (%d off the grid)\n", eng_kernel_name(kern), eng_precision_name(prec),
-                  st.cases, st.off_grid);
-    assert_true(st.cases > 100 && st.off_grid > 50);
+    print_message("%s/%s, %d thread(s): %d splits bit-identical (%d off the grid)\n", eng_kernel_name(kern),
+                  eng_precision_name(prec), threads, st.cases, st.off_grid);
+    assert_true(threads > 1 ? st.cases > 30 : st.cases > 100 && st.off_grid > 50);
     eng_model_free(m);
 }
 
 static void cold_and_grid_resumed_prefill_are_bit_identical_blas_fp32(void **state) {
     (void)state;
-    property(ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
+    property(ENG_KERNEL_BLAS, ENG_PRECISION_FP32, 1);
 }
 
 static void cold_and_grid_resumed_prefill_are_bit_identical_blas_bf16(void **state) {
     (void)state;
-    property(ENG_KERNEL_BLAS, ENG_PRECISION_BF16);
+    property(ENG_KERNEL_BLAS, ENG_PRECISION_BF16, 1);
 }
 
 static void cold_and_grid_resumed_prefill_are_bit_identical_ref_fp32(void **state) {
     (void)state;
-    property(ENG_KERNEL_REF, ENG_PRECISION_FP32);
+    property(ENG_KERNEL_REF, ENG_PRECISION_FP32, 1);
 }
 
 static void cold_and_grid_resumed_prefill_are_bit_identical_ref_bf16(void **state) {
     (void)state;
-    property(ENG_KERNEL_REF, ENG_PRECISION_BF16);
+    property(ENG_KERNEL_REF, ENG_PRECISION_BF16, 1);
+}
+
+static void cold_and_grid_resumed_prefill_are_bit_identical_at_two_threads(void **state) {
+    (void)state;
+    for (int kern = 0; kern < 2; kern++)
+        for (int prec = 0; prec < 2; prec++) property((eng_kernel)kern, (eng_precision)prec, 2);
 }
 
 static void all_logits_rows_computed_by_both_runs_are_identical(void **state) {
@@ -387,6 +401,7 @@ int main(void) {
         cmocka_unit_test(cold_and_grid_resumed_prefill_are_bit_identical_blas_bf16),
         cmocka_unit_test(cold_and_grid_resumed_prefill_are_bit_identical_ref_fp32),
         cmocka_unit_test(cold_and_grid_resumed_prefill_are_bit_identical_ref_bf16),
+        cmocka_unit_test(cold_and_grid_resumed_prefill_are_bit_identical_at_two_threads),
         cmocka_unit_test(all_logits_rows_computed_by_both_runs_are_identical),
         cmocka_unit_test(decode_after_prefill_equals_prefill_of_one_more_token),
         cmocka_unit_test(align_none_breaks_bit_exactness_for_blas_and_ref_stays_exact),

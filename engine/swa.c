@@ -1,0 +1,311 @@
+/*
+ * engine/swa.c: the SWA ring, its truncation and window rules, and the
+ * banded attention kernel (see swa.h for the contract).
+ *
+ * Determinism: as kernels.c. Every output element is a fixed sequence of
+ * float operations on its inputs; KV heads are split across threads with
+ * eng_k_parallel_rows and every product inside runs single-threaded.
+ */
+#include "swa.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+// ----------------------------------------------------------------------------
+// The ring
+
+int eng_swa_mem_alloc(eng_swa_mem *m, int32_t n_cells, int32_t n_embd_kv) {
+    memset(m, 0, sizeof *m);
+    ENG_ASSERT(n_cells >= 1 && n_embd_kv >= 1);
+    m->n_cells = n_cells;
+    m->n_embd_kv = n_embd_kv;
+    m->k = calloc((size_t)n_cells * (size_t)n_embd_kv, sizeof(float));
+    m->v = calloc((size_t)n_cells * (size_t)n_embd_kv, sizeof(float));
+    if (!m->k || !m->v) {
+        eng_swa_mem_free(m);
+        return ENG_ERR_NOMEM;
+    }
+    return ENG_OK;
+}
+
+void eng_swa_mem_free(eng_swa_mem *m) {
+    if (!m) return;
+    free(m->k);
+    free(m->v);
+    memset(m, 0, sizeof *m);
+}
+
+void eng_swa_mem_clear(eng_swa_mem *m) {
+    const size_t b = sizeof(float) * (size_t)m->n_cells * (size_t)m->n_embd_kv;
+    memset(m->k, 0, b);
+    memset(m->v, 0, b);
+    m->lo = 0;
+}
+
+int32_t eng_swa_ring_cells(int32_t n_ctx, int32_t W, int32_t slack) {
+    const int64_t r = (int64_t)W + (slack > 0 ? slack : 0);
+    return (int32_t)(r < n_ctx ? r : n_ctx);
+}
+
+int32_t eng_swa_valid_lo(const eng_swa_mem *m, int32_t n_tokens) {
+    int32_t lo = n_tokens - m->n_cells;
+    if (lo < m->lo) lo = m->lo;
+    return lo > 0 ? lo : 0;
+}
+
+int32_t eng_swa_window_cells(int32_t W, int32_t n) { return n < W ? n : W; }
+
+bool eng_swa_can_truncate(const eng_swa_mem *m, int32_t W, int32_t n_tokens, int32_t n) {
+    if (n < 0 || n > n_tokens) return false;
+    return n - eng_swa_window_cells(W, n) >= eng_swa_valid_lo(m, n_tokens);
+}
+
+void eng_swa_truncate(eng_swa_mem *m, int32_t n_tokens, int32_t n) {
+    ENG_ASSERT(n >= 0 && n <= n_tokens);
+    m->lo = eng_swa_valid_lo(m, n_tokens);
+    if (m->lo > n) m->lo = n;
+}
+
+const float *eng_swa_k(const eng_swa_mem *m, int32_t p) {
+    return m->k + (int64_t)(p % m->n_cells) * m->n_embd_kv;
+}
+
+const float *eng_swa_v(const eng_swa_mem *m, int32_t p) {
+    return m->v + (int64_t)(p % m->n_cells) * m->n_embd_kv;
+}
+
+/* Writes rows of positions [p0, p0 + n) from K/V (row stride ld); only the
+ * last R can survive, so only those are written. */
+static void ring_write(eng_swa_mem *m, int32_t p0, int32_t n, const float *K, const float *V, int64_t ld) {
+    const size_t row = sizeof(float) * (size_t)m->n_embd_kv;
+    const int32_t skip = n > m->n_cells ? n - m->n_cells : 0;
+    for (int32_t i = skip; i < n; i++) {
+        const int64_t r = (int64_t)((p0 + i) % m->n_cells) * m->n_embd_kv;
+        memcpy(m->k + r, K + (int64_t)i * ld, row);
+        memcpy(m->v + r, V + (int64_t)i * ld, row);
+    }
+}
+
+size_t eng_swa_window_bytes(const eng_swa_mem *m, int32_t W, int32_t n) {
+    return 2u * sizeof(float) * (size_t)eng_swa_window_cells(W, n) * (size_t)m->n_embd_kv;
+}
+
+void eng_swa_save_window(const eng_swa_mem *m, int32_t W, int32_t n, void *dst) {
+    const int32_t w = eng_swa_window_cells(W, n);
+    const size_t row = sizeof(float) * (size_t)m->n_embd_kv;
+    char *k = dst, *v = (char *)dst + (size_t)w * row;
+    for (int32_t i = 0; i < w; i++) {
+        memcpy(k + (size_t)i * row, eng_swa_k(m, n - w + i), row);
+        memcpy(v + (size_t)i * row, eng_swa_v(m, n - w + i), row);
+    }
+}
+
+void eng_swa_load_window(eng_swa_mem *m, int32_t W, int32_t n, const void *src) {
+    const int32_t w = eng_swa_window_cells(W, n);
+    ENG_ASSERT(w <= m->n_cells);
+    const float *k = src, *v = (const float *)src + (int64_t)w * m->n_embd_kv;
+    ring_write(m, n - w, w, k, v, m->n_embd_kv);
+    m->lo = n - w;
+}
+
+void eng_swa_copy(eng_swa_mem *dst, const eng_swa_mem *src, int32_t n_tokens) {
+    ENG_ASSERT(dst->n_embd_kv == src->n_embd_kv);
+    if (dst == src) return;
+    int32_t lo = eng_swa_valid_lo(src, n_tokens);
+    if (n_tokens - lo > dst->n_cells) lo = n_tokens - dst->n_cells;
+    const size_t row = sizeof(float) * (size_t)src->n_embd_kv;
+    for (int32_t p = lo; p < n_tokens; p++) {
+        const int64_t r = (int64_t)(p % dst->n_cells) * dst->n_embd_kv;
+        memcpy(dst->k + r, eng_swa_k(src, p), row);
+        memcpy(dst->v + r, eng_swa_v(src, p), row);
+    }
+    dst->lo = lo;
+}
+
+double eng_swa_keys(int32_t W, int64_t p0, int64_t p1) {
+    if (p1 <= p0) return 0.0;
+    /* p + 1 keys for p < W, W keys from there: split at m = clamp(W, p0, p1) */
+    const int64_t m = W < p0 ? p0 : (W > p1 ? p1 : W);
+    return (double)(m - p0) * (double)(p0 + m + 1) / 2.0 + (double)(p1 - m) * W;
+}
+
+// ----------------------------------------------------------------------------
+// Scratch
+
+void eng_swa_ws_free(eng_swa_ws *ws) {
+    if (!ws) return;
+    free(ws->kg); free(ws->vg); free(ws->qg); free(ws->og); free(ws->scores);
+    memset(ws, 0, sizeof *ws);
+}
+
+/* Grows *buf to n floats (zeroed when reallocated). */
+static int grow(float **buf, int64_t *cap, int64_t n) {
+    if (n <= *cap) return ENG_OK;
+    float *b = calloc((size_t)n, sizeof(float));
+    if (!b) return ENG_ERR_NOMEM;
+    free(*buf);
+    *buf = b;
+    *cap = n;
+    return ENG_OK;
+}
+
+// ----------------------------------------------------------------------------
+// Banded attention
+
+/* Caps the scores buffer (floats); KV heads are batched to fit. Batching
+ * changes no result: every head is computed on its own. */
+#define SWA_BATCH_FLOATS ((int64_t)4 << 20)
+
+typedef struct band_args {
+    bool         bf16;
+    eng_kernel   kernel;
+    int32_t      T, pos0, W, kpos0, E, GR, R, P, ldkv, ldo, g0;
+    float        scale;
+    const float *qg, *K, *V;
+    float       *og, *ws, *O;
+} band_args;
+
+/* First and last gathered key row attended by query row r. */
+static inline void band_of(const band_args *a, int32_t r, int32_t *j0, int32_t *j1) {
+    const int32_t p = a->pos0 + r % a->T;
+    int32_t lo = p - a->W + 1;
+    if (lo < a->kpos0) lo = a->kpos0;
+    *j0 = lo - a->kpos0;
+    *j1 = p - a->kpos0;
+}
+
+static float dot_fixed(const float *x, const float *y, int32_t n) {
+    float s = 0.0f;
+    for (int32_t e = 0; e < n; e++) s += x[e] * y[e];
+    return s;
+}
+
+/* Softmax of s[j0..j1] in place, zeroing [0, j0) and (j1, P). */
+static void band_softmax(float *s, int32_t j0, int32_t j1, int32_t P, float scale, bool bf16) {
+    const int32_t n = j1 - j0 + 1;
+    float *b = s + j0;
+    for (int32_t j = 0; j < j0; j++) s[j] = 0.0f;
+    for (int32_t j = j1 + 1; j < P; j++) s[j] = 0.0f;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) b[j] = b[j] * scale;
+    if (bf16)
+        for (int32_t j = 0; j < n; j++) b[j] = eng_bf16_round(b[j]);
+    float m8[8], a8[8];
+    for (int c = 0; c < 8; c++) { m8[c] = -INFINITY; a8[c] = 0.0f; }
+    for (int32_t j = 0; j < n; j++) m8[j & 7] = b[j] > m8[j & 7] ? b[j] : m8[j & 7];
+    float mx = m8[0];
+    for (int c = 1; c < 8; c++) mx = m8[c] > mx ? m8[c] : mx;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) b[j] = eng_expf(b[j] - mx);
+    for (int32_t j = 0; j < n; j++) a8[j & 7] += b[j];
+    const float sum = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
+    const float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) b[j] = b[j] * inv;
+    if (bf16)
+        for (int32_t j = 0; j < n; j++) b[j] = eng_bf16_round(b[j]);
+}
+
+/* KV heads [g0 + r0, g0 + r1): scores, banded softmax, values, scatter. */
+static void band_heads(void *v, int32_t r0, int32_t r1) {
+    const band_args *a = v;
+    const int32_t T = a->T, E = a->E, R = a->R, P = a->P;
+    for (int32_t g = a->g0 + r0; g < a->g0 + r1; g++) {
+        float *S = a->ws + (int64_t)(g - a->g0) * R * P;
+        const float *q = a->qg + (int64_t)g * R * E;
+        float *o = a->og + (int64_t)g * R * E;
+        const float *K = a->K + (int64_t)g * E, *V = a->V + (int64_t)g * E;
+        if (a->kernel == ENG_KERNEL_BLAS) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, q, E, K, a->ldkv, 0.0f, S, P);
+            for (int32_t r = 0; r < R; r++) {
+                int32_t j0, j1;
+                band_of(a, r, &j0, &j1);
+                band_softmax(S + (int64_t)r * P, j0, j1, P, a->scale, a->bf16);
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, S, P, V, a->ldkv, 0.0f, o, E);
+        } else {
+            for (int32_t r = 0; r < R; r++) {
+                int32_t j0, j1;
+                band_of(a, r, &j0, &j1);
+                float *s = S + (int64_t)r * P;
+                const float *qr = q + (int64_t)r * E;
+                for (int32_t j = j0; j <= j1; j++) s[j] = dot_fixed(qr, K + (int64_t)j * a->ldkv, E);
+                band_softmax(s, j0, j1, P, a->scale, a->bf16);
+                float *orow = o + (int64_t)r * E;
+                for (int32_t e = 0; e < E; e++) orow[e] = 0.0f;
+                for (int32_t j = j0; j <= j1; j++) {
+                    const float pj = s[j];
+                    const float *vj = V + (int64_t)j * a->ldkv;
+                    #pragma omp simd
+                    for (int32_t e = 0; e < E; e++) orow[e] = orow[e] + pj * vj[e];  /* per e: j ascending */
+                }
+            }
+        }
+        if (a->bf16)
+            for (int64_t i = 0; i < (int64_t)R * E; i++) o[i] = eng_bf16_round(o[i]);
+        for (int32_t hh = 0; hh < a->GR; hh++)  /* back to [T, H*E] */
+            for (int32_t t = 0; t < T; t++)
+                memcpy(a->O + (int64_t)t * a->ldo + (int64_t)(g * a->GR + hh) * E, o + ((int64_t)hh * T + t) * E,
+                       sizeof(float) * (size_t)E);
+    }
+}
+
+int eng_swa_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H,
+                      int32_t G, int32_t E, const float *Q, int32_t ldq, const float *K, const float *V,
+                      int32_t ldkv, float *O, int32_t ldo, eng_swa_ws *ws) {
+    const int32_t GR = H / G, R = GR * T, P = pos0 + T - kpos0;
+    const int32_t first = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0;
+    ENG_ASSERT(GR * G == H && T >= 1 && W >= 1 && kpos0 >= 0 && kpos0 <= first);
+    const int64_t one = (int64_t)R * P;  /* scores of one KV head */
+    int64_t nb = SWA_BATCH_FLOATS / one;
+    if (nb < 1) nb = 1;
+    if (nb > G) nb = G;
+    if (grow(&ws->qg, &ws->cap_q, (int64_t)H * T * E) != ENG_OK || grow(&ws->og, &ws->cap_o, (int64_t)H * T * E) != ENG_OK ||
+        grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
+        return ENG_ERR_NOMEM;
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t t = 0; t < T; t++)
+            memcpy(ws->qg + ((int64_t)h * T + t) * E, Q + (int64_t)t * ldq + (int64_t)h * E,
+                   sizeof(float) * (size_t)E);
+    band_args a = {
+        .bf16 = ctx->bf16, .kernel = ctx->kernel, .T = T, .pos0 = pos0, .W = W, .kpos0 = kpos0, .E = E,
+        .GR = GR, .R = R, .P = P, .ldkv = ldkv, .ldo = ldo, .scale = 1.0f / sqrtf((float)E),
+        .qg = ws->qg, .K = K, .V = V, .og = ws->og, .ws = ws->scores, .O = O,
+    };
+    if (ctx->kernel == ENG_KERNEL_BLAS) openblas_set_num_threads(1);
+    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
+        a.g0 = g0;
+        eng_k_parallel_rows(ctx, (int32_t)(g0 + nb < G ? nb : G - g0), band_heads, &a);
+    }
+    if (ctx->kernel == ENG_KERNEL_BLAS) openblas_set_num_threads(ctx->n_threads);
+    return ENG_OK;
+}
+
+int eng_swa_attend(const eng_kctx *ctx, eng_swa_mem *m, int32_t W, int32_t T, int32_t pos0, int32_t H, int32_t G,
+                   int32_t E, const float *qkv, int32_t ldqkv, float *O, int32_t ldo, eng_swa_ws *ws) {
+    const int32_t GE = G * E, HE = H * E;
+    const int32_t kpos0 = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0;
+    const int32_t old = pos0 - kpos0, P = old + T;
+    ENG_ASSERT(GE == m->n_embd_kv);
+    ENG_ASSERT(old == 0 || eng_swa_valid_lo(m, pos0) <= kpos0);
+    if (grow(&ws->kg, &ws->cap_k, (int64_t)P * GE) != ENG_OK || grow(&ws->vg, &ws->cap_v, (int64_t)P * GE) != ENG_OK)
+        return ENG_ERR_NOMEM;
+    const size_t row = sizeof(float) * (size_t)GE;
+    for (int32_t i = 0; i < old; i++) {
+        memcpy(ws->kg + (int64_t)i * GE, eng_swa_k(m, kpos0 + i), row);
+        memcpy(ws->vg + (int64_t)i * GE, eng_swa_v(m, kpos0 + i), row);
+    }
+    for (int32_t t = 0; t < T; t++) {
+        const float *r = qkv + (int64_t)t * ldqkv;
+        memcpy(ws->kg + (int64_t)(old + t) * GE, r + HE, row);
+        memcpy(ws->vg + (int64_t)(old + t) * GE, r + HE + GE, row);
+    }
+    int rc = eng_swa_attention(ctx, T, pos0, W, kpos0, H, G, E, qkv, ldqkv, ws->kg, ws->vg, GE, O, ldo, ws);
+    if (rc != ENG_OK) return rc;
+    ring_write(m, pos0, T, ws->kg + (int64_t)old * GE, ws->vg + (int64_t)old * GE, GE);
+    return ENG_OK;
+}
