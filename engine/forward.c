@@ -3,8 +3,9 @@
  * layer), chunked prefill and single-token decode.
  *
  * A chunk is ONE forward of T tokens at positions [pos0, pos0 + T): every
- * weight product has M = T, and attention of head h is one product over the
- * keys [0, pos0 + T) with the causal mask. The chunk's own K/V rows are
+ * weight product has M = T, and the attention of each KV head (its H/G query
+ * heads stacked) is one product over the keys [0, pos0 + T) with the causal
+ * mask (eng_k_attention). The chunk's own K/V rows are
  * written to the cache before attention reads them; nothing reads a row at
  * or beyond pos0 + T, so stale rows of a truncated sequence are never used.
  *
@@ -22,7 +23,12 @@
  *   x += Wo . attn(rope(Wq . n1(x)), rope(Wk . n1(x)), Wv . n1(x))
  *   x += Wdown . (silu(Wgate . n2(x)) * Wup . n2(x))
  * then logits = Wout . n3(x). Every op rounds its output to bf16 in bf16
- * mode (kernels.h). Layer kinds dispatch in one switch (forward_layer).
+ * mode (kernels.h). Layer kinds dispatch in one switch (forward_layer):
+ * ATTN_SWA is the same layer with the banded attention of swa.h over its
+ * ring of window cells; RECURRENT replaces attention by the Mamba-2 mixer
+ * (ssm.h) on its recurrent and conv state, x += mixer(n1(x)); mamba2 layers
+ * have no FFN half. The scratch of both is reserved before the first layer
+ * runs, so a chunk fails (ENG_ERR_NOMEM) before it changes any state.
  */
 #include "internal.h"
 
@@ -47,6 +53,8 @@ void eng_ws_free(eng_ws *ws) {
     free(ws->x); free(ws->xn); free(ws->qkv); free(ws->att); free(ws->proj);
     free(ws->gu); free(ws->hid); free(ws->qg); free(ws->og); free(ws->scores); free(ws->logits);
     free(ws->rope_c); free(ws->rope_s);
+    eng_swa_ws_free(&ws->swa);
+    eng_ssm_ws_free(&ws->ssm);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -57,13 +65,20 @@ static float *zalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(
  * every head is computed on its own. */
 #define ATTN_BATCH_FLOATS ((int64_t)4 << 20)
 
-/* Room for T rows attending P keys; logits [T, V] only when want_logits. */
+/* Room for T rows attending P keys; logits [T, V] only when want_logits;
+ * the scratch of sliding-window and Mamba-2 layers for this chunk. */
 static int ws_reserve(eng_seq *s, int32_t T, int32_t P, bool want_logits) {
     eng_ws *w = &s->ws;
     const eng_model_info *in = &s->m->info;
     const int64_t D = in->n_embd, F = in->n_ff, HE = (int64_t)in->n_head * in->head_dim;
     const int64_t QKV = HE + 2 * (int64_t)in->n_head_kv * in->head_dim;
-    const int64_t GR = in->n_head / in->n_head_kv;  /* query heads per KV head */
+    const int64_t GR = in->n_head_kv > 0 ? in->n_head / in->n_head_kv : 1;  /* query heads per KV head */
+    if (in->n_layer_attn == 0) P = 0;  /* no full-attention scores */
+    if (in->n_layer_swa > 0 &&
+        eng_swa_ws_reserve(&w->swa, T, s->n_tokens, in->n_swa, in->n_head, in->n_head_kv,
+                           in->head_dim) != ENG_OK)
+        return ENG_ERR_NOMEM;
+    if (in->n_layer_rec > 0 && eng_ssm_ws_reserve(&w->ssm, &s->m->ssm_hp, T) != ENG_OK) return ENG_ERR_NOMEM;
     if (T > w->cap_T) {
         float *lg = w->logits;
         w->logits = NULL;
@@ -138,6 +153,40 @@ static void attn_layer(eng_seq *s, int32_t il, int32_t T, int32_t pos0) {
     eng_k_add(k, T, D, w->x, D, w->proj, D);
 }
 
+/* Sliding-window attention: llama's layer, the window's cells in a ring. */
+static void swa_layer(eng_seq *s, int32_t il, int32_t T, int32_t pos0) {
+    const eng_model *m = s->m;
+    const eng_model_info *in = &m->info;
+    const eng_kctx *k = &m->kctx;
+    const eng_attn_weights *aw = &m->layers[il].attn;
+    eng_ws *w = &s->ws;
+    const int32_t D = in->n_embd, H = in->n_head, G = in->n_head_kv, E = in->head_dim;
+    const int32_t HE = H * E, QKV = HE + 2 * G * E;
+
+    eng_k_rmsnorm(k, T, D, w->x, D, aw->attn_norm, in->rms_eps, w->xn, D);
+    eng_k_matmul(k, &aw->wqkv, T, w->xn, D, w->qkv, QKV);             /* [T, HE | GE | GE] */
+    eng_k_rope(k, T, H + G, E, in->n_rot, w->rope_c, w->rope_s, w->qkv, QKV);
+    const int rc = eng_swa_attend(k, &s->mem[il].swa, in->n_swa, T, pos0, H, G, E, w->qkv, QKV, w->att, HE, &w->swa);
+    ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by ws_reserve */
+    eng_k_matmul(k, &aw->wo, T, w->att, HE, w->proj, D);
+    eng_k_add(k, T, D, w->x, D, w->proj, D);
+}
+
+/* Mamba-2: x += mixer(rmsnorm(x) * attn_norm). */
+static void ssm_layer(eng_seq *s, int32_t il, int32_t T) {
+    const eng_model *m = s->m;
+    const eng_model_info *in = &m->info;
+    const eng_kctx *k = &m->kctx;
+    const eng_ssm_weights *sw = &m->layers[il].ssm;
+    eng_ws *w = &s->ws;
+    const int32_t D = in->n_embd;
+
+    eng_k_rmsnorm(k, T, D, w->x, D, sw->attn_norm, in->rms_eps, w->xn, D);
+    const int rc = eng_ssm_forward(k, &m->ssm_hp, sw, &s->mem[il].ssm, T, w->xn, D, w->proj, D, &w->ssm);
+    ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by ws_reserve */
+    eng_k_add(k, T, D, w->x, D, w->proj, D);
+}
+
 static void ffn_layer(eng_seq *s, int32_t il, int32_t T) {
     const eng_model *m = s->m;
     const eng_model_info *in = &m->info;
@@ -156,9 +205,11 @@ static void ffn_layer(eng_seq *s, int32_t il, int32_t T) {
 static void forward_layer(eng_seq *s, int32_t il, int32_t T, int32_t pos0) {
     switch (s->m->layers[il].kind) {
     case ENG_LAYER_ATTN: attn_layer(s, il, T, pos0); break;
+    case ENG_LAYER_ATTN_SWA: swa_layer(s, il, T, pos0); break;
+    case ENG_LAYER_RECURRENT: ssm_layer(s, il, T); break;
     default: ENG_ASSERT(0);
     }
-    ffn_layer(s, il, T);
+    if (s->m->layers[il].has_ffn) ffn_layer(s, il, T);
 }
 
 // ----------------------------------------------------------------------------

@@ -5,7 +5,8 @@
  * tests include this file.
  *
  * Adding a layer kind (ENG_LAYER_ATTN_SWA, ENG_LAYER_RECURRENT) is local:
- *   - weights: a per-kind struct inside eng_layer (the FFN half is shared);
+ *   - weights: a per-kind struct inside eng_layer (the FFN half is shared,
+ *              absent in mamba2 layers: has_ffn);
  *   - memory:  a per-kind struct inside eng_layer_mem, plus one case in each
  *              switch of seq.c (alloc, free, reset, truncate rules, copy,
  *              compare, serialize, checkpoint) and of forward.c (the mixer);
@@ -23,6 +24,8 @@
 
 #include "kernels.h"
 #include "model.h"
+#include "ssm.h"
+#include "swa.h"
 
 // ----------------------------------------------------------------------------
 // Model weights
@@ -34,7 +37,7 @@ typedef struct eng_attn_weights {
     eng_kmat wo;         /* [D, H*E] */
 } eng_attn_weights;
 
-/* The SwiGLU feed-forward half of every layer. */
+/* The SwiGLU feed-forward half of a layer (every layer but mamba2's). */
 typedef struct eng_ffn_weights {
     float   *ffn_norm;   /* [D] */
     eng_kmat w_gate_up;  /* [2F, D]: rows [0,F) gate, [F,2F) up (fused) */
@@ -43,7 +46,9 @@ typedef struct eng_ffn_weights {
 
 typedef struct eng_layer {
     eng_layer_kind   kind;
-    eng_attn_weights attn;  /* ATTN */
+    eng_attn_weights attn;     /* ATTN, ATTN_SWA */
+    eng_ssm_weights  ssm;      /* RECURRENT (ssm.h) */
+    bool             has_ffn;  /* false for mamba2: norm, mixer, residual only */
     eng_ffn_weights  ffn;
 } eng_layer;
 
@@ -54,6 +59,7 @@ struct eng_model {
     uint8_t        sha256[32];   /* of the GGUF file */
     uint64_t       fingerprint;  /* XXH3_64(sha256, kernel, precision) */
     eng_layer     *layers;       /* [L] */
+    eng_ssm_hparams ssm_hp;      /* every RECURRENT layer's (zero when none) */
     float         *tok_embd;     /* [V, D] row-major, in compute precision (lookups) */
     float         *output_norm;  /* [D] */
     eng_kmat       output;       /* [V, D] head; a view of tok_embd when tied and blas */
@@ -75,6 +81,8 @@ typedef struct eng_attn_mem {
 typedef struct eng_layer_mem {
     eng_layer_kind kind;
     eng_attn_mem   attn;  /* ATTN */
+    eng_swa_mem    swa;   /* ATTN_SWA: the window ring (swa.h) */
+    eng_ssm_state  ssm;   /* RECURRENT: recurrent + conv state (ssm.h) */
 } eng_layer_mem;
 
 /* Forward-pass scratch buffers of one sequence, grown on demand and zeroed
@@ -95,6 +103,8 @@ typedef struct eng_ws {
     float *logits;  /* [T, V] output head of a whole chunk */
     float *rope_c;  /* [T, n_rot/2] */
     float *rope_s;  /* [T, n_rot/2] */
+    eng_swa_ws swa; /* sliding-window attention scratch */
+    eng_ssm_ws ssm; /* Mamba-2 mixer scratch */
 } eng_ws;
 
 struct eng_seq {
@@ -102,6 +112,7 @@ struct eng_seq {
     int32_t          n_ctx;
     int32_t          n_tokens;
     int32_t          n_used;  /* high-water mark: rows [n_used, n_ctx) were never written (zero) */
+    int32_t          swa_slack;  /* ring cells beyond the window (eng_seq_new_ext) */
     int32_t         *tokens;  /* [n_ctx], valid in [0, n_tokens) */
     eng_layer_mem   *mem;     /* [L] */
     eng_ws           ws;
@@ -111,7 +122,8 @@ struct eng_ckpt {
     uint64_t fingerprint;
     int32_t  n_tokens;
     int32_t  n_layer;
-    size_t  *layer_off;  /* [L + 1] payload offsets per layer (0-byte sections for ATTN) */
+    size_t  *layer_off;  /* [L + 1] payload offsets per layer (0-byte sections for ATTN;
+                            ATTN_SWA: the window's K then V rows; RECURRENT: ssm then conv state) */
     size_t   size;       /* payload bytes */
     uint8_t *payload;    /* NULL when size == 0 */
 };

@@ -5,9 +5,17 @@
  * Determinism: every function writes each output element from a fixed
  * sequence of float operations that depends only on that element's inputs,
  * never on how rows or columns are split between threads, and never reads
- * memory it has not written or been given. OpenMP regions use exactly the
- * thread count of the context (num_threads clause); OpenBLAS's own thread
- * count is set by the caller (forward.c) before each forward pass.
+ * memory it has not written or been given. Parallel loops run on the
+ * model's pool with exactly the context's thread count (the `omp simd`
+ * pragmas only let GCC vectorise element-wise loops; no OpenMP threads are
+ * used); OpenBLAS's own thread count is set by the caller (forward.c)
+ * before each forward pass.
+ *
+ * The pool: the caller publishes (fn, arg, n_rows), bumps a generation
+ * counter and wakes the workers; each runs its static range and decrements
+ * `pending`; the caller runs range 0 and waits for pending == 0. Waits poll
+ * briefly, then sleep on condition variables (no lost wake-ups: the
+ * predicates are re-checked under the mutex).
  */
 #include "kernels.h"
 

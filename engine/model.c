@@ -10,12 +10,16 @@
  * little-endian uint32 (40 bytes): the thread count is deliberately left
  * out. A model is immutable after load and may be shared by sequences.
  *
- * Supported: general.architecture "llama" (llama.cpp tensor names), tensor
- * types f32, f16, bf16, q8_0 (dequantised at load).
+ * Supported: general.architecture "llama", "mamba2" and "granitehybrid"
+ * (llama.cpp's names and meaning; granitehybrid with a dense FFN, RoPE on
+ * and no granite scaling) and "kvreplay-swa" (llama with sliding-window
+ * layers, kvreplay's own: docs/gguf.md); tensor types f32, f16, bf16, q8_0
+ * (dequantised at load).
  */
 #include "internal.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +82,12 @@ typedef struct loader {
     char       *err;
     size_t      errlen;
     const char *arch;
+    int         id;      /* ARCH_* */
+    bool       *is_swa;  /* [L] kvreplay-swa: sliding-window layers */
+    bool       *is_rec;  /* [L] granitehybrid: Mamba-2 layers (head_count_kv[il] == 0) */
 } loader;
+
+enum { ARCH_LLAMA, ARCH_SWA, ARCH_MAMBA2, ARCH_GRANITEHYBRID };
 
 /* "{arch}.suffix" as an int; def when absent (def < 0: required). */
 static int hp_int(loader *ld, const char *suffix, int64_t def, int64_t lo, int64_t hi, int32_t *out) {
@@ -221,31 +230,87 @@ static int load_ffn(loader *ld, eng_model *m, int32_t il, eng_layer *L) {
     return get_fused(ld, m, dn, d_out, 1, F, &L->ffn.w_down);
 }
 
-/* The kind of layer il for this architecture ("llama": all full attention). */
+/* Mamba-2 mixer of layer il (llama.cpp's mamba2 tensors; docs/gguf.md). */
+static int load_ssm(loader *ld, eng_model *m, int32_t il, eng_layer *L) {
+    const eng_ssm_hparams *hp = &m->ssm_hp;
+    const int64_t D = hp->n_embd, NI = hp->d_inner, NH = hp->n_head, NG = hp->n_group, K = hp->d_conv;
+    const int64_t CD = hp->conv_dim;
+    const bool bf16 = m->kctx.bf16;
+    eng_ssm_weights *w = &L->ssm;
+    char name[96];
+    int rc;
+#define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+    if ((rc = get_plain(ld, TN("attn_norm.weight"), D, 1, bf16, &w->attn_norm)) != ENG_OK) return rc;
+    {
+        const char *n1[1] = {TN("ssm_in.weight")};
+        const int64_t o1[1] = {hp->d_in_proj};
+        if ((rc = get_fused(ld, m, n1, o1, 1, D, &w->in_proj)) != ENG_OK) return rc;
+    }
+    {   /* GGUF [K, CD] (each channel's K taps contiguous) -> [K, CD] tap-major */
+        float *c;
+        if ((rc = get_tensor(ld, TN("ssm_conv1d.weight"), K, CD, false, &c)) != ENG_OK) return rc;
+        w->conv_w = malloc(sizeof(float) * (size_t)(K * CD));
+        if (!w->conv_w) { free(c); return ENG_ERR_NOMEM; }
+        for (int64_t ch = 0; ch < CD; ch++)
+            for (int64_t k = 0; k < K; k++) {
+                const float v = c[ch * K + k];
+                w->conv_w[k * CD + ch] = bf16 ? eng_bf16_round(v) : v;
+            }
+        free(c);
+    }
+    rc = get_tensor(ld, TN("ssm_conv1d.bias"), CD, 1, ld->id == ARCH_GRANITEHYBRID, &w->conv_b);
+    if (rc == ENG_ERR_NOT_FOUND) {  /* optional in granitehybrid, as llama.cpp loads it */
+        if (!(w->conv_b = calloc((size_t)CD, sizeof(float)))) return ENG_ERR_NOMEM;
+    } else if (rc != ENG_OK) {
+        return rc;
+    } else if (bf16) {
+        for (int64_t i = 0; i < CD; i++) w->conv_b[i] = eng_bf16_round(w->conv_b[i]);
+    }
+    if ((rc = get_plain(ld, TN("ssm_dt.bias"), NH, 1, bf16, &w->dt_bias)) != ENG_OK) return rc;
+    if ((rc = get_plain(ld, TN("ssm_a"), 1, NH, bf16, &w->A)) != ENG_OK) return rc;
+    if ((rc = get_plain(ld, TN("ssm_d"), 1, NH, bf16, &w->D)) != ENG_OK) return rc;
+    if ((rc = get_plain(ld, TN("ssm_norm.weight"), NI / NG, NG, bf16, &w->norm_w)) != ENG_OK) return rc;
+    {
+        const char *n1[1] = {TN("ssm_out.weight")};
+        const int64_t o1[1] = {D};
+        rc = get_fused(ld, m, n1, o1, 1, NI, &w->out_proj);
+    }
+#undef TN
+    return rc;
+}
+
+/* The kind of layer il for this architecture. */
 static eng_layer_kind layer_kind_of(loader *ld, int32_t il) {
-    (void)ld;
-    (void)il;
-    return ENG_LAYER_ATTN;
+    switch (ld->id) {
+    case ARCH_SWA: return ld->is_swa[il] ? ENG_LAYER_ATTN_SWA : ENG_LAYER_ATTN;
+    case ARCH_MAMBA2: return ENG_LAYER_RECURRENT;
+    case ARCH_GRANITEHYBRID: return ld->is_rec[il] ? ENG_LAYER_RECURRENT : ENG_LAYER_ATTN;
+    default: return ENG_LAYER_ATTN;
+    }
 }
 
 static int load_layer(loader *ld, eng_model *m, int32_t il) {
     eng_layer *L = &m->layers[il];
     L->kind = layer_kind_of(ld, il);
+    L->has_ffn = ld->id != ARCH_MAMBA2;
     int rc;
     switch (L->kind) {
-    case ENG_LAYER_ATTN: rc = load_attn(ld, m, il, L); break;
+    case ENG_LAYER_ATTN:
+    case ENG_LAYER_ATTN_SWA: rc = load_attn(ld, m, il, L); break;
+    case ENG_LAYER_RECURRENT: rc = load_ssm(ld, m, il, L); break;
     default:
         eng_errf(ld->err, ld->errlen, "%s: layer %d: kind %d not supported", ld->path, il, (int)L->kind);
         return ENG_ERR_UNSUPPORTED;
     }
     if (rc != ENG_OK) return rc;
-    return load_ffn(ld, m, il, L);
+    return L->has_ffn ? load_ffn(ld, m, il, L) : ENG_OK;
 }
 
 static void free_layer(eng_layer *L) {
     free(L->attn.attn_norm);
     eng_kmat_free(&L->attn.wqkv);
     eng_kmat_free(&L->attn.wo);
+    eng_ssm_weights_free(&L->ssm);
     free(L->ffn.ffn_norm);
     eng_kmat_free(&L->ffn.w_gate_up);
     eng_kmat_free(&L->ffn.w_down);
@@ -254,15 +319,91 @@ static void free_layer(eng_layer *L) {
 // ----------------------------------------------------------------------------
 // Hyperparameters and metadata
 
-static int load_hparams(loader *ld, eng_model *m) {
+/* "{arch}.suffix" as a per-layer array of n integers (an array of n
+ * numbers, or a scalar repeated), as llama.cpp's get_key_or_arr reads it.
+ * ENG_ERR_NOT_FOUND when absent. */
+static int hp_int_or_arr(loader *ld, const char *suffix, int32_t n, int64_t lo, int64_t hi, int32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
+    const int64_t i = eng_gguf_find_key(ld->g, key);
+    if (i < 0) return ENG_ERR_NOT_FOUND;
+    if (eng_gguf_kv_type(ld->g, i) != ENG_GGUF_TYPE_ARRAY) {
+        int32_t v;
+        int rc = hp_int(ld, suffix, -1, lo, hi, &v);
+        if (rc != ENG_OK) return rc;
+        for (int32_t il = 0; il < n; il++) out[il] = v;
+        return ENG_OK;
+    }
+    const uint32_t t = eng_gguf_arr_type(ld->g, i);
+    if (t == ENG_GGUF_TYPE_STRING || t == ENG_GGUF_TYPE_ARRAY || t == ENG_GGUF_TYPE_FLOAT32 ||
+        t == ENG_GGUF_TYPE_FLOAT64 || eng_gguf_arr_n(ld->g, i) != (uint64_t)n) {
+        eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected an integer or an array of %d integers", ld->path,
+                 key, n);
+        return ENG_ERR_FORMAT;
+    }
+    for (int32_t il = 0; il < n; il++) {
+        const double v = eng_gguf_get_arr_num(ld->g, i, (uint64_t)il);
+        if (v < (double)lo || v > (double)hi) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s[%d]: %g out of range [%lld, %lld]", ld->path, key, il, v,
+                     (long long)lo, (long long)hi);
+            return ENG_ERR_FORMAT;
+        }
+        out[il] = (int32_t)v;
+    }
+    return ENG_OK;
+}
+
+/* A granite scaling key must be absent or neutral (`neutral` or 0, which
+ * llama.cpp also treats as "no scaling"). */
+static int hp_neutral(loader *ld, const char *suffix, double neutral) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
+    double v;
+    int rc = eng_gguf_get_float(ld->g, key, &v);
+    if (rc == ENG_ERR_NOT_FOUND) return ENG_OK;
+    if (rc != ENG_OK) {
+        eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected a float", ld->path, key);
+        return ENG_ERR_FORMAT;
+    }
+    if (v != 0.0 && (float)v != (float)neutral) {
+        eng_errf(ld->err, ld->errlen, "%s: metadata: %s: %g: granite scaling is not supported", ld->path, key, v);
+        return ENG_ERR_UNSUPPORTED;
+    }
+    return ENG_OK;
+}
+
+/* Attention hyperparameters: heads (granitehybrid: head_count_kv per layer,
+ * 0 marking a Mamba-2 layer), FFN, RoPE. */
+static int load_attn_hparams(loader *ld, eng_model *m) {
     eng_model_info *in = &m->info;
     int rc;
-    if ((rc = hp_int(ld, "block_count", -1, 1, 4096, &in->n_layer)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "embedding_length", -1, 1, 1 << 20, &in->n_embd)) != ENG_OK) return rc;
     if ((rc = hp_int(ld, "feed_forward_length", -1, 1, 1 << 22, &in->n_ff)) != ENG_OK) return rc;
     if ((rc = hp_int(ld, "attention.head_count", -1, 1, 4096, &in->n_head)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "attention.head_count_kv", in->n_head, 1, in->n_head, &in->n_head_kv)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "context_length", 2048, 1, INT32_MAX, &in->n_ctx_train)) != ENG_OK) return rc;
+    if (ld->id == ARCH_GRANITEHYBRID) {
+        int32_t *hkv = malloc(sizeof(int32_t) * (size_t)in->n_layer);
+        if (!hkv) return ENG_ERR_NOMEM;
+        rc = hp_int_or_arr(ld, "attention.head_count_kv", in->n_layer, 0, in->n_head, hkv);
+        if (rc == ENG_ERR_NOT_FOUND) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count_kv: missing", ld->path, ld->arch);
+            rc = ENG_ERR_FORMAT;
+        }
+        in->n_head_kv = 0;
+        for (int32_t il = 0; rc == ENG_OK && il < in->n_layer; il++) {
+            ld->is_rec[il] = hkv[il] == 0;
+            if (hkv[il] == 0) continue;
+            if (in->n_head_kv != 0 && hkv[il] != in->n_head_kv) {
+                eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count_kv[%d]: %d, other layers %d: "
+                         "per-layer KV head counts are not supported", ld->path, ld->arch, il, hkv[il], in->n_head_kv);
+                rc = ENG_ERR_UNSUPPORTED;
+            }
+            in->n_head_kv = hkv[il];
+        }
+        free(hkv);
+        if (rc != ENG_OK) return rc;
+        if (in->n_head_kv == 0) in->n_head_kv = in->n_head;  /* no attention layer: unused */
+    } else if ((rc = hp_int(ld, "attention.head_count_kv", in->n_head, 1, in->n_head, &in->n_head_kv)) != ENG_OK) {
+        return rc;
+    }
     if (in->n_embd % in->n_head != 0) {
         eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count: %d does not divide embedding_length %d",
                  ld->path, ld->arch, in->n_head, in->n_embd);
@@ -287,8 +428,97 @@ static int load_hparams(loader *ld, eng_model *m) {
         return ENG_ERR_FORMAT;
     }
     if ((rc = hp_float(ld, "rope.freq_base", 10000.0, &in->rope_freq_base)) != ENG_OK) return rc;
+    if (ld->id == ARCH_GRANITEHYBRID) {
+        char key[128];
+        bool rope = true;
+        snprintf(key, sizeof key, "%s.rope.scaling.finetuned", ld->arch);
+        if (eng_gguf_find_key(ld->g, key) >= 0 && eng_gguf_get_bool(ld->g, key, &rope) != ENG_OK) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected a bool", ld->path, key);
+            return ENG_ERR_FORMAT;
+        }
+        if (!rope) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: false (attention without RoPE) is not supported",
+                     ld->path, key);
+            return ENG_ERR_UNSUPPORTED;
+        }
+        if ((rc = hp_neutral(ld, "logit_scale", 1.0)) != ENG_OK) return rc;
+        if ((rc = hp_neutral(ld, "residual_scale", 1.0)) != ENG_OK) return rc;
+        if ((rc = hp_neutral(ld, "embedding_scale", 1.0)) != ENG_OK) return rc;
+        if ((rc = hp_neutral(ld, "attention.scale", 1.0 / sqrt((double)in->head_dim))) != ENG_OK) return rc;
+        int32_t n_expert;
+        if ((rc = hp_int(ld, "expert_count", 0, 0, INT32_MAX, &n_expert)) != ENG_OK) return rc;
+        if (n_expert > 0) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s.expert_count: %d: mixture of experts is not supported",
+                     ld->path, ld->arch, n_expert);
+            return ENG_ERR_UNSUPPORTED;
+        }
+    }
+    return ENG_OK;
+}
+
+/* kvreplay-swa: the window and which layers slide: sliding_window_pattern
+ * as llama.cpp's set_swa_pattern(P) (layer il slides iff P == 0 or
+ * il % P < P - 1; absent: P = 0, every layer) or a bool array [L]. */
+static int load_swa_hparams(loader *ld, eng_model *m) {
+    eng_model_info *in = &m->info;
+    int rc;
+    if ((rc = hp_int(ld, "attention.sliding_window", -1, 1, INT32_MAX, &in->n_swa)) != ENG_OK) return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
+    const int64_t i = eng_gguf_find_key(ld->g, key);
+    if (i >= 0 && eng_gguf_kv_type(ld->g, i) == ENG_GGUF_TYPE_ARRAY) {
+        if (eng_gguf_arr_type(ld->g, i) != ENG_GGUF_TYPE_BOOL || eng_gguf_arr_n(ld->g, i) != (uint64_t)in->n_layer) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected an integer or an array of %d bools", ld->path,
+                     key, in->n_layer);
+            return ENG_ERR_FORMAT;
+        }
+        for (int32_t il = 0; il < in->n_layer; il++) ld->is_swa[il] = eng_gguf_get_arr_num(ld->g, i, (uint64_t)il) != 0;
+        return ENG_OK;
+    }
+    int32_t P;
+    if ((rc = hp_int(ld, "attention.sliding_window_pattern", 0, 0, INT32_MAX, &P)) != ENG_OK) return rc;
+    for (int32_t il = 0; il < in->n_layer; il++) ld->is_swa[il] = P == 0 || il % P < P - 1;
+    return ENG_OK;
+}
+
+/* Mamba-2: llama.cpp's ssm.* keys. */
+static int load_ssm_hparams(loader *ld, eng_model *m) {
+    eng_model_info *in = &m->info;
+    int32_t d_conv, d_inner, d_state, n_head, n_group;
+    int rc;
+    if ((rc = hp_int(ld, "ssm.conv_kernel", -1, 1, 1024, &d_conv)) != ENG_OK) return rc;
+    if ((rc = hp_int(ld, "ssm.inner_size", -1, 1, 1 << 22, &d_inner)) != ENG_OK) return rc;
+    if ((rc = hp_int(ld, "ssm.state_size", -1, 1, 1 << 16, &d_state)) != ENG_OK) return rc;
+    if ((rc = hp_int(ld, "ssm.time_step_rank", -1, 1, 1 << 16, &n_head)) != ENG_OK) return rc;
+    if ((rc = hp_int(ld, "ssm.group_count", -1, 1, 1 << 16, &n_group)) != ENG_OK) return rc;
+    char msg[192];
+    if ((rc = eng_ssm_hparams_init(&m->ssm_hp, in->n_embd, d_inner, d_state, n_head, n_group, d_conv, in->rms_eps, msg,
+                                   sizeof msg)) != ENG_OK) {
+        eng_errf(ld->err, ld->errlen, "%s: metadata: %s.%s", ld->path, ld->arch, msg);
+        return rc;
+    }
+    in->ssm_d_inner = d_inner;
+    in->ssm_d_state = d_state;
+    in->ssm_n_head = n_head;
+    in->ssm_head_dim = m->ssm_hp.head_dim;
+    in->ssm_n_group = n_group;
+    in->ssm_d_conv = d_conv;
+    return ENG_OK;
+}
+
+static int load_hparams(loader *ld, eng_model *m) {
+    eng_model_info *in = &m->info;
+    int rc;
+    if ((rc = hp_int(ld, "block_count", -1, 1, 4096, &in->n_layer)) != ENG_OK) return rc;
+    if ((rc = hp_int(ld, "embedding_length", -1, 1, 1 << 20, &in->n_embd)) != ENG_OK) return rc;
+    if ((rc = hp_int(ld, "context_length", 2048, 1, INT32_MAX, &in->n_ctx_train)) != ENG_OK) return rc;
     if ((rc = hp_float(ld, "attention.layer_norm_rms_epsilon", 1e-5, &in->rms_eps)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "attention.sliding_window", 0, 0, INT32_MAX, &in->n_swa)) != ENG_OK) return rc;
+    ld->is_swa = calloc((size_t)in->n_layer, sizeof(bool));
+    ld->is_rec = calloc((size_t)in->n_layer, sizeof(bool));
+    if (!ld->is_swa || !ld->is_rec) return ENG_ERR_NOMEM;
+    if (ld->id != ARCH_MAMBA2 && (rc = load_attn_hparams(ld, m)) != ENG_OK) return rc;
+    if (ld->id == ARCH_SWA && (rc = load_swa_hparams(ld, m)) != ENG_OK) return rc;
+    if ((ld->id == ARCH_MAMBA2 || ld->id == ARCH_GRANITEHYBRID) && (rc = load_ssm_hparams(ld, m)) != ENG_OK) return rc;
     return ENG_OK;
 }
 
@@ -337,7 +567,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     m->kctx.kernel = num->kernel;
     m->kctx.bf16 = num->precision == ENG_PRECISION_BF16;
     m->kctx.n_threads = num->n_threads;
-    if (num->n_threads > 1 && !getenv("KVR_NOPOOL") && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
+    if (num->n_threads > 1 && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
         eng_errf(err, errlen, "%s: cannot start %d threads", path, num->n_threads);
         free(m);
         return ENG_ERR_NOMEM;
@@ -356,8 +586,13 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         goto fail;
     }
     copy_str(in->arch, sizeof in->arch, s, len);
-    if (strcmp(in->arch, "llama") != 0) {
-        eng_errf(err, errlen, "%s: metadata: general.architecture: '%s' not supported", path, in->arch);
+    if (!strcmp(in->arch, "llama")) ld.id = ARCH_LLAMA;
+    else if (!strcmp(in->arch, "kvreplay-swa")) ld.id = ARCH_SWA;
+    else if (!strcmp(in->arch, "mamba2")) ld.id = ARCH_MAMBA2;
+    else if (!strcmp(in->arch, "granitehybrid")) ld.id = ARCH_GRANITEHYBRID;
+    else {
+        eng_errf(err, errlen, "%s: metadata: general.architecture: '%s' not supported "
+                 "(llama, kvreplay-swa, mamba2, granitehybrid are)", path, in->arch);
         rc = ENG_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -426,14 +661,26 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     if (!m->output_tied) np += V * D;
     for (int32_t il = 0; il < in->n_layer; il++) {
         const eng_layer *L = &m->layers[il];
+        const eng_ssm_hparams *hp = &m->ssm_hp;
+        const int64_t GE = (int64_t)in->n_head_kv * in->head_dim;
         switch (L->kind) {
         case ENG_LAYER_ATTN:
+        case ENG_LAYER_ATTN_SWA:
             np += D + (int64_t)L->attn.wqkv.n_out * L->attn.wqkv.n_in + (int64_t)L->attn.wo.n_out * L->attn.wo.n_in;
+            if (L->kind == ENG_LAYER_ATTN) in->kv_bytes_per_token += 2 * (int64_t)sizeof(float) * GE;
+            else in->swa_bytes_per_token += 2 * (int64_t)sizeof(float) * GE;
+            break;
+        case ENG_LAYER_RECURRENT:
+            /* norm, in_proj, conv weight and bias, dt bias, A, D, grouped norm, out_proj */
+            np += D + (int64_t)hp->d_in_proj * D + (int64_t)hp->d_conv * hp->conv_dim + hp->conv_dim +
+                  3 * (int64_t)hp->n_head + hp->d_inner + (int64_t)hp->d_inner * D;
+            in->rec_state_bytes += (int64_t)eng_ssm_state_bytes(hp);
             break;
         default: ENG_ASSERT(0);
         }
-        np += D + (int64_t)L->ffn.w_gate_up.n_out * L->ffn.w_gate_up.n_in +
-              (int64_t)L->ffn.w_down.n_out * L->ffn.w_down.n_in;
+        if (L->has_ffn)
+            np += D + (int64_t)L->ffn.w_gate_up.n_out * L->ffn.w_gate_up.n_in +
+                  (int64_t)L->ffn.w_down.n_out * L->ffn.w_down.n_in;
     }
     in->n_params = np;
 
@@ -448,11 +695,15 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         }
     }
     eng_gguf_close(ld.g);
+    free(ld.is_swa);
+    free(ld.is_rec);
     *out = m;
     return ENG_OK;
 
 fail:
     eng_gguf_close(ld.g);
+    free(ld.is_swa);
+    free(ld.is_rec);
     eng_model_free(m);
     return rc;
 }
@@ -486,22 +737,26 @@ eng_layer_kind eng_model_layer_kind(const eng_model *m, int32_t il) {
 // ----------------------------------------------------------------------------
 // The FLOPs cost model (docs/engine.md)
 
-/* Matmul FLOPs of one token through one layer (2 per multiply-add). */
+/* Matmul FLOPs of one token through one layer (2 per multiply-add); for a
+ * Mamba-2 layer also its conv and scan (eng_ssm_token_flops). */
 static double layer_token_flops(const eng_model *m, int32_t il) {
     const eng_layer *L = &m->layers[il];
     const double D = m->info.n_embd, F = m->info.n_ff;
     const double GE = (double)m->info.n_head_kv * m->info.head_dim;
     const double HE = (double)m->info.n_head * m->info.head_dim;
-    double f = 2.0 * 3.0 * D * F;  /* gate, up, down */
+    double f = L->has_ffn ? 2.0 * 3.0 * D * F : 0.0;  /* gate, up, down */
     switch (L->kind) {
-    case ENG_LAYER_ATTN: f += 2.0 * D * (HE + 2.0 * GE) + 2.0 * HE * D; break;
+    case ENG_LAYER_ATTN:
+    case ENG_LAYER_ATTN_SWA: f += 2.0 * D * (HE + 2.0 * GE) + 2.0 * HE * D; break;
+    case ENG_LAYER_RECURRENT: f += eng_ssm_token_flops(&m->ssm_hp); break;
     default: ENG_ASSERT(0);
     }
     return f;
 }
 
 /* Attention FLOPs of queries at positions [p0, p1) of one layer: QK^T and PV,
- * 2*E FLOPs each per (query head, attended key); query p attends p + 1 keys. */
+ * 2*E FLOPs each per (query head, attended key); query p attends p + 1 keys,
+ * min(p + 1, W) with a sliding window; a recurrent layer has none. */
 static double layer_attn_flops(const eng_model *m, int32_t il, int64_t p0, int64_t p1) {
     const double EH = (double)m->info.head_dim * m->info.n_head;
     switch (m->layers[il].kind) {
@@ -510,6 +765,8 @@ static double layer_attn_flops(const eng_model *m, int32_t il, int64_t p0, int64
         const double keys = (double)(p1 - p0) * (double)(p0 + p1 + 1) / 2.0;
         return 2.0 * 2.0 * EH * keys;
     }
+    case ENG_LAYER_ATTN_SWA: return 2.0 * 2.0 * EH * eng_swa_keys(m->info.n_swa, p0, p1);
+    case ENG_LAYER_RECURRENT: return 0.0;
     default: ENG_ASSERT(0);
     }
     return 0.0;

@@ -99,10 +99,22 @@ typedef struct eng_model_info {
     int64_t n_params;
     char    sha256[65];      /* of the whole GGUF file, lower-case hex */
     char    chat_template[16]; /* "chatml", "llama2", "llama3" when known from metadata, else "" */
+    /* Added for sliding-window and recurrent layers (0 when the model has none): */
+    int32_t ssm_d_inner;     /* I: Mamba-2 inner size (ssm.inner_size) */
+    int32_t ssm_d_state;     /* N: state size per head dim (ssm.state_size) */
+    int32_t ssm_n_head;      /* NH: heads (ssm.time_step_rank) */
+    int32_t ssm_head_dim;    /* P = I / NH */
+    int32_t ssm_n_group;     /* NG: B/C groups (ssm.group_count) */
+    int32_t ssm_d_conv;      /* K: causal conv kernel (ssm.conv_kernel) */
+    int64_t kv_bytes_per_token;  /* K+V bytes per position over the full-attention layers */
+    int64_t swa_bytes_per_token; /* K+V bytes per window cell over the sliding-window layers */
+    int64_t rec_state_bytes;     /* recurrent + conv state bytes per sequence over the recurrent layers */
 } eng_model_info;
 
-/* Loads a GGUF model (llama and kvreplay's own architectures). Tensors are
- * converted to the compute precision at load. Returns ENG_OK, ENG_ERR_IO,
+/* Loads a GGUF model: general.architecture "llama", "mamba2" and
+ * "granitehybrid" (llama.cpp's) or "kvreplay-swa" (docs/engine.md, the
+ * subset of each). Tensors are converted to the compute precision at load.
+ * Returns ENG_OK, ENG_ERR_IO,
  * ENG_ERR_FORMAT (missing/misshaped tensor: message names it),
  * ENG_ERR_UNSUPPORTED, ENG_ERR_ARG or ENG_ERR_NOMEM. */
 int  eng_model_load(const char *path, const eng_numerics *num, eng_model **out, char *err, size_t errlen);
@@ -126,8 +138,17 @@ double                eng_model_prefill_flops(const eng_model *m, int32_t n_past
 
 typedef struct eng_seq eng_seq;
 
-/* A fresh, empty sequence with room for n_ctx positions. NULL on OOM or n_ctx < 1. */
+/* A fresh, empty sequence with room for n_ctx positions. NULL on OOM or n_ctx < 1.
+ * Each sliding-window layer keeps a ring of min(n_ctx, n_swa + ENG_SWA_SLACK_DEFAULT)
+ * K/V cells, so truncation can go back ENG_SWA_SLACK_DEFAULT tokens (llama.cpp
+ * keeps n_swa + n_ubatch). */
 eng_seq       *eng_seq_new(const eng_model *m, int32_t n_ctx);
+/* Added by the engine: the same with an explicit ring slack >= 0 (cells kept
+ * beyond the window). NULL on OOM, n_ctx < 1 or swa_slack < 0. */
+#define ENG_SWA_SLACK_DEFAULT 64
+eng_seq       *eng_seq_new_ext(const eng_model *m, int32_t n_ctx, int32_t swa_slack);
+/* Added by the engine: cells of each sliding-window layer's ring (0 when the model has none). */
+int32_t        eng_seq_swa_cells(const eng_seq *s);
 void           eng_seq_free(eng_seq *s);  /* accepts NULL */
 void           eng_seq_reset(eng_seq *s); /* back to empty: all memory cleared */
 const eng_model *eng_seq_model(const eng_seq *s);
@@ -139,7 +160,7 @@ const int32_t *eng_seq_tokens(const eng_seq *s);  /* n_tokens ids */
  * true for n == n_tokens; for full attention always; for sliding-window
  * layers only while the window's cells for positions [n - n_swa, n) still
  * exist; for recurrent layers only n == n_tokens (n == 0 is a reset, which
- * eng_seq_truncate also allows). */
+ * eng_seq_truncate also allows: true for every kind). */
 bool eng_seq_can_truncate(const eng_seq *s, int32_t n);
 /* Truncates to n tokens. ENG_ERR_UNSUPPORTED when !can_truncate(n) (and n != 0),
  * ENG_ERR_RANGE when n > n_tokens. */
@@ -149,6 +170,9 @@ int  eng_seq_copy(eng_seq *dst, const eng_seq *src);
 
 /* Serialisation of the whole state (tokens, every layer's memory) to bytes:
  * header with magic, version, model fingerprint and n_tokens, then payload.
+ * A sliding-window layer contributes its window (the cells of [n - n_swa, n)),
+ * a recurrent layer its recurrent and conv state; so a deserialised
+ * sequence can truncate sliding-window memory only to its own length.
  * eng_seq_deserialize refuses a blob from another model or numerics with
  * ENG_ERR_MISMATCH and a malformed one with ENG_ERR_FORMAT. */
 size_t eng_seq_serialized_size(const eng_seq *s);
@@ -158,8 +182,11 @@ int    eng_seq_deserialize(eng_seq *s, const void *buf, size_t n);
 /* Added by the engine: a byte-exact comparison of two sequences' state, for
  * tests and checkers. Compares, over the common prefix of positions
  * [0, min(n_a, n_b)), the token ids, then each layer's memory in layer
- * order (for attention: the K rows, then the V rows, by position), then the
- * token counts. `out` describes the first difference found in that order. */
+ * order (for attention: the K rows, then the V rows, by position; for
+ * sliding-window attention the same over the positions whose cells both
+ * sequences still hold; for recurrent layers, when n_a == n_b, the recurrent
+ * state then the conv state as one STATE array), then the token counts.
+ * `out` describes the first difference found in that order. */
 typedef enum eng_seq_part {
     ENG_SEQ_PART_NONE     = 0,  /* equal */
     ENG_SEQ_PART_TOKENS   = 1,  /* token id at pos */
@@ -186,6 +213,9 @@ int eng_seq_compare(const eng_seq *a, const eng_seq *b, eng_seq_diff *out);
 // grid position. Restoring one = copying it back + truncating full-attention
 // KV to its n_tokens. For a pure full-attention model a checkpoint holds
 // nothing but n_tokens (size 0 payload): truncation alone restores it.
+// Payload bytes (eng_ckpt_size), summed over layers: full attention 0;
+// sliding window 2 * min(n, n_swa) * G*E * 4 (K then V rows of the window);
+// recurrent 4 * (NH*N*P + (K-1)*(I + 2*NG*N)) (recurrent state, conv state).
 
 typedef struct eng_ckpt eng_ckpt;
 

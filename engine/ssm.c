@@ -152,7 +152,7 @@ static int64_t head_scratch(const eng_ssm_hparams *hp) {
     return Q * Q + Q * hp->d_state + 2 * Q + 2 * (int64_t)hp->head_dim;
 }
 
-static int ws_reserve(eng_ssm_ws *ws, const eng_ssm_hparams *hp, int32_t T) {
+int eng_ssm_ws_reserve(eng_ssm_ws *ws, const eng_ssm_hparams *hp, int32_t T) {
     const int64_t blk = (int64_t)hp->n_head * head_scratch(hp);
     if (T <= ws->cap_T && ws->cap_dp == hp->d_in_proj && ws->cap_cd == hp->conv_dim && ws->cap_i == hp->d_inner &&
         ws->cap_blk == blk)
@@ -379,7 +379,7 @@ static void scan_ssd(const eng_kctx *ctx, scan_args *a) {
 int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w, eng_ssm_state *st,
                     int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws) {
     ENG_ASSERT(T >= 1);
-    int rc = ws_reserve(ws, hp, T);
+    int rc = eng_ssm_ws_reserve(ws, hp, T);
     if (rc != ENG_OK) return rc;
     const int32_t NI = hp->d_inner, CD = hp->conv_dim, K = hp->d_conv, DP = hp->d_in_proj;
 

@@ -134,6 +134,9 @@ typedef struct eng_ssm_ws {
 } eng_ssm_ws;
 
 void eng_ssm_ws_free(eng_ssm_ws *ws);  /* accepts a zeroed struct */
+/* Grows ws for chunks of up to T tokens, so that eng_ssm_forward cannot
+ * fail. ENG_OK or ENG_ERR_NOMEM. */
+int  eng_ssm_ws_reserve(eng_ssm_ws *ws, const eng_ssm_hparams *hp, int32_t T);
 
 /* The mixer of one chunk: T >= 1 tokens whose normed inputs are xn [T, D]
  * (row stride ldx), from state st (updated in place to the state after the

@@ -96,6 +96,7 @@ size_t eng_swa_window_bytes(const eng_swa_mem *m, int32_t W, int32_t n) {
 
 void eng_swa_save_window(const eng_swa_mem *m, int32_t W, int32_t n, void *dst) {
     const int32_t w = eng_swa_window_cells(W, n);
+    if (w == 0) return;
     const size_t row = sizeof(float) * (size_t)m->n_embd_kv;
     char *k = dst, *v = (char *)dst + (size_t)w * row;
     for (int32_t i = 0; i < w; i++) {
@@ -107,8 +108,10 @@ void eng_swa_save_window(const eng_swa_mem *m, int32_t W, int32_t n, void *dst) 
 void eng_swa_load_window(eng_swa_mem *m, int32_t W, int32_t n, const void *src) {
     const int32_t w = eng_swa_window_cells(W, n);
     ENG_ASSERT(w <= m->n_cells);
-    const float *k = src, *v = (const float *)src + (int64_t)w * m->n_embd_kv;
-    ring_write(m, n - w, w, k, v, m->n_embd_kv);
+    if (w > 0) {
+        const float *k = src, *v = (const float *)src + (int64_t)w * m->n_embd_kv;
+        ring_write(m, n - w, w, k, v, m->n_embd_kv);
+    }
     m->lo = n - w;
 }
 
@@ -136,6 +139,10 @@ double eng_swa_keys(int32_t W, int64_t p0, int64_t p1) {
 // ----------------------------------------------------------------------------
 // Scratch
 
+/* Caps the scores buffer (floats); KV heads are batched to fit. Batching
+ * changes no result: every head is computed on its own. */
+#define SWA_BATCH_FLOATS ((int64_t)4 << 20)
+
 void eng_swa_ws_free(eng_swa_ws *ws) {
     if (!ws) return;
     free(ws->kg); free(ws->vg); free(ws->qg); free(ws->og); free(ws->scores);
@@ -153,12 +160,23 @@ static int grow(float **buf, int64_t *cap, int64_t n) {
     return ENG_OK;
 }
 
+int eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G, int32_t E) {
+    const int32_t kpos0 = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0, P = pos0 + T - kpos0, R = (H / G) * T;
+    const int64_t one = (int64_t)R * P;
+    int64_t nb = SWA_BATCH_FLOATS / one;
+    if (nb < 1) nb = 1;
+    if (nb > G) nb = G;
+    const int64_t GE = (int64_t)G * E;
+    const int64_t HTE = (int64_t)H * T * E;
+    if (grow(&ws->kg, &ws->cap_k, P * GE) != ENG_OK || grow(&ws->vg, &ws->cap_v, P * GE) != ENG_OK ||
+        grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
+        grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
+        return ENG_ERR_NOMEM;
+    return ENG_OK;
+}
+
 // ----------------------------------------------------------------------------
 // Banded attention
-
-/* Caps the scores buffer (floats); KV heads are batched to fit. Batching
- * changes no result: every head is computed on its own. */
-#define SWA_BATCH_FLOATS ((int64_t)4 << 20)
 
 typedef struct band_args {
     bool         bf16;
@@ -264,7 +282,8 @@ int eng_swa_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, i
     int64_t nb = SWA_BATCH_FLOATS / one;
     if (nb < 1) nb = 1;
     if (nb > G) nb = G;
-    if (grow(&ws->qg, &ws->cap_q, (int64_t)H * T * E) != ENG_OK || grow(&ws->og, &ws->cap_o, (int64_t)H * T * E) != ENG_OK ||
+    const int64_t HTE = (int64_t)H * T * E;
+    if (grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
         grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
         return ENG_ERR_NOMEM;
     for (int32_t h = 0; h < H; h++)

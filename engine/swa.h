@@ -49,8 +49,7 @@
 
 #include "kernels.h"
 
-/* Default slack of the ring beyond the window (cells): the default chunk. */
-#define ENG_SWA_SLACK_DEFAULT 64
+/* ENG_SWA_SLACK_DEFAULT (model.h): the default slack of the ring, the default chunk. */
 
 typedef struct eng_swa_mem {
     int32_t n_embd_kv;  /* GE floats per cell */
@@ -105,6 +104,9 @@ typedef struct eng_swa_ws {
 } eng_swa_ws;
 
 void eng_swa_ws_free(eng_swa_ws *ws);  /* accepts a zeroed struct */
+/* Grows ws for a chunk of T tokens at pos0 (window W, H, G, E), so that
+ * eng_swa_attend for it cannot fail. ENG_OK or ENG_ERR_NOMEM. */
+int  eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G, int32_t E);
 
 /* Banded attention of a chunk of T tokens at positions [pos0, pos0 + T):
  * Q [T, H*E] (row stride ldq), K and V [P', G*E] (row stride ldkv) holding

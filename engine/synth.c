@@ -480,7 +480,8 @@ static int hybrid_meta(synth_ctx *c) {
     int32_t *hkv = malloc(sizeof(int32_t) * (size_t)p->n_layer);
     if (!hkv) return nomem(c, "metadata");
     for (int32_t il = 0; il < p->n_layer; il++) hkv[il] = layer_is_attn(p, il) ? p->n_head_kv : 0;
-    rc = eng_gguf_writer_set_arr(c->w, key(c, "attention.head_count_kv"), ENG_GGUF_TYPE_INT32, (uint64_t)p->n_layer, hkv);
+    rc = eng_gguf_writer_set_arr(c->w, key(c, "attention.head_count_kv"), ENG_GGUF_TYPE_INT32, (uint64_t)p->n_layer,
+                                 hkv);
     free(hkv);
     if (!rc) rc = eng_gguf_writer_set_bool(c->w, key(c, "rope.scaling.finetuned"), true);
     if (rc) return nomem(c, "metadata");

@@ -12,8 +12,8 @@
  *            of the engine's cost model (eng_model_prefill_flops_params).
  *   ratio:   prefill GFLOP/s / peak GFLOP/s.
  * --sweep-chunks measures several C in one run; --compare-kernels measures
- * ref and blas side by side. --tokenizer and --disk-cache dispatch to the
- * other benchmarks of harness/bench.h.
+ * ref and blas side by side. --tokenizer, --disk-cache and --checkpoints
+ * dispatch to the other benchmarks of harness/bench.h.
  */
 #include "cli.h"
 
@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "usage: kvreplay bench -m MODEL.gguf [OPTIONS]\n"
             "       kvreplay bench --tokenizer ...    (tokenizer throughput; see --tokenizer --help)\n"
             "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
+            "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
             "\n"
             "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
             "\n"
@@ -194,6 +195,7 @@ int hx_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
         if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
+        if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     const char *model = NULL, *v;

@@ -1,7 +1,9 @@
 /*
  * harness/cmd_model_info.c: `kvreplay model info`: what a GGUF model is
- * (architecture, shape, parameters, layer kinds, vocabulary, SHA-256,
- * fingerprint under the chosen numerics) and how close its decisions are:
+ * (architecture, shape, parameters, layer kinds, sliding window, Mamba-2
+ * dims, memory sizes: full-attention KV bytes per token, window bytes,
+ * recurrent state bytes per sequence and the checkpoint size, vocabulary,
+ * SHA-256, fingerprint under the chosen numerics) and how close its decisions are:
  * the median gap between the top two logits of the last prompt token over
  * seeded random prompts (a small gap means greedy decoding is fragile, so
  * bit-level differences flip tokens more often).
@@ -26,8 +28,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kvreplay model info [OPTIONS] MODEL.gguf\n"
             "\n"
-            "Describes a model: shape, parameters, layer kinds, vocabulary, sha256, fingerprint,\n"
-            "and the median top-1/top-2 logit gap over seeded random prompts.\n"
+            "Describes a model: shape, parameters, layer kinds (attn, attn_swa, recurrent), the\n"
+            "sliding window and Mamba-2 dims, memory sizes (KV bytes per token, window and recurrent\n"
+            "state bytes per sequence, checkpoint bytes), vocabulary, sha256, fingerprint, and the\n"
+            "median top-1/top-2 logit gap over seeded random prompts.\n"
             "\n"
             "  --json                one JSON object on stdout\n"
             "  --kernel blas|ref     numerics for the fingerprint and the gap (default blas)\n"
@@ -138,6 +142,8 @@ int hx_cmd_model_info(int argc, char **argv) {
     const double gap = median_top2_gap(m, (uint64_t)seed, (int32_t)n_prompts, (int32_t)len);
     char fp[17];
     snprintf(fp, sizeof fp, "%016" PRIx64, eng_model_fingerprint(m));
+    /* a checkpoint at n >= n_swa: the full window and every recurrent state */
+    const int64_t ckpt_bytes = in->swa_bytes_per_token * in->n_swa + in->rec_state_bytes;
 
     if (json) {
         json_t *o = json_object();
@@ -163,6 +169,23 @@ int hx_cmd_model_info(int argc, char **argv) {
         json_object_set_new(o, "n_layer_attn", json_integer(in->n_layer_attn));
         json_object_set_new(o, "n_layer_swa", json_integer(in->n_layer_swa));
         json_object_set_new(o, "n_layer_rec", json_integer(in->n_layer_rec));
+        if (in->n_layer_rec > 0) {
+            json_t *ssm = json_object();
+            json_object_set_new(ssm, "d_inner", json_integer(in->ssm_d_inner));
+            json_object_set_new(ssm, "d_state", json_integer(in->ssm_d_state));
+            json_object_set_new(ssm, "n_head", json_integer(in->ssm_n_head));
+            json_object_set_new(ssm, "head_dim", json_integer(in->ssm_head_dim));
+            json_object_set_new(ssm, "n_group", json_integer(in->ssm_n_group));
+            json_object_set_new(ssm, "d_conv", json_integer(in->ssm_d_conv));
+            json_object_set_new(o, "ssm", ssm);
+        } else {
+            json_object_set_new(o, "ssm", json_null());
+        }
+        json_object_set_new(o, "kv_bytes_per_token", json_integer(in->kv_bytes_per_token));
+        json_object_set_new(o, "swa_bytes_per_token", json_integer(in->swa_bytes_per_token));
+        json_object_set_new(o, "swa_window_bytes", json_integer(in->swa_bytes_per_token * in->n_swa));
+        json_object_set_new(o, "rec_state_bytes", json_integer(in->rec_state_bytes));
+        json_object_set_new(o, "checkpoint_bytes", json_integer(ckpt_bytes));
         json_object_set_new(o, "n_params", json_integer(in->n_params));
         json_object_set_new(o, "sha256", json_string(in->sha256));
         json_object_set_new(o, "fingerprint", json_string(fp));
@@ -203,6 +226,14 @@ int hx_cmd_model_info(int argc, char **argv) {
                in->n_swa, in->n_layer_rec);
         for (int32_t il = 0; il < in->n_layer; il++) printf(" %s", kind_name(eng_model_layer_kind(m, il)));
         printf("\n");
+        if (in->n_layer_rec > 0)
+            printf("ssm          Mamba-2: inner %d, state %d, heads %d x %d, groups %d, conv %d\n", in->ssm_d_inner,
+                   in->ssm_d_state, in->ssm_n_head, in->ssm_head_dim, in->ssm_n_group, in->ssm_d_conv);
+        printf("memory       KV %lld bytes/token (full attention); window %lld bytes/token x %d (sliding: %lld "
+               "bytes/sequence); recurrent state %lld bytes/sequence; checkpoint %lld bytes\n",
+               (long long)in->kv_bytes_per_token, (long long)in->swa_bytes_per_token, in->n_swa,
+               (long long)(in->swa_bytes_per_token * in->n_swa), (long long)in->rec_state_bytes,
+               (long long)ckpt_bytes);
         if (tok)
             printf("vocabulary   %s, %d tokens, bos %d, eos %d%s\n",
                    eng_tokenizer_type(tok) == ENG_VOCAB_BPE ? "gpt2" : "llama", eng_tokenizer_n_vocab(tok),

@@ -351,7 +351,7 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     else {
         int rc = run_cold(x->cold_seq, p, &o->pp, R, &x->scratch, &x->sum->engine_s);
         if (rc != ENG_OK) { eng_errf(err, errlen, "cold prefill: %s", eng_status_str(rc)); return rc; }
-        x->scratch.flops = eng_model_prefill_flops(x->m, 0, p->n);
+        x->scratch.flops = eng_model_prefill_flops_params(x->m, 0, p->n, &o->pp);
         const hx_cold_result *c = hx_coldcache_put(x->cold, x->m, &o->pp, p->tokens, p->n, &x->scratch);
         cold = c ? c : &x->scratch;
     }
@@ -405,7 +405,7 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.decode_equal = all_equal;
     row.n_decode = o->decode_n;
     row.flops_cold = cold->flops;
-    row.flops_reuse = eng_model_prefill_flops(x->m, acq.n_reused, p->n - acq.n_reused);
+    row.flops_reuse = eng_model_prefill_flops_params(x->m, acq.n_reused, p->n - acq.n_reused, &o->pp);
     row.bytes_restored = acq.bytes_restored;
     row.slot = acq.slot;
     if (acq.slot >= 0) { row.sim = acq.sim; row.f_keep = acq.f_keep; }

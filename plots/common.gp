@@ -68,7 +68,7 @@ toklabel(x) = (x >= 1024 && int(x) % 1024 == 0) ? sprintf('%dk', int(x) / 1024) 
 # canvas, a legend row below it, and the plot area(s) below that. These
 # margins are the single-panel defaults; multi-panel figures pass their own
 # to `set multiplot layout`.
-set lmargin at screen 0.11
+set lmargin at screen 0.115
 set rmargin at screen 0.97
 set bmargin at screen 0.14
 set tmargin at screen 0.80
@@ -88,11 +88,11 @@ legend_setup = "set lmargin at screen 0.02; set rmargin at screen 0.98; " . \
 # Panels side by side: `eval panel(i, n)` sets the left/right margins of
 # panel i of n between panel_l and panel_r with panel_gap between panels
 # (set those three first when the defaults do not fit the tick labels).
-panel_l = 0.10
+panel_l = 0.115
 panel_r = 0.98
 panel_gap = 0.10
 panel_w(n) = (panel_r - panel_l - (n - 1) * panel_gap) / n
 panel(i, n) = sprintf("set lmargin at screen %g; set rmargin at screen %g", \
     panel_l + (i - 1) * (panel_w(n) + panel_gap), panel_l + (i - 1) * (panel_w(n) + panel_gap) + panel_w(n))
 # Font for value labels inside a plot (a little smaller than the text).
-smallfont = (fmt eq 'pdf') ? ',9' : ',14'
+smallfont = (fmt eq 'pdf') ? 'DejaVu Sans,9' : 'DejaVu Sans,14'

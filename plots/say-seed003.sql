@@ -8,7 +8,8 @@ g AS (SELECT CASE WHEN variant LIKE '%nocap%' THEN 'chunk-nocap' ELSE 'align ' |
              100.0 * avg(logits_equal = 1 AND decode_equal = 1) AS ident,
              100.0 * sum(fork_step IS NOT NULL) / nullif(sum(n_decode > 0), 0) AS forked
       FROM req WHERE coalesce(variant, '') NOT LIKE 'sweep/%' GROUP BY grp),
-gs AS (SELECT vo, printf('%s (%d runs, %d requests): %.1f%% bit-identical, %s', grp, runs, n, ident,
+gs AS (SELECT vo, printf('%s (%d run%s, %d requests): %.1f%% bit-identical, %s', grp, runs,
+                         CASE WHEN runs = 1 THEN '' ELSE 's' END, n, ident,
                          CASE WHEN forked IS NULL THEN 'no decode steps compared'
                               ELSE printf('%.1f%% of generations forked', forked) END) AS t
        FROM g),

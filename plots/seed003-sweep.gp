@@ -3,7 +3,7 @@
 # 3 TTFT p50 reused ms, 4 % not bit-identical, 5 requests.
 # Colour = align, dashed/open = cold, solid/filled = reused.
 set multiplot title 'seed003: chunk size C against TTFT and divergence'
-panel_l = 0.10
+panel_l = 0.115
 panel_gap = 0.11
 set logscale x 2
 set offsets graph 0.04, graph 0.04, 0, 0

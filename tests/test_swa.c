@@ -310,7 +310,8 @@ static void copy_into_a_smaller_ring_keeps_its_last_cells(void **state) {
     attend_range(&c, &big, W, x, 0, N, C, a, &ws);
     eng_swa_copy(&small, &big, N);
     assert_int_equal(eng_swa_valid_lo(&small, N), N - 30);
-    for (int32_t p = N - 30; p < N; p++) assert_memory_equal(eng_swa_k(&small, p), eng_swa_k(&big, p), sizeof(float) * GE);
+    for (int32_t p = N - 30; p < N; p++)
+        assert_memory_equal(eng_swa_k(&small, p), eng_swa_k(&big, p), sizeof(float) * GE);
     attend_range(&c, &big, W, x, N, N + 40, C, a, &ws);
     attend_range(&c, &small, W, x, N, N + 40, C, b, &ws);
     assert_memory_equal(a, b, sizeof(float) * 40 * HE);
