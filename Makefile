@@ -15,7 +15,7 @@ SAN     ?=
 PKGS    := openblas gsl sqlite3 jansson libxxhash
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -ffp-contract=off -fno-fast-math -fopenmp -g $(OPT) $(SAN) \
-           -Iengine -Iharness -Iharness/policies -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+           -Iengine -Iharness -Iharness/policies -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
 TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 

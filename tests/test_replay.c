@@ -28,6 +28,7 @@
 #include "coldcache.h"
 #include "model.h"
 #include "replay.h"
+#include "sqlq.h"
 #include "status.h"
 #include "synth.h"
 #include "synth_transcript.h"
@@ -130,27 +131,6 @@ static hx_replay_opts opts(const char *tr, const char *db) {
     o.db_path = db;
     o.decode_n = 6;
     return o;
-}
-
-/* The single integer a query returns. */
-static int64_t q_int(const char *db, const char *sql) {
-    sqlite3 *h = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_stmt *st = NULL;
-    const char *tail = sql;
-    for (;;) {  /* leading statements (e.g. ATTACH) run first; the last one gives the value */
-        if (sqlite3_prepare_v2(h, tail, -1, &st, &tail) != SQLITE_OK) fail_msg("%s: %s", sql, sqlite3_errmsg(h));
-        while (*tail == ' ' || *tail == ';') tail++;
-        if (!*tail) break;
-        sqlite3_step(st);
-        sqlite3_finalize(st);
-    }
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) fail_msg("%s: %s: no row (%d: %s)", db, sql, rc, sqlite3_errmsg(h));
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
 }
 
 /* Runs a shell command, captures stdout into out, returns the exit code. */

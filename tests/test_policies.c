@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "replay.h"
+#include "sqlq.h"
 #include "status.h"
 #include "synth_transcript.h"
 #include "transcript.h"
@@ -84,24 +85,12 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    if (g_dir[0]) {
+    if (g_dir[0] && !getenv("KVR_KEEP")) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
         return system(cmd) == 0 ? 0 : -1;
     }
     return 0;
-}
-
-static int64_t q_int(const char *db, const char *sql) {
-    sqlite3 *h = NULL;
-    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) != SQLITE_OK) fail_msg("%s: %s", sql, sqlite3_errmsg(h));
-    if (sqlite3_step(st) != SQLITE_ROW) fail_msg("%s: no row", sql);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(h);
-    return v;
 }
 
 /* One replay into db (a new run); returns its run_id. */
@@ -191,20 +180,26 @@ static void without_the_quirk_checkpoints_give_reuse_at_any_length(void **state)
 
 // ----------------------------------------------------------------------------
 // offgrid-checkpoint: the comparator catches it
+//
+// The hybrid model, not the recurrent one: the tiny recurrent preset's
+// decay forgets the shifted SSD blocks' rounding within two chunks, so its
+// state differs (tests/test_hybrid.c catches that with eng_seq_compare) while
+// the last prompt logits can still match. The hybrid's attention layers keep
+// the difference in the logits.
 
 static void offgrid_checkpoints_shift_the_suffix_chunks_and_the_comparator_catches_it(void **state) {
     (void)state;
     need();
     char db[160];
     snprintf(db, sizeof db, "%s/offgrid.sqlite", g_dir);
-    replay(g_rec, g_agent, db, "offgrid-checkpoint", 0, 0);
+    replay(g_hyb, g_agent, db, "offgrid-checkpoint", 0, 0);
     /* the restores happen off the grid ... */
     assert_true(q_int(db, "select count(*) from requests where turn > 0 and n_reused % 64 != 0") > 0);
     /* ... and the comparator reports the difference (memcmp), with its first index */
     assert_true(q_int(db, "select count(*) from requests where turn > 0 and logits_equal = 0 and "
                           "first_diff_index >= 0") > 0);
     /* the same transcript on the grid is bit-identical */
-    replay(g_rec, g_agent, db, NULL, 0, 0);
+    replay(g_hyb, g_agent, db, NULL, 0, 0);
     assert_int_equal(q_int(db, "select count(*) from requests where run_id = 2 and logits_equal = 0"), 0);
 }
 
