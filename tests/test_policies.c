@@ -76,7 +76,7 @@ static int setup(void **state) {
     hx_synth_params_init(&p, HX_SYNTH_STATIC);
     p.seed = 4;
     p.turns = 3;
-    p.base_bytes = 3000;
+    p.base_bytes = 5000;  /* ~2530 tokens: the reuse point lies below the last grid point */
     snprintf(g_static, sizeof g_static, "%s/static.jsonl", g_dir);
     if (write_transcript(&p, g_static) != 0) return -1;
     g_ready = 1;
@@ -167,6 +167,26 @@ static void swa_threshold_quirk_still_reuses_through_the_prompt_cache_while_snap
     assert_int_equal(q_int(db, "select count(*) from requests where logits_equal = 0"), 0);
 }
 
+/* The scale dependence of seeds/004 in miniature: a budget that holds the
+ * snapshot the request needs, but not the prompt's full state, caches
+ * nothing, so the quirk loses reuse once the context outgrows --cache-ram;
+ * without the quirk the context checkpoints still give it. */
+static void swa_threshold_quirk_fails_once_the_prompt_state_outgrows_the_cache_budget(void **state) {
+    (void)state;
+    need();
+    char db[160], sql[256];
+    snprintf(db, sizeof db, "%s/s004scale.sqlite", g_dir);
+    replay(g_hyb, g_static, db, "swa-threshold", (int64_t)256 << 20, 256);
+    int64_t need_bytes = q_int(db, "select max(bytes_restored) from requests where run_id = 1");
+    assert_true(need_bytes > 0);  /* the 2304-token snapshot; the prompt's state at 2496 is larger */
+    replay(g_hyb, g_static, db, "swa-threshold", need_bytes + 1, 256);
+    assert_int_equal(q_int(db, "select sum(n_reused) from requests where run_id = 2"), 0);
+    replay(g_hyb, g_static, db, NULL, need_bytes + 1, 256);
+    snprintf(sql, sizeof sql, "select count(*) from requests where run_id = 3 and turn > 0 and n_reused > 0");
+    assert_int_equal(q_int(db, sql), 2);
+    assert_int_equal(q_int(db, "select count(*) from requests where logits_equal = 0 or decode_equal = 0"), 0);
+}
+
 static void without_the_quirk_checkpoints_give_reuse_at_any_length(void **state) {
     (void)state;
     need();
@@ -209,6 +229,7 @@ int main(void) {
         cmocka_unit_test(checkpoints_restore_reuse_of_recurrent_and_hybrid_models_bit_exactly),
         cmocka_unit_test(swa_threshold_quirk_loses_reuse_and_erases_checkpoints_without_the_prompt_cache),
         cmocka_unit_test(swa_threshold_quirk_still_reuses_through_the_prompt_cache_while_snapshots_fit),
+        cmocka_unit_test(swa_threshold_quirk_fails_once_the_prompt_state_outgrows_the_cache_budget),
         cmocka_unit_test(without_the_quirk_checkpoints_give_reuse_at_any_length),
         cmocka_unit_test(offgrid_checkpoints_shift_the_suffix_chunks_and_the_comparator_catches_it),
     };

@@ -15,7 +15,9 @@
  *   1. the live memory can be truncated to r (full attention, or sliding
  *      window cells still present): truncate;
  *   2. otherwise the host prompt cache: the longest snapshot of at most r
- *      tokens whose tokens match the prompt (the "similarity fallback");
+ *      tokens whose tokens match the prompt (the "similarity fallback"),
+ *      unless a context checkpoint reaches as far. A prompt whose full state
+ *      (at its last grid point) exceeds cache_ram is not cached at all;
  *   3. otherwise the context checkpoints: the newest one whose n_tokens does
  *      not exceed r (seed 002's proposed fix), restored plus truncation of
  *      the full-attention KV; checkpoints past the reuse point are erased;
@@ -49,6 +51,7 @@ typedef struct snapshot {      /* host prompt-cache entry */
     void    *blob;             /* eng_seq_serialize at n_tokens */
     size_t   size;
     uint64_t last_used;
+    uint64_t request;          /* the request during which it was stored */
 } snapshot;
 
 typedef struct slot {
@@ -67,6 +70,7 @@ typedef struct slot_state {
     int32_t   n_snaps;
     int64_t   snap_bytes;
     uint64_t  clock;
+    uint64_t  request;         /* counts acquires */
     slot     *active;          /* the slot being filled, between acquire and release */
     int32_t   prompt_end;      /* n_prompt of the active request (offgrid-checkpoint quirk) */
     double    store_ms;        /* time spent storing during the active request */
@@ -167,10 +171,25 @@ static void snap_store(slot_state *st, const eng_seq *s) {
     if (eng_seq_serialize(s, sn.blob, size, &written) != ENG_OK) { snap_free(&sn); return; }
     sn.size = written;
     sn.last_used = ++st->clock;
+    sn.request = st->request;
     st->snaps[st->n_snaps++] = sn;
     st->snap_bytes += (int64_t)written;
     st->n_stored++;
     st->bytes_stored += (int64_t)written;
+}
+
+/* A prompt whose full state exceeds cache_ram is not cached at all, as
+ * llama.cpp's prompt cache skips a prompt larger than its limit: the
+ * snapshots stored while prefilling it are dropped again. */
+static void snap_drop_request(slot_state *st, uint64_t request) {
+    for (int32_t i = 0; i < st->n_snaps;) {
+        if (st->snaps[i].request != request) { i++; continue; }
+        st->snap_bytes -= (int64_t)st->snaps[i].size;
+        st->n_stored--;
+        st->bytes_stored -= (int64_t)st->snaps[i].size;
+        snap_free(&st->snaps[i]);
+        st->snaps[i] = st->snaps[--st->n_snaps];
+    }
 }
 
 /* The longest snapshot of at most r tokens that is a prefix of the prompt. */
@@ -186,6 +205,13 @@ static snapshot *snap_find(slot_state *st, const int32_t *tokens, int32_t n, int
 
 // ----------------------------------------------------------------------------
 // Acquire: pick a slot, restore the reusable prefix
+
+/* The newest context checkpoint whose n_tokens does not exceed r. */
+static eng_ckpt *newest_ckpt_upto(const slot *sl, int32_t r) {
+    for (int32_t i = sl->n_ckpts - 1; i >= 0; i--)
+        if (eng_ckpt_n_tokens(sl->ckpts[i]) <= r) return sl->ckpts[i];
+    return NULL;
+}
 
 static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, double *sim_out) {
     slot *best = NULL;
@@ -211,6 +237,7 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
     double sim = 0.0;
     slot *sl = select_slot(st, tokens, n, &sim);
     st->active = sl;
+    st->request++;
     st->prompt_end = n;
     st->store_ms = 0.0;
     st->n_stored = 0;
@@ -245,34 +272,35 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
                  "forcing full prompt re-processing");
         goto reset;
     }
-    if (r > 0) {                                         /* 2. host prompt cache */
-        snapshot *sn = snap_find(st, tokens, n, r);
-        if (sn && eng_seq_deserialize(s, sn->blob, sn->size) == ENG_OK) {
-            sn->last_used = ++st->clock;
-            slot_clear_ckpts(sl, sn->n_tokens);
-            out->n_reused = sn->n_tokens;
-            out->bytes_restored = (int64_t)sn->size;
-            snprintf(out->note, sizeof out->note, "prompt cache: restored %d tokens (%zu bytes)",
-                     sn->n_tokens, sn->size);
-            return ENG_OK;
-        }
+    /* 2. host prompt cache, unless a context checkpoint reaches as far
+     * (restoring a checkpoint moves less: the attention KV is truncated) */
+    snapshot *sn = r > 0 ? snap_find(st, tokens, n, r) : NULL;
+    if (sn && !(st->cfg.quirks & HX_QUIRK_SWA_THRESHOLD)) {
+        const eng_ckpt *c = newest_ckpt_upto(sl, r);
+        if (c && eng_ckpt_n_tokens(c) >= sn->n_tokens) sn = NULL;
+    }
+    if (sn && eng_seq_deserialize(s, sn->blob, sn->size) == ENG_OK) {
+        sn->last_used = ++st->clock;
+        slot_clear_ckpts(sl, sn->n_tokens);
+        out->n_reused = sn->n_tokens;
+        out->bytes_restored = (int64_t)sn->size;
+        snprintf(out->note, sizeof out->note, "prompt cache: restored %d tokens (%zu bytes)", sn->n_tokens,
+                 sn->size);
+        return ENG_OK;
     }
     if (r > 0 && (st->cfg.quirks & HX_QUIRK_SWA_THRESHOLD)) {  /* 3 with the quirk */
         const eng_model_info *mi = eng_model_get_info(st->cfg.model);
         int32_t n_swa = mi->n_swa > 1 ? mi->n_swa : 1;
         int32_t pos_min = nc - 1;  /* recurrent memory reports the whole sequence */
         int32_t thold = r - n_swa > 0 ? r - n_swa : 0;
-        (void)pos_min;
         snprintf(out->note, sizeof out->note, "n_past = %d, pos_min = %d, n_swa = %d: no checkpoint "
                  "with pos_min < %d; erased %d checkpoints; forcing full prompt re-processing",
-                 r, nc - 1, n_swa, thold, sl->n_ckpts);
+                 r, pos_min, n_swa, thold, sl->n_ckpts);
         goto reset;
     }
     if (r > 0) {                                         /* 3. context checkpoints */
-        for (int32_t i = sl->n_ckpts - 1; i >= 0; i--) {
-            eng_ckpt *c = sl->ckpts[i];
-            if (eng_ckpt_n_tokens(c) > r) continue;
-            if (eng_seq_restore(s, c) != ENG_OK) continue;
+        eng_ckpt *c = newest_ckpt_upto(sl, r);
+        if (c && eng_seq_restore(s, c) == ENG_OK) {
             int32_t got = eng_ckpt_n_tokens(c);
             slot_clear_ckpts(sl, got);
             out->n_reused = got;
@@ -321,6 +349,8 @@ static void slot_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     bool at_last_grid = offgrid ? n_tokens == end : n_tokens == (end / C) * C;
     bool periodic = st->cfg.checkpoint_every > 0 && n_tokens % st->cfg.checkpoint_every == 0 && n_tokens % C == 0;
     if (at_last_grid || periodic) push_ckpt(st, sl, s);
+    if (at_last_grid && st->cfg.cache_ram > 0 && (int64_t)eng_seq_serialized_size(s) > st->cfg.cache_ram)
+        snap_drop_request(st, st->request);
 }
 
 static int slot_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
