@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "bench.h"
 #include "model.h"
 #include "status.h"
@@ -54,23 +55,6 @@ static void usage(FILE *f) {
             "  --seed S                prompt token seed (default 0)\n"
             "  --json                  one JSON object on stdout\n"
             "  -h, --help              this help\n");
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static int parse_lengths(const char *s, int32_t *out) {
@@ -144,7 +128,7 @@ static double time_op(op_fn f, op_ctx *x) {
         for (int64_t i = 0; i < k; i++) f(x);
         t[b] = (eng_now_s() - t0) / (double)k;
     }
-    return median(t, BATCHES);
+    return hx_median(t, BATCHES);
 }
 
 // ----------------------------------------------------------------------------
@@ -200,8 +184,7 @@ int hx_bench_checkpoints(int argc, char **argv) {
     double *t = malloc(sizeof(double) * (size_t)reps);
     row *rows = calloc((size_t)n_len, sizeof *rows);
     if (!toks || !logits || !s || !t || !rows) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    uint64_t st = (uint64_t)seed;
-    for (int32_t i = 0; i < max_len; i++) toks[i] = (int32_t)(splitmix64(&st) % (uint64_t)in->n_vocab);
+    hx_random_tokens((uint64_t)seed, toks, max_len, in->n_vocab);
     eng_prefill_params pp = eng_prefill_params_default();
     pp.chunk = (int32_t)chunk;
 
@@ -225,7 +208,7 @@ int hx_bench_checkpoints(int argc, char **argv) {
                 fprintf(stderr, "\rbench: %d tokens, rep %d/%lld: %.2f s   ", L, k + 1, (long long)reps, t[k]);
         }
         if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
-        r->prefill_s = median(t, (int)reps);
+        r->prefill_s = hx_median(t, (int)reps);
         r->tok_s = L / r->prefill_s;
         r->gflops = eng_model_prefill_flops_params(m, 0, L, &pp) / r->prefill_s / 1e9;
 

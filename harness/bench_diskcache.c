@@ -21,6 +21,7 @@
  * storage), so the "after DONTNEED" row is a device read only when the
  * filesystem reported is a disk one.
  */
+#include "bench_util.h"
 #include "bench.h"
 #include "cli.h"
 #include "diskcache.h"
@@ -69,16 +70,6 @@ static const char *fs_name(long type) {
     case 0x858458F6UL: return "ramfs";
     default:           return NULL;
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int write_all(int fd, const void *data, size_t n) {
@@ -316,9 +307,9 @@ int hx_bench_disk_cache(int argc, char **argv) {
     }
     if (eng_stderr_is_tty()) fputc('\n', stderr);
 
-    double m_wp = median(wp, (int)reps), m_rp = median(rp, (int)reps), m_rpd = median(rpd, (int)reps);
-    double m_wc = median(wc, (int)reps), m_rc = median(rc_, (int)reps), m_rcd = median(rcd, (int)reps);
-    double m_xx = median(xx, (int)reps);
+    double m_wp = hx_median(wp, (int)reps), m_rp = hx_median(rp, (int)reps), m_rpd = hx_median(rpd, (int)reps);
+    double m_wc = hx_median(wc, (int)reps), m_rc = hx_median(rc_, (int)reps), m_rcd = hx_median(rcd, (int)reps);
+    double m_xx = hx_median(xx, (int)reps);
     const char *note = strcmp(fs, "tmpfs") == 0 || strcmp(fs, "ramfs") == 0
                            ? "tmpfs: every read and write is a memory copy; DONTNEED has no effect"
                            : "reads right after the write are page-cache reads; the DONTNEED rows "

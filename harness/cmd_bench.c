@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "bench.h"
 #include "model.h"
 #include "status.h"
@@ -59,23 +60,6 @@ static int exit_for(int rc) {
     return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 // ----------------------------------------------------------------------------
 // The sgemm peak, sampled between prefill repetitions so that both see the
 // same machine (a shared machine's load drifts)
@@ -98,11 +82,8 @@ static void peak_init(peak_ctx *p, int32_t n, int cap) {
     p->cap = cap;
     p->best = 0.0;
     if (!p->a || !p->b || !p->c || !p->samples) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    uint64_t st = 1;
-    for (int64_t i = 0; i < (int64_t)n * n; i++) {
-        p->a[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
-        p->b[i] = (float)(splitmix64(&st) >> 40) / 16777216.0f - 0.5f;
-    }
+    hx_random_floats(1, p->a, (int64_t)n * n);
+    hx_random_floats(2, p->b, (int64_t)n * n);
 }
 
 static void peak_free(peak_ctx *p) {
@@ -168,7 +149,7 @@ static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t 
     if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
     out->kernel = eng_model_get_numerics(m)->kernel;
     out->chunk = chunk;
-    out->seconds = median(t, reps);
+    out->seconds = hx_median(t, reps);
     out->tok_s = n / out->seconds;
     out->gflops = eng_model_prefill_flops_params(m, 0, n, &pp) / out->seconds / 1e9;
     free(t);
@@ -240,8 +221,7 @@ int hx_cmd_bench(int argc, char **argv) {
     const eng_model_info *in = eng_model_get_info(models[0]);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_tok);
     if (!toks) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    uint64_t st = (uint64_t)seed;
-    for (int64_t i = 0; i < n_tok; i++) toks[i] = (int32_t)(splitmix64(&st) % (uint64_t)in->n_vocab);
+    hx_random_tokens((uint64_t)seed, toks, n_tok, in->n_vocab);
 
     peak_ctx pk;
     peak_init(&pk, (int32_t)peak_n, n_chunks * n_kernels * (int)reps);
@@ -250,7 +230,7 @@ int hx_cmd_bench(int argc, char **argv) {
     for (int c = 0; c < n_chunks; c++)
         for (int k = 0; k < n_kernels; k++)
             measure(models[k], toks, (int32_t)n_tok, chunks[c], (int)reps, &pk, &runs[n_runs++]);
-    const double peak = median(pk.samples, pk.n_samples);
+    const double peak = hx_median(pk.samples, pk.n_samples);
     for (int r = 0; r < n_runs; r++) runs[r].ratio = runs[r].gflops / peak;
 
     if (json) {

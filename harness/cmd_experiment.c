@@ -132,7 +132,8 @@ static int file_exists(const char *p) {
 
 /* Resolves a model or transcript input to a file path, generating it when needed. */
 static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const char *id, char *path, size_t cap,
-                         char *err, size_t errlen) {
+                         int64_t *seed, char *err, size_t errlen) {
+    *seed = -1;
     json_t *e = json_object_get(inputs, id);
     if (!e) { eng_errf(err, errlen, "%s: %s: no %s named '%s'", x->spec_path, kind, kind, id); return ENG_ERR_FORMAT; }
     json_t *p = json_object_get(e, "path");
@@ -150,6 +151,8 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
     snprintf(field, sizeof field, "%s.%s.%s", kind, id, gen);
     int rc = expand_args(x, json_object_get(e, gen), field, argv, &argc, err, errlen);
     if (rc) { free_args(argv, argc); return rc; }
+    for (int i = 1; i + 1 < argc; i++)  /* the generator's seed, recorded in the run */
+        if (!strcmp(argv[i], "--seed")) *seed = strtoll(argv[i + 1], NULL, 10);
     /* cache key: the generator and its expanded arguments */
     XXH64_hash_t h = 0;
     for (int i = 0; i < argc; i++) h = XXH64(argv[i], strlen(argv[i]) + 1, h);
@@ -246,8 +249,11 @@ int hx_cmd_experiment(int argc, char **argv) {
                 else snprintf(x.sweep_val, sizeof x.sweep_val, "%g", json_number_value(v));
             }
             char model_path[1024], tr_path[1024];
-            if (resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, err, sizeof err) ||
-                resolve_input(&x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path, err, sizeof err)) {
+            int64_t model_seed, tr_seed;
+            if (resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, &model_seed,
+                              err, sizeof err) ||
+                resolve_input(&x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path, &tr_seed,
+                              err, sizeof err)) {
                 fprintf(stderr, "kvreplay: %s\n", err);
                 code = HX_EXIT_USAGE;
                 goto out;
@@ -276,6 +282,7 @@ int hx_cmd_experiment(int argc, char **argv) {
             o.resume = resume;
             o.quiet = !eng_stderr_is_tty();
             if (threads) o.num.n_threads = threads;
+            if (o.seed < 0) o.seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
             if (sname) { o.sweep_name = sname; o.sweep_value = strtod(x.sweep_val, NULL); }
             if (dry) {
                 printf("kvreplay replay -m %s -t %s --db %s", model_path, tr_path, db);

@@ -9,7 +9,7 @@
  * bit-level differences flip tokens more often).
  *
  * Prompts: n_prompts prompts of prompt_len token ids drawn uniformly from
- * [0, V) by splitmix64 seeded with --seed; each is prefilled cold in chunks
+ * [0, V) by GSL's MT19937 seeded with --seed + prompt index; each is prefilled cold in chunks
  * of 64 (BOS first when the vocabulary adds one).
  */
 #include "cli.h"
@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "model.h"
 #include "status.h"
 
@@ -45,18 +46,6 @@ static void usage(FILE *f) {
 
 static int exit_for(int rc) {
     return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* A float hyperparameter as JSON, at float precision (1e-05, not 9.99999975e-06). */
@@ -86,12 +75,12 @@ static double median_top2_gap(const eng_model *m, uint64_t seed, int32_t n_promp
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(len + 1));
     double *gaps = malloc(sizeof(double) * (size_t)n_prompts);
     if (!s || !logits || !ids || !gaps) hx_die(HX_EXIT_INTERNAL, "model info: out of memory");
-    uint64_t state = seed;
     eng_prefill_params pp = eng_prefill_params_default();
     for (int32_t p = 0; p < n_prompts; p++) {
         int32_t n = 0;
         if (bos >= 0) ids[n++] = bos;
-        for (int32_t i = 0; i < len; i++) ids[n++] = (int32_t)(splitmix64(&state) % (uint64_t)in->n_vocab);
+        hx_random_tokens((uint64_t)seed + (uint64_t)p, ids + n, len, in->n_vocab);
+        n += len;
         eng_seq_reset(s);
         int rc = eng_prefill(s, ids, n, &pp, logits);
         if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "model info: prefill failed: %s", eng_status_str(rc));
@@ -102,8 +91,7 @@ static double median_top2_gap(const eng_model *m, uint64_t seed, int32_t n_promp
         }
         gaps[p] = in->n_vocab > 1 ? (double)t1 - (double)t2 : 0.0;
     }
-    qsort(gaps, (size_t)n_prompts, sizeof *gaps, cmp_double);
-    double med = n_prompts % 2 ? gaps[n_prompts / 2] : 0.5 * (gaps[n_prompts / 2 - 1] + gaps[n_prompts / 2]);
+    double med = hx_median(gaps, n_prompts);
     free(gaps);
     free(ids);
     free(logits);

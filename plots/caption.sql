@@ -2,6 +2,7 @@
 -- lines of a figure's caption file (NAME-FIG.txt). Output: one line a row
 -- (sqlite3 -list -noheader).
 --   N runs ...                       how many runs the figure plots
+--   (fields that are '-' in every run, e.g. policy knobs not in use, are left out)
 --   Common to all runs:              every field with one value across them
 --     KEY: VALUE
 --   Per run:                         the fields that differ, run by run
@@ -28,8 +29,15 @@ WITH kv(run_id, ord, k, v) AS (
     UNION ALL SELECT run_id, 14, 'cpu', coalesce(cpu, '-') FROM fig_runs
     UNION ALL SELECT run_id, 15, 'blas', coalesce(blas, '-') FROM fig_runs
     UNION ALL SELECT run_id, 16, 'git_rev', coalesce(git_rev, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 17, 'seed', coalesce(seed, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 18, 'ctx_checkpoints', coalesce(ctx_checkpoints, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 19, 'checkpoint_every', coalesce(checkpoint_every, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 20, 'cache_ram',
+        CASE WHEN coalesce(cache_ram, 0) = 0 THEN '-' ELSE printf('%d MiB', cache_ram / 1048576) END FROM fig_runs
+    UNION ALL SELECT run_id, 21, 'waypoint_every', coalesce(waypoint_every, '-') FROM fig_runs
 ),
-nd AS (SELECT k, count(DISTINCT v) AS n FROM kv GROUP BY k),
+nd AS (SELECT k, count(DISTINCT v) AS n FROM kv GROUP BY k
+       HAVING max(v) != '-' OR min(v) != '-'),
 per_run AS (
     SELECT run_id, group_concat(k || '=' || v, ', ') AS kvs
     FROM (SELECT kv.* FROM kv JOIN nd USING (k) WHERE nd.n > 1 ORDER BY run_id, ord)

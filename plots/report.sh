@@ -192,13 +192,16 @@ EOF
 Reproduces issue report `seeds/004` (llama.cpp PR #21099, "fix prompt cache
 reuse for hybrid/recurrent models"): with a large static context and short
 follow-up queries, the checkpoint search for hybrid models applies a sliding-
-window position threshold that, at long contexts, matches no checkpoint, so
-the server erases them and re-processes the whole prompt. Variant *quirk* runs
-`--quirk swa-threshold`, *fixed* searches checkpoints by position; each run
+window position threshold that matches no checkpoint, so the server erases
+them and re-processes the whole prompt. The bug stays hidden while the host
+prompt cache (`--cache-ram`) can hold the prompt's state, and appears once the
+context outgrows it: reuse works at short context and fails at long context.
+Variant *quirk* runs `--quirk swa-threshold`, *fixed* searches checkpoints by
+position; both use the same `--cache-ram` budget (see the caption). Each run
 replays one context length (`sweep_value`, tokens). Figures `seed004-reuse`
 and `seed004-ttft` plot the reuse fraction and the median TTFT of the
-follow-up requests (turn > 0) against the context length; the first table shows them per run, the second
-the per-run totals over all requests.
+follow-up requests (turn > 0) against the context length; the first table
+shows them per run, the second the per-run totals over all requests.
 EOF
         ;;
     *) printf 'Experiment `%s`.\n' "$1" ;;
