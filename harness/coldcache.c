@@ -135,6 +135,7 @@ const hx_cold_result *hx_coldcache_put(hx_coldcache *c, const eng_model *m, cons
     e.r.ttft_ms = r->ttft_ms;
     e.r.decode_ms = r->decode_ms;
     e.r.flops = r->flops;
+    e.r.state_hash = r->state_hash;
     e.bytes = bytes;
     e.last_used = ++c->clock;
     c->e[c->n++] = e;

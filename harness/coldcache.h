@@ -28,6 +28,7 @@ typedef struct hx_cold_result {
     double   ttft_ms;      /* measured when computed */
     double   decode_ms;
     double   flops;
+    uint64_t state_hash;   /* XXH3-64 of the serialized state after the prompt (0: not taken) */
 } hx_cold_result;
 
 typedef struct hx_coldcache hx_coldcache;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "cli.h"
 #include "compare.h"
@@ -248,10 +249,31 @@ static void progress(int32_t i, int32_t n, const hx_request *r, double t0) {
 }
 
 // ----------------------------------------------------------------------------
+// The state after the prompt, compared by hash: a reuse that leaves the
+// logits identical can still leave different KV or recurrent state behind
+// (a tiny recurrent model forgets shifted rounding within two chunks), and
+// that difference surfaces later. XXH3-64 over eng_seq_serialize's bytes.
+
+typedef struct state_buf { void *p; size_t cap; } state_buf;
+
+static uint64_t state_hash(state_buf *b, const eng_seq *s) {
+    size_t need = eng_seq_serialized_size(s), n = 0;
+    if (need > b->cap) {
+        void *q = realloc(b->p, need);
+        if (!q) return 0;
+        b->p = q;
+        b->cap = need;
+    }
+    if (eng_seq_serialize(s, b->p, b->cap, &n) != ENG_OK) return 0;
+    uint64_t h = XXH3_64bits(b->p, n);
+    return h ? h : 1;  /* 0 means "not taken" */
+}
+
+// ----------------------------------------------------------------------------
 // The cold run: fresh state, prefill everything, greedy decode
 
 static int run_cold(eng_seq *s, const hx_prepared *p, const eng_prefill_params *pp, int32_t n_rows,
-                    hx_cold_result *r, double *engine_s) {
+                    hx_cold_result *r, state_buf *sb, double *engine_s) {
     int32_t V = r->n_vocab;
     eng_seq_reset(s);
     eng_prefill_params cpp = *pp;
@@ -262,6 +284,7 @@ static int run_cold(eng_seq *s, const hx_prepared *p, const eng_prefill_params *
     double t1 = eng_now_s();
     if (rc != ENG_OK) return rc;
     r->ttft_ms = 1e3 * (t1 - t0);
+    r->state_hash = state_hash(sb, s);
     for (int32_t k = 0; k < n_rows; k++) {
         r->greedy[k] = eng_argmax(r->logits + (size_t)k * V, V);
         if (k + 1 < n_rows && (rc = eng_decode(s, r->greedy[k], r->logits + (size_t)(k + 1) * V)) != ENG_OK) return rc;
@@ -287,6 +310,8 @@ typedef struct replay_ctx {
     int32_t         n_rows;      /* logit rows compared: max(1, decode_n) */
     float          *reuse_logits;/* (n_rows, V) */
     hx_cold_result  scratch;     /* cold result when not cached */
+    state_buf       sbuf;        /* serialized state, for state_hash */
+    uint64_t        reuse_hash;  /* state_hash after the reused prefill */
     hx_replay_summary *sum;
 } replay_ctx;
 
@@ -319,6 +344,9 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
         x->reuse_logits[x->o->fault_index] = hx_next_ulp(x->reuse_logits[x->o->fault_index]);
     *ttft_ms = 1e3 * (t2 - t0);
     *restore_ms = 1e3 * (t1 - t0);
+    double th = eng_now_s();  /* the hash is not engine time */
+    x->reuse_hash = compare ? state_hash(&x->sbuf, s) : 0;
+    t0 += eng_now_s() - th;
     if (compare && x->n_rows > 1) {
         eng_ckpt *ck = eng_seq_checkpoint(s);  /* the state after the prompt, to roll the decode back */
         if (!ck) return ENG_ERR_NOMEM;
@@ -349,7 +377,7 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     const hx_cold_result *cold = hx_coldcache_get(x->cold, x->m, &o->pp, R, p->tokens, p->n);
     if (cold) shared = true;
     else {
-        int rc = run_cold(x->cold_seq, p, &o->pp, R, &x->scratch, &x->sum->engine_s);
+        int rc = run_cold(x->cold_seq, p, &o->pp, R, &x->scratch, &x->sbuf, &x->sum->engine_s);
         if (rc != ENG_OK) { eng_errf(err, errlen, "cold prefill: %s", eng_status_str(rc)); return rc; }
         x->scratch.flops = eng_model_prefill_flops_params(x->m, 0, p->n, &o->pp);
         const hx_cold_result *c = hx_coldcache_put(x->cold, x->m, &o->pp, p->tokens, p->n, &x->scratch);
@@ -403,6 +431,11 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.ttft_reuse_ms = ttft;
     row.fork_step = fork;
     row.decode_equal = all_equal;
+    if (cold->state_hash && x->reuse_hash) {
+        row.state_equal = cold->state_hash == x->reuse_hash;
+        row.state_hash_cold = cold->state_hash;
+        row.state_hash_reuse = x->reuse_hash;
+    }
     row.n_decode = o->decode_n;
     row.flops_cold = cold->flops;
     row.flops_reuse = eng_model_prefill_flops_params(x->m, acq.n_reused, p->n - acq.n_reused, &o->pp);
@@ -429,7 +462,7 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     x->sum->n_requests++;
     x->sum->n_prompt += p->n;
     x->sum->n_reused += acq.n_reused;
-    if (!all_equal) x->sum->n_diverged++;
+    if (!all_equal || row.state_equal == 0) x->sum->n_diverged++;
     if (fork >= 0) x->sum->n_forked++;
     free(greedy);
     free(steps);
@@ -573,6 +606,7 @@ out:
     hx_done_set_free(done);
     hx_store_close(x.store);
     hx_cold_result_free(&x.scratch);
+    free(x.sbuf.p);
     free(x.reuse_logits);
     eng_seq_free(x.cold_seq);
     hx_policy_destroy(x.pol);

@@ -21,6 +21,10 @@
 // ----------------------------------------------------------------------------
 // Small sqlite helpers
 
+/* A request is bit-identical when its prompt logits, every decode step's
+ * logits and (where compared) its state after the prompt are byte-equal. */
+#define IDENTICAL "(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1)"
+
 static int sql_fail(hx_store *s, const char *what, char *err, size_t errlen) {
     eng_errf(err, errlen, "%s: %s: %s", hx_store_path(s), what, sqlite3_errmsg(hx_store_db(s)));
     return ENG_ERR_IO;
@@ -110,7 +114,7 @@ int hx_report_summarize(hx_store *s, int64_t run_id, hx_run_summary *out, char *
     int status = prepare(s,
         "SELECT (SELECT count(*) FROM runs WHERE run_id = ?1), count(*),"
         " total(n_prompt), total(n_reused), total(n_prefilled),"
-        " total(logits_equal = 1 AND decode_equal = 1), total(logits_equal = 1),"
+        " total" IDENTICAL ", total(logits_equal = 1),"
         " total(fork_step IS NOT NULL),"
         " (SELECT max(m) FROM (SELECT max_ulp AS m FROM requests WHERE run_id = ?1"
         "   UNION ALL SELECT st.max_ulp FROM steps st JOIN requests rq USING(run_id, session, turn)"
@@ -465,6 +469,8 @@ typedef struct divergence {
     char    session[512];
     int64_t turn, req_index;
     bool    in_decode;      /* the prompt logits are equal; a decode step differs */
+    bool    in_state;       /* every logit is equal; the state after the prompt differs */
+    char    hash_cold[24], hash_reused[24];
     int64_t step;           /* that step, -1 when unknown or in_decode is false */
     int64_t index;          /* first differing logit index, -1 when unknown */
     char    cold[64], reused[64];
@@ -516,6 +522,11 @@ static void format_message(divergence *d) {
     }
     ADD("DIVERGED: session %s turn %lld (request %lld): ", d->session, (long long)d->turn,
         (long long)d->req_index);
+    if (d->in_state) {
+        ADD("logits identical, but the sequence state after the prompt differs (XXH3-64 of the "
+            "serialized state: cold %s, reused %s)", d->hash_cold, d->hash_reused);
+        return;
+    }
     if (d->in_decode) {
         if (d->step >= 0) ADD("decode step %lld logits differ", (long long)d->step);
         else ADD("decode logits differ (no steps rows)");
@@ -551,9 +562,9 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
         "SELECT session, turn, req_index, logits_equal, first_diff_index, a_first, b_first,"
         " ulp_first, max_abs_diff, max_ulp, fork_step,"
         " (SELECT count(*) FROM requests WHERE run_id = ?1),"
-        " (SELECT count(*) FROM requests WHERE run_id = ?1"
-        "    AND NOT (logits_equal = 1 AND decode_equal = 1))"
-        " FROM requests WHERE run_id = ?1 AND NOT (logits_equal = 1 AND decode_equal = 1)"
+        " (SELECT count(*) FROM requests WHERE run_id = ?1 AND NOT " IDENTICAL "),"
+        " decode_equal, state_hash_cold, state_hash_reuse"
+        " FROM requests WHERE run_id = ?1 AND NOT " IDENTICAL
         " ORDER BY req_index, rowid LIMIT 1", &st, "requests: finding the first divergence",
         err, errlen);
     if (status != ENG_OK) return status;
@@ -564,11 +575,14 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
         copy_text(d->session, sizeof d->session, col_text(st, 0));
         d->turn = col_int(st, 1);
         d->req_index = col_int(st, 2);
-        d->in_decode = col_int(st, 3) == 1;
+        d->in_decode = col_int(st, 3) == 1 && col_int(st, 13) == 0;
+        d->in_state = col_int(st, 3) == 1 && col_int(st, 13) == 1;
+        copy_text(d->hash_cold, sizeof d->hash_cold, col_text(st, 14));
+        copy_text(d->hash_reused, sizeof d->hash_reused, col_text(st, 15));
         d->fork_step = col_int(st, 10);
         d->n_requests = col_int(st, 11);
         d->n_diverged = col_int(st, 12);
-        if (!d->in_decode) {
+        if (!d->in_decode && !d->in_state) {
             d->index = col_int(st, 4);
             copy_text(d->cold, sizeof d->cold, col_text(st, 5));
             copy_text(d->reused, sizeof d->reused, col_text(st, 6));
@@ -612,7 +626,7 @@ int hx_report_check_json(hx_store *s, int64_t run_id, json_t **out, char *err, s
         first = json_pack("{s:o, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
                           "session", jstr(d.session), "turn", (json_int_t)d.turn,
                           "req_index", (json_int_t)d.req_index,
-                          "where", d.in_decode ? "decode" : "logits",
+                          "where", d.in_state ? "state" : d.in_decode ? "decode" : "logits",
                           "step", jint(d.in_decode ? d.step : -1),
                           "index", jint(d.index),
                           "cold", d.cold[0] ? json_string(d.cold) : json_null(),

@@ -9,7 +9,8 @@
  *                    linear interpolation between order statistics) of the
  *                    non-NULL ttft_cold_ms and ttft_reuse_ms, in ms
  *   speedup p50      TTFT p50 cold / TTFT p50 reused
- *   bit-identical    logits_equal = 1 AND decode_equal = 1, % of requests
+ *   bit-identical    logits_equal = 1 AND decode_equal = 1 AND state_equal is not 0,
+ *                    % of requests
  *   forked           fork_step IS NOT NULL, % of requests
  *   max ULP          max ULP distance over the last prompt token's logits and
  *                    the decode steps up to and including fork_step (all of

@@ -52,6 +52,7 @@ static const char *const requests_columns[] = {
     "sim", "f_keep", "slot", "lcp", "miss_pos", "miss_byte", "miss_text", "miss_where",
     "n_checkpoints", "ckpt_bytes", "n_stored", "bytes_stored", "stable_end", "anchor_pos",
     "cold_shared", "restore_ms", "store_ms", "anchor_ms", "note", "extra",
+    "state_equal", "state_hash_cold", "state_hash_reuse",
 };
 
 static const char *const steps_columns[] = {
@@ -192,6 +193,19 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "         ru.policy, ru.quirks, ru.normalize, ru.align, ru.chunk, ru.ubatch, ru.kernel,\n"
     "         ru.precision, ru.threads, ru.decode_n, ru.n_ctx, ru.status, rq.*\n"
     "  FROM requests rq JOIN runs ru USING(run_id);\n",
+    /* 1 -> 2: the sequence state after the prompt, compared by hash */
+    "ALTER TABLE requests ADD COLUMN state_equal INTEGER CHECK(state_equal IN (0,1));\n"
+    "ALTER TABLE requests ADD COLUMN state_hash_cold TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN state_hash_reuse TEXT;\n",
+};
+
+/* compat_views[v]: temp views that present a version-v file (opened read-only,
+ * so not migrated) with the current schema's columns, NULL where v had none.
+ * plots/compat-v1.sql is the same view for the sqlite3 shell. */
+static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
+    "",
+    "CREATE TEMP VIEW requests AS SELECT *, NULL AS state_equal, NULL AS state_hash_cold,"
+    " NULL AS state_hash_reuse FROM main.requests;",
 };
 
 // ----------------------------------------------------------------------------
@@ -468,6 +482,12 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
         if (v == 0) {
             eng_errf(err, errlen, "%s: user_version 0: not a kvreplay results database", path);
             status = ENG_ERR_FORMAT;
+            goto out;
+        }
+        /* A read-only store cannot migrate: an older file is shown in the
+         * current schema through temp views (temp names shadow main's). */
+        if (v < HX_STORE_SCHEMA_VERSION && sqlite3_exec(s->db, compat_views[v], NULL, NULL, NULL) != SQLITE_OK) {
+            status = fail_sql(s, sqlite3_errcode(s->db), err, errlen, "schema compatibility views");
             goto out;
         }
         sqlite3_exec(s->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
@@ -969,6 +989,7 @@ void hx_request_row_init(hx_request_row *r) {
     r->bytes_restored = r->slot = r->lcp = r->miss_pos = r->miss_byte = -1;
     r->n_checkpoints = r->ckpt_bytes = r->n_stored = r->bytes_stored = -1;
     r->stable_end = r->anchor_pos = -1;
+    r->state_equal = -1;
 }
 
 void hx_step_row_init(hx_step_row *r) {
@@ -1032,6 +1053,12 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     bind_int(st, "top1_equal", r->top1_equal);
     bind_int_opt(st, "fork_step", r->fork_step);
     bind_int(st, "decode_equal", r->decode_equal);
+    bind_int_opt(st, "state_equal", r->state_equal);
+    char hc[17], hr[17];
+    snprintf(hc, sizeof hc, "%016llx", (unsigned long long)r->state_hash_cold);
+    snprintf(hr, sizeof hr, "%016llx", (unsigned long long)r->state_hash_reuse);
+    bind_text(st, "state_hash_cold", r->state_equal >= 0 ? hc : NULL);
+    bind_text(st, "state_hash_reuse", r->state_equal >= 0 ? hr : NULL);
     bind_int(st, "n_decode", r->n_decode);
     bind_real(st, "flops_cold", r->flops_cold);
     bind_real(st, "flops_reuse", r->flops_reuse);

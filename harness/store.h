@@ -62,7 +62,7 @@
 #include "compare.h"
 
 /* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 1
+#define HX_STORE_SCHEMA_VERSION 2
 
 typedef struct hx_store hx_store;  /* opaque: connection + cached statements */
 
@@ -260,6 +260,10 @@ typedef struct hx_request_row {
     bool        top1_equal;       /* argmax agrees */
     int64_t     fork_step;        /* first decode step whose greedy tokens differ, -1: none */
     bool        decode_equal;     /* every decode step's logits memcmp-equal */
+    int64_t     state_equal;      /* sequence state after the prompt byte-identical (XXH3-64 of
+                                     the serialized state): 1, 0, or -1 (not compared: NULL) */
+    uint64_t    state_hash_cold;  /* those hashes, stored as 16 hex digits when compared */
+    uint64_t    state_hash_reuse;
     int64_t     n_decode;         /* decode steps compared */
     double      flops_cold;       /* cost model: FLOPs of the cold prefill */
     double      flops_reuse;      /* cost model: FLOPs of the reused prefill */

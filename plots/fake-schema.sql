@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS requests(
   top1_equal       INTEGER NOT NULL,
   fork_step        INTEGER,
   decode_equal     INTEGER NOT NULL,
+  state_equal      INTEGER,
   n_decode         INTEGER NOT NULL,
   flops_cold       REAL,
   flops_reuse      REAL,

@@ -37,7 +37,7 @@ SELECT * FROM (
 CREATE TEMP VIEW req AS
 SELECT *, dense_rank() OVER (PARTITION BY run_id ORDER BY first_idx) AS session_no FROM (
 SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_prefilled,
-       q.ttft_cold_ms, q.ttft_reuse_ms, q.logits_equal, q.decode_equal, q.fork_step,
+       q.ttft_cold_ms, q.ttft_reuse_ms, q.logits_equal, q.decode_equal, q.state_equal, q.fork_step,
        q.n_decode, q.max_ulp, q.miss_pos, q.miss_where,
        coalesce(q.anchor_ms,
                 CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,

@@ -56,7 +56,10 @@ trap 'exit 130' INT TERM
 query() {
     _db=$1 _filter=$2 _sql=$3
     shift 3
+    _pre=/dev/null  # a schema-1 file gets the current columns through temp views
+    [ "$("$SQLITE3" -readonly -batch "$_db" 'PRAGMA user_version')" = 1 ] && _pre=$PLOTS/compat-v1.sql
     "$SQLITE3" -readonly -batch -bail "$@" "$_db" \
+        ".read '$_pre'" \
         ".read '$PLOTS/lib.sql'" \
         "CREATE TEMP VIEW fig_runs AS SELECT s.*, min(s.run_id) OVER (PARTITION BY s.variant) AS vorder FROM sel_runs s WHERE ($_filter);" \
         ".read '$_sql'"

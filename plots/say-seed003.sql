@@ -5,7 +5,7 @@
 WITH
 g AS (SELECT CASE WHEN variant LIKE '%nocap%' THEN 'chunk-nocap' ELSE 'align ' || coalesce(align, '-') END AS grp,
              min(vorder) AS vo, count(DISTINCT run_id) AS runs, count(*) AS n,
-             100.0 * avg(logits_equal = 1 AND decode_equal = 1) AS ident,
+             100.0 * avg(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1) AS ident,
              100.0 * sum(fork_step IS NOT NULL) / nullif(sum(n_decode > 0), 0) AS forked
       FROM req WHERE coalesce(variant, '') NOT LIKE 'sweep/%' GROUP BY grp),
 gs AS (SELECT vo, printf('%s (%d run%s, %d requests): %.1f%% bit-identical, %s', grp, runs,
@@ -15,7 +15,7 @@ gs AS (SELECT vo, printf('%s (%d run%s, %d requests): %.1f%% bit-identical, %s',
        FROM g),
 sw AS (SELECT run_id, min(align) AS align,
               coalesce(min(sweep_value), CASE WHEN min(align) = 'none' THEN min(ubatch) ELSE min(chunk) END) AS c,
-              100.0 * avg(NOT (logits_equal = 1 AND decode_equal = 1)) AS div
+              100.0 * avg(NOT (logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1)) AS div
        FROM req WHERE variant LIKE 'sweep/%' GROUP BY run_id),
 swa AS (SELECT align, min(div) AS mn, max(div) AS mx, count(*) AS k,
                group_concat(printf('%g', c), ', ') AS cs

@@ -16,7 +16,7 @@ c50 AS (SELECT run_id, avg(x) AS p50 FROM cold WHERE k IN ((n + 1) / 2, (n + 2) 
 r50 AS (SELECT run_id, avg(x) AS p50 FROM reuse WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id),
 per AS (SELECT run_id, min(vorder) AS vo, min(align) AS align,
                coalesce(min(sweep_value), CASE WHEN min(align) = 'none' THEN min(ubatch) ELSE min(chunk) END) AS c,
-               100.0 * avg(NOT (logits_equal = 1 AND decode_equal = 1)) AS div, count(*) AS n
+               100.0 * avg(NOT (logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1)) AS div, count(*) AS n
         FROM req GROUP BY run_id)
 SELECT 'align=' || coalesce(per.align, '-'), printf('%g', per.c), round(c50.p50, 4), round(r50.p50, 4),
        printf('%.3f', per.div), per.n

@@ -3,7 +3,7 @@
 -- requests, reuse fraction = sum(n_reused) / sum(n_prompt), tokens
 -- prefilled by the reused run, TTFT p50 cold and reused (ms; the middle
 -- value or the mean of the two middle ones), TTFT sums (s), % bit-identical
--- (logits_equal AND decode_equal), % of generations forked.
+-- (logits_equal AND decode_equal AND state_equal not 0), % of generations forked.
 WITH
 cold AS (SELECT run_id, ttft_cold_ms AS x,
                 row_number() OVER (PARTITION BY run_id ORDER BY ttft_cold_ms) AS k,
@@ -19,7 +19,7 @@ per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(sweep_nam
                min(sweep_value) AS sv, count(*) AS n, sum(n_prompt) AS np, sum(n_reused) AS nr,
                sum(n_prefilled) AS npf, sum(ttft_cold_ms) / 1000.0 AS cs,
                sum(ttft_reuse_ms) / 1000.0 AS rs,
-               100.0 * avg(logits_equal = 1 AND decode_equal = 1) AS ident,
+               100.0 * avg(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1) AS ident,
                100.0 * sum(fork_step IS NOT NULL) / nullif(sum(n_decode > 0), 0) AS forked
         FROM req GROUP BY run_id)
 SELECT replace(coalesce(per.variant, 'run ' || per.run_id)

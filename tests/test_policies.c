@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "replay.h"
@@ -141,6 +142,8 @@ static void checkpoints_restore_reuse_of_recurrent_and_hybrid_models_bit_exactly
     assert_int_equal(q_int(db, "select count(*) from requests where turn > 0 and note like 'restored context checkpoint%'"), 6);
     assert_int_equal(q_int(db, "select count(*) from requests where n_reused % 64 != 0"), 0);
     assert_int_equal(q_int(db, "select count(*) from requests where logits_equal = 0 or decode_equal = 0"), 0);
+    /* and the state left behind is the cold state, byte for byte */
+    assert_int_equal(q_int(db, "select count(*) from requests where state_equal is not 1"), 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -223,6 +226,32 @@ static void offgrid_checkpoints_shift_the_suffix_chunks_and_the_comparator_catch
     assert_int_equal(q_int(db, "select count(*) from requests where run_id = 2 and logits_equal = 0"), 0);
 }
 
+/* The recurrent model's off-grid restores: the tiny preset's decay can wash
+ * the shifted rounding out before the last prompt token, so the logits can
+ * match cold while the state left behind does not. The state comparison
+ * catches that, and `check` counts it as a divergence (exit 1). */
+static void offgrid_state_divergence_is_caught_even_where_the_logits_match(void **state) {
+    (void)state;
+    need();
+    char db[160], cmd[1024];
+    snprintf(db, sizeof db, "%s/offgrid-rec.sqlite", g_dir);
+    replay(g_rec, g_agent, db, "offgrid-checkpoint", 0, 0);
+    assert_true(q_int(db, "select count(*) from requests where turn > 0 and n_reused % 64 != 0") > 0);
+    assert_true(q_int(db, "select count(*) from requests where state_equal = 0") > 0);
+    assert_int_equal(q_int(db, "select count(*) from requests where state_equal is null"), 0);
+    print_message("recurrent, off-grid restores: %lld of %lld follow-up requests have identical logits and a "
+                  "different state\n",
+                  (long long)q_int(db, "select count(*) from requests where logits_equal = 1 and decode_equal = 1 "
+                                       "and state_equal = 0"),
+                  (long long)q_int(db, "select count(*) from requests where turn > 0"));
+    snprintf(cmd, sizeof cmd, "%s check -m %s -t %s --db %s/check.sqlite --quirk offgrid-checkpoint "
+             "--normalize anthropic-cch --decode 4 >/dev/null 2>&1", g_kvr, g_rec, g_agent, g_dir);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+    replay(g_rec, g_agent, db, NULL, 0, 0);
+    assert_int_equal(q_int(db, "select count(*) from requests where run_id = 2 and state_equal is not 1"), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_reprocess_quirk_reprefills_every_turn_of_a_recurrent_model),
@@ -232,6 +261,7 @@ int main(void) {
         cmocka_unit_test(swa_threshold_quirk_fails_once_the_prompt_state_outgrows_the_cache_budget),
         cmocka_unit_test(without_the_quirk_checkpoints_give_reuse_at_any_length),
         cmocka_unit_test(offgrid_checkpoints_shift_the_suffix_chunks_and_the_comparator_catches_it),
+        cmocka_unit_test(offgrid_state_divergence_is_caught_even_where_the_logits_match),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -257,6 +257,14 @@ static void check_catches_a_corrupted_kv_row_in_the_restored_state(void **state)
                  g_kvr, g_model, extend_transcript());
     assert_int_equal(rc, 1);
     assert_non_null(strstr(out, "DIVERGED: session extend-000 turn 1"));
+    /* the rewritten row is also a different state after the prompt */
+    char db[200];
+    snprintf(db, sizeof db, "%s/kvrow.sqlite", g_dir);
+    rc = run(out, sizeof out, "%s replay -m %s -t %s --db %s --decode 4 --inject-fault kv-row --fault-request 1 2>/dev/null",
+             g_kvr, g_model, extend_transcript(), db);
+    assert_int_equal(rc, 0);
+    assert_int_equal(q_int(db, "select state_equal from requests where req_index = 1"), 0);
+    assert_int_equal(q_int(db, "select count(*) from requests where req_index != 1 and state_equal is not 1"), 0);
 }
 
 static void check_rejects_a_bad_transcript_line_with_file_line_and_field(void **state) {

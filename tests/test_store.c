@@ -177,6 +177,46 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
 }
 
+/* A schema-1 file (before requests.state_equal) with a run in it migrates to
+ * the current version on open, keeps its rows, and takes new rows. */
+static void a_version_1_file_is_migrated_on_open(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    meta_fill(&m);
+    hx_store *s = open_ok(f->db);
+    int64_t id = begin_ok(s, &m);
+    hx_store_close(s);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "ALTER TABLE requests DROP COLUMN state_equal;"
+                                      "ALTER TABLE requests DROP COLUMN state_hash_cold;"
+                                      "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
+                                      "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    /* read-only (report, check): not migrated, but shown with the new columns */
+    char err[256] = "";
+    hx_store *ro = NULL;
+    assert_int_equal(hx_store_open_readonly(f->db, &ro, err, sizeof err), ENG_OK);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(hx_store_db(ro), "SELECT count(state_equal) FROM requests", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    sqlite3_finalize(st);
+    hx_store_close(ro);
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 1);
+    s = open_ok(f->db);
+    hx_request_row r;
+    hx_request_row_init(&r);
+    r.session = "s";
+    r.transcript = "t";
+    r.state_equal = 1;
+    put_ok(s, id, &r, NULL, 0);
+    hx_store_close(s);
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
+    assert_int_equal(query_i64(f->db, "SELECT count(*) FROM runs"), 1);
+    assert_int_equal(query_i64(f->db, "SELECT state_equal FROM results WHERE session = 's'"), 1);
+}
+
 static void a_newer_schema_version_is_refused_with_a_clear_error(void **state) {
     fixture *f = *state;
     hx_store_close(open_ok(f->db));
@@ -712,6 +752,7 @@ int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
         T(opening_a_new_file_creates_the_schema_in_wal_mode),
         T(reopening_an_existing_database_keeps_its_runs),
+        T(a_version_1_file_is_migrated_on_open),
         T(a_newer_schema_version_is_refused_with_a_clear_error),
         T(a_file_that_is_not_a_database_is_a_format_error),
         T(a_foreign_sqlite_database_is_not_adopted),
