@@ -17,3 +17,15 @@ if "$KVR" bench --help 2>/dev/null | grep -q -- --checkpoints; then
     echo "== checkpoint save/restore vs memcpy"
     "$KVR" bench --checkpoints --threads "$T"
 fi
+echo "== replay overhead: the engine's share of replay wall time (hybrid small, 12-turn agent loop)"
+HYB=results/cache/models/bench-hybrid.gguf
+[ -f "$HYB" ] || "$KVR" model synth --arch hybrid --preset small --vocab ../shared/data/vocab/ggml-vocab-llama-spm.gguf --seed 2 -o "$HYB"
+TR=results/cache/bench-agent.jsonl
+[ -f "$TR" ] || "$KVR" synth-transcript --scenario agent --sessions 1 --turns 12 --system-bytes 8000 --tool-result-bytes 600 --seed 2 -o "$TR"
+DB=results/cache/bench-replay.sqlite
+rm -f "$DB" "$DB-wal" "$DB-shm"
+"$KVR" replay -m "$HYB" -t "$TR" --db "$DB" --normalize anthropic-cch --decode 8 --threads "$T"
+echo "== shared cold baseline: cold compute saved on a policy sweep (seed002: quirk and fixed per model)"
+rm -f "$DB" "$DB-wal" "$DB-shm"
+"$KVR" experiment experiments/seed002.json --db "$DB" --threads "$T"
+rm -f "$DB" "$DB-wal" "$DB-shm"
