@@ -13,13 +13,11 @@ echo "== tokenizers (1 MB agent-style text)"
 "$KVR" bench --tokenizer -m ../shared/data/vocab/ggml-vocab-llama-spm.gguf -m ../shared/data/vocab/ggml-vocab-gpt-2.gguf --mb 1
 echo "== disk checkpoint files vs plain file I/O"
 "$KVR" bench --disk-cache --mb 64
-if "$KVR" bench --help 2>/dev/null | grep -q -- --checkpoints; then
-    echo "== checkpoint save/restore vs memcpy"
-    "$KVR" bench --checkpoints --threads "$T"
-fi
-echo "== replay overhead: the engine's share of replay wall time (hybrid small, 12-turn agent loop)"
 HYB=results/cache/models/bench-hybrid.gguf
 [ -f "$HYB" ] || "$KVR" model synth --arch hybrid --preset small --vocab ../shared/data/vocab/ggml-vocab-llama-spm.gguf --seed 2 -o "$HYB"
+echo "== checkpoint save/restore vs memcpy, hybrid prefill tok/s at 2K/8K/32K (hybrid small, 1 thread)"
+"$KVR" bench --checkpoints -m "$HYB" --threads 1
+echo "== replay overhead: the engine's share of replay wall time (hybrid small, 12-turn agent loop)"
 TR=results/cache/bench-agent.jsonl
 [ -f "$TR" ] || "$KVR" synth-transcript --scenario agent --sessions 1 --turns 12 --system-bytes 8000 --tool-result-bytes 600 --seed 2 -o "$TR"
 DB=results/cache/bench-replay.sqlite
