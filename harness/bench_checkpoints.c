@@ -57,21 +57,6 @@ static void usage(FILE *f) {
             "  -h, --help              this help\n");
 }
 
-static int parse_lengths(const char *s, int32_t *out) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 22) || (*end != ',' && *end != '\0') || n == MAX_LENGTHS)
-            hx_die(HX_EXIT_USAGE, "--lengths: expected comma-separated integers in [1, 4194304], got '%s'", s);
-        out[n++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (n == 0) hx_die(HX_EXIT_USAGE, "--lengths: empty list");
-    return n;
-}
-
 // ----------------------------------------------------------------------------
 // Timing of one operation: seconds per call, the median of BATCHES batches
 
@@ -161,7 +146,7 @@ int hx_bench_checkpoints(int argc, char **argv) {
         } else if ((v = hx_opt(argc, argv, &i, "--precision"))) {
             if (eng_precision_parse(v, &num.precision))
                 hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--lengths"))) n_len = parse_lengths(v, lengths);
+        } else if ((v = hx_opt(argc, argv, &i, "--lengths"))) n_len = hx_parse_int_list("--lengths", v, lengths, MAX_LENGTHS, 1, 1 << 22);
         else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = hx_parse_int("--reps", v, 1, 1000);
         else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = hx_parse_int("--seed", v, 0, INT64_MAX);
         else if (hx_flag(argv, i, "--json")) json = true;

@@ -49,6 +49,22 @@ int64_t hx_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi) {
     return v;
 }
 
+int hx_parse_int_list(const char *flag, const char *s, int32_t *out, int cap, int32_t lo, int32_t hi) {
+    int n = 0;
+    for (const char *p = s; *p;) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < lo || v > hi || (*end != ',' && *end != '\0') || n == cap)
+            hx_die(HX_EXIT_USAGE, "%s: expected at most %d comma-separated integers in [%d, %d], got '%s'", flag,
+                   cap, lo, hi, s);
+        out[n++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0) hx_die(HX_EXIT_USAGE, "%s: empty list", flag);
+    return n;
+}
+
 double hx_parse_double(const char *flag, const char *s, double lo, double hi) {
     char *end = NULL;
     errno = 0;

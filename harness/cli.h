@@ -39,6 +39,9 @@ bool hx_wants_help(int argc, char **argv);
 /* Strict number parsing: the whole string, within [lo, hi]; otherwise exit 2
  * with "--flag: expected an integer in [lo, hi], got 'S'". */
 int64_t hx_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi);
+/* A comma-separated list of at most cap integers in [lo, hi] into out;
+ * returns how many. Exits 2 naming the flag on anything else. */
+int     hx_parse_int_list(const char *flag, const char *s, int32_t *out, int cap, int32_t lo, int32_t hi);
 double  hx_parse_double(const char *flag, const char *s, double lo, double hi);
 
 /* Unknown option or stray argument: exit 2 naming it and the subcommand. */

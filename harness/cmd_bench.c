@@ -157,21 +157,6 @@ static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t 
     eng_seq_free(s);
 }
 
-static int parse_chunks(const char *s, int32_t *out) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 20) || (*end != ',' && *end != '\0') || n == MAX_CHUNKS)
-            hx_die(HX_EXIT_USAGE, "--sweep-chunks: expected comma-separated integers in [1, 1048576], got '%s'", s);
-        out[n++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (n == 0) hx_die(HX_EXIT_USAGE, "--sweep-chunks: empty list");
-    return n;
-}
-
 int hx_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
@@ -198,7 +183,7 @@ int hx_cmd_bench(int argc, char **argv) {
         else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = hx_parse_int("--reps", v, 1, 1000);
         else if ((v = hx_opt(argc, argv, &i, "--peak-size"))) peak_n = hx_parse_int("--peak-size", v, 16, 8192);
         else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = hx_parse_int("--seed", v, 0, INT64_MAX);
-        else if ((v = hx_opt(argc, argv, &i, "--sweep-chunks"))) n_chunks = parse_chunks(v, chunks);
+        else if ((v = hx_opt(argc, argv, &i, "--sweep-chunks"))) n_chunks = hx_parse_int_list("--sweep-chunks", v, chunks, MAX_CHUNKS, 1, 1 << 20);
         else if (hx_flag(argv, i, "--compare-kernels")) compare = true;
         else if (hx_flag(argv, i, "--json")) json = true;
         else hx_bad_arg("bench", argv[i]);

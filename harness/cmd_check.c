@@ -21,7 +21,8 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: kvreplay check -m MODEL.gguf -t TRANSCRIPT.jsonl [--db OUT.sqlite] [--json] [OPTIONS]\n\n"
                "Replays like `kvreplay replay` and exits 1 when any reused run differs from cold by a\n"
-               "single bit (0 when all are bit-identical, 2 bad input, 3 internal error).\n\n"
+               "single bit, in its logits or in the state it leaves after the prompt (0 when all are\n"
+               "bit-identical, 2 bad input, 3 internal error).\n\n"
                "options (as replay):\n%s"
                "  --json                    print the verdict as one JSON object\n", hx_replay_opts_help());
 }

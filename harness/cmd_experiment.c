@@ -130,10 +130,11 @@ static int file_exists(const char *p) {
     return stat(p, &st) == 0 && st.st_size > 0;
 }
 
-/* Resolves a model or transcript input to a file path, generating it when needed. */
+/* Resolves a model or transcript input to a file path, generating it when needed;
+ * *seed (when seed is not NULL) gets the generator's --seed, -1 without one. */
 static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const char *id, char *path, size_t cap,
                          int64_t *seed, char *err, size_t errlen) {
-    *seed = -1;
+    if (seed) *seed = -1;
     json_t *e = json_object_get(inputs, id);
     if (!e) { eng_errf(err, errlen, "%s: %s: no %s named '%s'", x->spec_path, kind, kind, id); return ENG_ERR_FORMAT; }
     json_t *p = json_object_get(e, "path");
@@ -152,7 +153,7 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
     int rc = expand_args(x, json_object_get(e, gen), field, argv, &argc, err, errlen);
     if (rc) { free_args(argv, argc); return rc; }
     for (int i = 1; i + 1 < argc; i++)  /* the generator's seed, recorded in the run */
-        if (!strcmp(argv[i], "--seed")) *seed = strtoll(argv[i + 1], NULL, 10);
+        if (seed && !strcmp(argv[i], "--seed")) *seed = strtoll(argv[i + 1], NULL, 10);
     /* cache key: the generator and its expanded arguments */
     XXH64_hash_t h = 0;
     for (int i = 0; i < argc; i++) h = XXH64(argv[i], strlen(argv[i]) + 1, h);
@@ -249,8 +250,8 @@ int hx_cmd_experiment(int argc, char **argv) {
                 else snprintf(x.sweep_val, sizeof x.sweep_val, "%g", json_number_value(v));
             }
             char model_path[1024], tr_path[1024];
-            int64_t model_seed, tr_seed;
-            if (resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, &model_seed,
+            int64_t tr_seed;
+            if (resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, NULL,
                               err, sizeof err) ||
                 resolve_input(&x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path, &tr_seed,
                               err, sizeof err)) {

@@ -11,7 +11,8 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: kvreplay replay -m MODEL.gguf -t TRANSCRIPT.jsonl --db OUT.sqlite [OPTIONS]\n\n"
                "Replays every request twice, cold and through the cache policy under test, compares\n"
-               "the logits byte for byte, and writes one row per request (and per decode step).\n\n"
+               "the logits byte for byte and the state left after the prompt by hash, and writes one\n"
+               "row per request (and per decode step).\n\n"
                "options:\n%s", hx_replay_opts_help());
 }
 

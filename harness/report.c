@@ -484,6 +484,17 @@ static void copy_text(char *dst, size_t cap, const char *src) {
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+/* The first difference from columns c..c+5 of a row: first_diff_index,
+ * a_first, b_first, ulp_first, max_abs_diff, max_ulp. */
+static void read_first_diff(sqlite3_stmt *st, int c, divergence *d) {
+    d->index = col_int(st, c);
+    copy_text(d->cold, sizeof d->cold, col_text(st, c + 1));
+    copy_text(d->reused, sizeof d->reused, col_text(st, c + 2));
+    d->ulp = col_int(st, c + 3);
+    d->max_abs = col_real(st, c + 4);
+    d->max_ulp = col_int(st, c + 5);
+}
+
 /* Fills the step details of a decode-only divergence. */
 static int find_step(hx_store *s, int64_t run_id, divergence *d, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
@@ -498,12 +509,7 @@ static int find_step(hx_store *s, int64_t run_id, divergence *d, char *err, size
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         d->step = col_int(st, 0);
-        d->index = col_int(st, 1);
-        copy_text(d->cold, sizeof d->cold, col_text(st, 2));
-        copy_text(d->reused, sizeof d->reused, col_text(st, 3));
-        d->ulp = col_int(st, 4);
-        d->max_abs = col_real(st, 5);
-        d->max_ulp = col_int(st, 6);
+        read_first_diff(st, 1, d);
     } else if (rc != SQLITE_DONE) {
         status = sql_fail(s, "steps: finding the first divergent step", err, errlen);
     }
@@ -583,12 +589,7 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
         d->n_requests = col_int(st, 11);
         d->n_diverged = col_int(st, 12);
         if (!d->in_decode && !d->in_state) {
-            d->index = col_int(st, 4);
-            copy_text(d->cold, sizeof d->cold, col_text(st, 5));
-            copy_text(d->reused, sizeof d->reused, col_text(st, 6));
-            d->ulp = col_int(st, 7);
-            d->max_abs = col_real(st, 8);
-            d->max_ulp = col_int(st, 9);
+            read_first_diff(st, 4, d);
         }
     } else if (rc != SQLITE_DONE) {
         status = sql_fail(s, "requests: finding the first divergence", err, errlen);

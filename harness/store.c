@@ -350,6 +350,18 @@ static int bind_hexfloat(sqlite3_stmt *st, const char *name, float v) {
     snprintf(buf, sizeof buf, "%a", (double)v);
     return bind_text(st, name, buf);
 }
+/* a_first, b_first (as %a text) and ulp_first where the logits differ, NULL otherwise. */
+static void bind_first_diff(sqlite3_stmt *st, bool diff, float a, float b, uint64_t ulp) {
+    if (diff) {
+        bind_hexfloat(st, "a_first", a);
+        bind_hexfloat(st, "b_first", b);
+        bind_u64(st, "ulp_first", ulp);
+    } else {
+        bind_text(st, "a_first", NULL);
+        bind_text(st, "b_first", NULL);
+        bind_int_opt(st, "ulp_first", -1);
+    }
+}
 
 /* Runs a statement that returns no rows (or ignores them) and resets it. */
 static int step_done(sqlite3_stmt *st) {
@@ -1038,15 +1050,7 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     bind_real(st, "ttft_reuse_ms", r->ttft_reuse_ms);
     bind_int(st, "logits_equal", r->logits_equal);
     bind_int_opt(st, "first_diff_index", r->first_diff_index);
-    if (diff) {
-        bind_hexfloat(st, "a_first", r->a_first);
-        bind_hexfloat(st, "b_first", r->b_first);
-        bind_u64(st, "ulp_first", r->ulp_first);
-    } else {
-        bind_text(st, "a_first", NULL);
-        bind_text(st, "b_first", NULL);
-        bind_int_opt(st, "ulp_first", -1);
-    }
+    bind_first_diff(st, diff, r->a_first, r->b_first, r->ulp_first);
     bind_real(st, "max_abs_diff", r->max_abs_diff);
     bind_u64(st, "max_ulp", r->max_ulp);
     bind_real(st, "kl", r->kl);
@@ -1098,15 +1102,7 @@ static void bind_step(sqlite3_stmt *st, int64_t run_id, const char *session, int
     bind_real(st, "max_abs_diff", r->max_abs_diff);
     bind_u64(st, "max_ulp", r->max_ulp);
     bind_int_opt(st, "first_diff_index", r->first_diff_index);
-    if (diff) {
-        bind_hexfloat(st, "a_first", r->a_first);
-        bind_hexfloat(st, "b_first", r->b_first);
-        bind_u64(st, "ulp_first", r->ulp_first);
-    } else {
-        bind_text(st, "a_first", NULL);
-        bind_text(st, "b_first", NULL);
-        bind_int_opt(st, "ulp_first", -1);
-    }
+    bind_first_diff(st, diff, r->a_first, r->b_first, r->ulp_first);
     bind_real(st, "kl", r->kl);
 }
 

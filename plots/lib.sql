@@ -24,6 +24,10 @@
 --     session_no    1, 2, ...: the sessions of the run in the order they start
 --     anchor_at     requests.anchor_pos, or extra's $.anchor_pos; NULL when
 --                   neither, or 0 (the store writes 0 when no anchor was written)
+-- ttft_p50: per run of fig_runs and scope (followup 0: every request; 1: the
+--   follow-up requests, turn > 0), the median TTFT of the cold and of the
+--   reused run (ms): the middle value, or the mean of the two middle ones;
+--   NULL when the scope has no timed request.
 -- Only columns documented in docs/sqlite.md are used.
 CREATE TEMP VIEW sel_runs AS
 SELECT * FROM (
@@ -50,3 +54,24 @@ SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_pre
        coalesce(f.variant, 'run ' || f.run_id) AS label,
        min(q.req_index) OVER (PARTITION BY q.run_id, q.session) AS first_idx
 FROM requests q JOIN fig_runs f USING (run_id));
+
+CREATE TEMP VIEW ttft_p50 AS
+WITH
+scoped AS (SELECT run_id, 0 AS followup, ttft_cold_ms AS c, ttft_reuse_ms AS r FROM req
+           UNION ALL
+           SELECT run_id, 1, ttft_cold_ms, ttft_reuse_ms FROM req WHERE turn > 0),
+cold AS (SELECT run_id, followup, c AS x,
+                row_number() OVER (PARTITION BY run_id, followup ORDER BY c) AS k,
+                count(*) OVER (PARTITION BY run_id, followup) AS n
+         FROM scoped WHERE c IS NOT NULL),
+reuse AS (SELECT run_id, followup, r AS x,
+                 row_number() OVER (PARTITION BY run_id, followup ORDER BY r) AS k,
+                 count(*) OVER (PARTITION BY run_id, followup) AS n
+          FROM scoped WHERE r IS NOT NULL),
+c50 AS (SELECT run_id, followup, avg(x) AS p50 FROM cold
+        WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id, followup),
+r50 AS (SELECT run_id, followup, avg(x) AS p50 FROM reuse
+        WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id, followup)
+SELECT g.run_id, g.followup, c50.p50 AS cold_p50, r50.p50 AS reuse_p50
+FROM (SELECT DISTINCT run_id, followup FROM scoped) g
+LEFT JOIN c50 USING (run_id, followup) LEFT JOIN r50 USING (run_id, followup);

@@ -4,18 +4,7 @@
 -- prefilled by the reused run, TTFT p50 cold and reused (ms; the middle
 -- value or the mean of the two middle ones), TTFT sums (s), % bit-identical
 -- (logits_equal AND decode_equal AND state_equal not 0), % of generations forked.
-WITH
-cold AS (SELECT run_id, ttft_cold_ms AS x,
-                row_number() OVER (PARTITION BY run_id ORDER BY ttft_cold_ms) AS k,
-                count(*) OVER (PARTITION BY run_id) AS n
-         FROM req WHERE ttft_cold_ms IS NOT NULL),
-reuse AS (SELECT run_id, ttft_reuse_ms AS x,
-                 row_number() OVER (PARTITION BY run_id ORDER BY ttft_reuse_ms) AS k,
-                 count(*) OVER (PARTITION BY run_id) AS n
-          FROM req WHERE ttft_reuse_ms IS NOT NULL),
-c50 AS (SELECT run_id, avg(x) AS p50 FROM cold WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id),
-r50 AS (SELECT run_id, avg(x) AS p50 FROM reuse WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id),
-per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(sweep_name) AS sn,
+WITH per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(sweep_name) AS sn,
                min(sweep_value) AS sv, count(*) AS n, sum(n_prompt) AS np, sum(n_reused) AS nr,
                sum(n_prefilled) AS npf, sum(ttft_cold_ms) / 1000.0 AS cs,
                sum(ttft_reuse_ms) / 1000.0 AS rs,
@@ -28,12 +17,12 @@ SELECT replace(coalesce(per.variant, 'run ' || per.run_id)
        per.n AS "requests",
        printf('%.3f', 1.0 * per.nr / nullif(per.np, 0)) AS "reuse fraction",
        per.npf AS "prefilled tokens",
-       CASE WHEN (c50.p50) IS NULL THEN '-' ELSE printf('%.2f', c50.p50) END AS "TTFT p50 cold (ms)",
-       CASE WHEN (r50.p50) IS NULL THEN '-' ELSE printf('%.2f', r50.p50) END AS "TTFT p50 reused (ms)",
-       CASE WHEN (c50.p50 / nullif(r50.p50, 0)) IS NULL THEN '-' ELSE printf('%.2fx', c50.p50 / nullif(r50.p50, 0)) END AS "speedup p50",
+       CASE WHEN (t.cold_p50) IS NULL THEN '-' ELSE printf('%.2f', t.cold_p50) END AS "TTFT p50 cold (ms)",
+       CASE WHEN (t.reuse_p50) IS NULL THEN '-' ELSE printf('%.2f', t.reuse_p50) END AS "TTFT p50 reused (ms)",
+       CASE WHEN (t.cold_p50 / nullif(t.reuse_p50, 0)) IS NULL THEN '-' ELSE printf('%.2fx', t.cold_p50 / nullif(t.reuse_p50, 0)) END AS "speedup p50",
        CASE WHEN (per.cs) IS NULL THEN '-' ELSE printf('%.2f', per.cs) END AS "TTFT sum cold (s)",
        CASE WHEN (per.rs) IS NULL THEN '-' ELSE printf('%.2f', per.rs) END AS "TTFT sum reused (s)",
        printf('%.1f', per.ident) AS "bit-identical (%)",
        CASE WHEN (per.forked) IS NULL THEN '-' ELSE printf('%.1f', per.forked) END AS "forked (%)"
-FROM per LEFT JOIN c50 USING (run_id) LEFT JOIN r50 USING (run_id)
+FROM per LEFT JOIN ttft_p50 t ON t.run_id = per.run_id AND t.followup = 0
 ORDER BY per.vo, per.sv, per.run_id;

@@ -13,7 +13,9 @@
  *                      comparator must catch the divergence.
  *
  * Models come from `kvreplay model synth --arch ...` (tiny presets with the
- * Llama SPM vocabulary from ../shared/data; skipped when absent).
+ * Llama SPM vocabulary from ../shared/data; skipped when absent). The
+ * databases go to /tmp/kvr_policies_*, removed at the end unless KVR_KEEP is
+ * set (to inspect a failure with sqlite3).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -267,6 +267,16 @@ static void check_catches_a_corrupted_kv_row_in_the_restored_state(void **state)
     assert_int_equal(q_int(db, "select count(*) from requests where req_index != 1 and state_equal is not 1"), 0);
 }
 
+static void bench_rejects_a_bad_integer_list_naming_the_flag(void **state) {
+    (void)state;
+    need_cli();
+    char err[1024];
+    assert_int_equal(run(err, sizeof err, "%s bench -m %s --sweep-chunks 16,x64 2>&1", g_kvr, g_model), 2);
+    assert_non_null(strstr(err, "--sweep-chunks: expected at most 32 comma-separated integers"));
+    assert_int_equal(run(err, sizeof err, "%s bench --checkpoints -m %s --lengths 2048,0 2>&1", g_kvr, g_model), 2);
+    assert_non_null(strstr(err, "--lengths: expected"));
+}
+
 static void check_rejects_a_bad_transcript_line_with_file_line_and_field(void **state) {
     (void)state;
     need_cli();
@@ -426,6 +436,8 @@ static void experiment_runs_every_variant_and_computes_each_cold_run_once(void *
     assert_int_equal(run(NULL, 0, "%s experiment %s --db %s --cache-root %s/cache 2>/dev/null", g_kvr, spec, db, g_dir), 0);
     assert_int_equal(q_int(db, "select count(*) from runs where experiment = 't'"), 4);
     assert_int_equal(q_int(db, "select count(*) from requests"), 12);
+    /* every run records the transcript generator's seed */
+    assert_int_equal(q_int(db, "select count(*) from runs where seed is not 1"), 0);
     /* the cold variant reused the slot variant's cold runs (same prompts, numerics and grid) */
     assert_int_equal(q_int(db, "select count(*) from requests r join runs u using (run_id) where u.variant = 'cold' "
                                "and r.cold_shared = 1"), 3);
@@ -458,6 +470,7 @@ int main(void) {
         cmocka_unit_test(disk_anchor_quirk_stays_on_the_waypoint_and_the_fix_returns_to_the_anchor),
         cmocka_unit_test(resume_after_sigkill_completes_the_run_without_duplicates),
         cmocka_unit_test(experiment_runs_every_variant_and_computes_each_cold_run_once),
+        cmocka_unit_test(bench_rejects_a_bad_integer_list_naming_the_flag),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
