@@ -40,7 +40,7 @@ void eng_errf(char *err, size_t errlen, const char *fmt, ...) {
 // ----------------------------------------------------------------------------
 // Atomic file writes: temp file, fsync, rename, fsync of the directory
 
-static int write_all(int fd, const void *data, size_t n) {
+int eng_write_all(int fd, const void *data, size_t n) {
     const char *p = data;
     while (n > 0) {
         ssize_t w = write(fd, p, n);
@@ -65,7 +65,7 @@ int eng_write_atomic(const char *path, const void *data, size_t n, char *err, si
         eng_errf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         return ENG_ERR_IO;
     }
-    if (write_all(fd, data, n) != 0 || fsync(fd) != 0) {
+    if (eng_write_all(fd, data, n) != 0 || fsync(fd) != 0) {
         eng_errf(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
         close(fd);
         unlink(tmp);

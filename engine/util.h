@@ -12,6 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Writes all n bytes to fd, retrying short writes and EINTR. 0, or -1 with errno set. */
+int eng_write_all(int fd, const void *data, size_t n);
+
 /* Writes n bytes atomically to path. Returns ENG_OK or ENG_ERR_IO (message in err). */
 int eng_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 

@@ -72,27 +72,13 @@ static const char *fs_name(long type) {
     }
 }
 
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Writes a 72-byte dummy header then the payload (the checkpoint file's
  * shape) and fsyncs; returns seconds or -1 (message in err). */
 static double plain_write(const char *path, const void *buf, size_t n, char *err, size_t errlen) {
     static const uint8_t head[HX_DISKCACHE_HEADER_SIZE];
     double t0 = eng_now_s();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, head, sizeof head) != 0 || write_all(fd, buf, n) != 0 ||
+    if (fd < 0 || eng_write_all(fd, head, sizeof head) != 0 || eng_write_all(fd, buf, n) != 0 ||
         fsync(fd) != 0) {
         eng_errf(err, errlen, "%s: write failed: %s", path, strerror(errno));
         if (fd >= 0) close(fd);

@@ -11,6 +11,7 @@
  */
 #include "diskcache.h"
 #include "status.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -411,20 +412,6 @@ void hx_diskcache_close(hx_diskcache *dc) {
 // ----------------------------------------------------------------------------
 // Store: temp file, fsync, rename, fsync of the directory
 
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Writes the first max_bytes of header + payload into DIR/tmp (created or
  * truncated), stamps its mtime and fsyncs it. Deletes tmp on failure. */
 static int write_tmp(hx_diskcache *dc, const char *tmp, const uint8_t *head, const void *payload,
@@ -440,7 +427,7 @@ static int write_tmp(hx_diskcache *dc, const char *tmp, const uint8_t *head, con
     size_t np = left < payload_size ? left : payload_size;
     struct timespec ts[2];
     stamp_to_ts(stamp, ts);
-    if (write_all(fd, head, nh) != 0 || (np && write_all(fd, payload, np) != 0) ||
+    if (eng_write_all(fd, head, nh) != 0 || (np && eng_write_all(fd, payload, np) != 0) ||
         futimens(fd, ts) != 0 || fsync(fd) != 0) {
         eng_errf(err, errlen, "%s/%s: write failed: %s", dc->dir, tmp, strerror(errno));
         close(fd);
