@@ -1,7 +1,10 @@
 /*
- * harness/cli.c: option parsing and error exits shared by the subcommands.
+ * harness/cli/cli.c: option parsing (single options and option tables) and
+ * error exits shared by the subcommands, the policies and the importers.
  */
 #include "cli.h"
+
+#include "model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -72,6 +75,75 @@ double hx_parse_double(const char *flag, const char *s, double lo, double hi) {
     if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi)
         hx_die(HX_EXIT_USAGE, "%s: expected a number in [%g, %g], got '%s'", flag, lo, hi, s);
     return v;
+}
+
+// ----------------------------------------------------------------------------
+// Option tables
+
+const hx_option *hx_option_find(const hx_option *table, const char *name) {
+    for (const hx_option *o = table; o && o->name; o++)
+        if (!strcmp(name, o->name) || (o->alias && !strcmp(name, o->alias))) return o;
+    return NULL;
+}
+
+void hx_option_set(const hx_option *opt, const char *v, void *field) {
+    const char *f = opt->name;
+    switch (opt->type) {
+    case HX_OPT_FLAG:   *(bool *)field = true; break;
+    case HX_OPT_INT:    *(int32_t *)field = (int32_t)hx_parse_int(f, v, (int64_t)opt->lo, (int64_t)opt->hi); break;
+    case HX_OPT_INT64:  *(int64_t *)field = hx_parse_int(f, v, (int64_t)opt->lo, (int64_t)opt->hi); break;
+    case HX_OPT_MIB:    *(int64_t *)field = hx_parse_int(f, v, (int64_t)opt->lo, (int64_t)opt->hi) << 20; break;
+    case HX_OPT_DOUBLE: *(double *)field = hx_parse_double(f, v, opt->lo, opt->hi); break;
+    case HX_OPT_STRING:
+        if (!*v && opt->lo >= 0) hx_die(HX_EXIT_USAGE, "%s: must not be empty", f);
+        *(const char **)field = v;
+        break;
+    case HX_OPT_CUSTOM: opt->parse(f, v, field); break;
+    }
+}
+
+bool hx_options_parse(const hx_option *table, void *opts, int argc, char **argv, int *i) {
+    for (const hx_option *o = table; o && o->name; o++) {
+        void *field = (char *)opts + o->offset;
+        if (o->type == HX_OPT_FLAG) {
+            if (!hx_flag(argv, *i, o->name) && !(o->alias && hx_flag(argv, *i, o->alias))) continue;
+            hx_option_set(o, NULL, field);
+            return true;
+        }
+        const char *v = hx_opt(argc, argv, i, o->name);
+        if (!v && o->alias) v = hx_opt(argc, argv, i, o->alias);
+        if (!v) continue;
+        hx_option_set(o, v, field);
+        return true;
+    }
+    return false;
+}
+
+void hx_parse_align(const char *flag, const char *v, void *field) {
+    if (eng_align_parse(v, field)) hx_die(HX_EXIT_USAGE, "%s: expected chunk or none, got '%s'", flag, v);
+}
+
+void hx_parse_kernel(const char *flag, const char *v, void *field) {
+    if (eng_kernel_parse(v, field)) hx_die(HX_EXIT_USAGE, "%s: expected blas or ref, got '%s'", flag, v);
+}
+
+void hx_parse_precision(const char *flag, const char *v, void *field) {
+    if (eng_precision_parse(v, field)) hx_die(HX_EXIT_USAGE, "%s: expected fp32 or bf16, got '%s'", flag, v);
+}
+
+void hx_options_help(const hx_option *table, const char *prefix, FILE *f) {
+    for (const hx_option *o = table; o && o->name; o++) {
+        if (!o->help) continue;
+        char left[96];
+        snprintf(left, sizeof left, "%s%s%s%s%s", o->alias ? o->alias : "", o->alias ? ", " : "", o->name,
+                 o->metavar ? " " : "", o->metavar ? o->metavar : "");
+        fprintf(f, "  %-25s %s", left, prefix ? prefix : "");
+        for (const char *p = o->help; *p; p++) {
+            fputc(*p, f);
+            if (*p == '\n') fprintf(f, "%28s", "");
+        }
+        fputc('\n', f);
+    }
 }
 
 void hx_bad_arg(const char *cmd, const char *arg) {

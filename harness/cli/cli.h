@@ -12,7 +12,9 @@
 #define HX_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define HX_EXIT_OK       0
 #define HX_EXIT_DIVERGED 1
@@ -43,6 +45,64 @@ int64_t hx_parse_int(const char *flag, const char *s, int64_t lo, int64_t hi);
  * returns how many. Exits 2 naming the flag on anything else. */
 int     hx_parse_int_list(const char *flag, const char *s, int32_t *out, int cap, int32_t lo, int32_t hi);
 double  hx_parse_double(const char *flag, const char *s, double lo, double hi);
+
+// ----------------------------------------------------------------------------
+// Option tables: how every subcommand, policy and importer declares its options
+//
+// A table is an array of hx_option ending with {0}; each entry names a field
+// of an options struct (offset) and its type, so one parser and one --help
+// printer serve every command:
+//
+//     typedef struct { int32_t reps; bool json; } my_opts;
+//     static const hx_option my_table[] = {
+//         {"--reps", NULL, "R", "timed repetitions (default 3)", HX_OPT_INT, offsetof(my_opts, reps), 1, 1000},
+//         {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, offsetof(my_opts, json)},
+//         {0},
+//     };
+//     my_opts o = {.reps = 3};           (the defaults are the struct's initial values)
+//     for (int i = 1; i < argc; i++)
+//         if (!hx_options_parse(my_table, &o, argc, argv, &i)) hx_bad_arg("mycmd", argv[i]);
+
+typedef enum hx_opt_type {
+    HX_OPT_FLAG,    /* bool: true when present; takes no value */
+    HX_OPT_INT,     /* int32_t in [lo, hi] */
+    HX_OPT_INT64,   /* int64_t in [lo, hi] */
+    HX_OPT_MIB,     /* int64_t bytes: a whole number of MiB in [lo, hi] on the command line */
+    HX_OPT_DOUBLE,  /* double in [lo, hi] */
+    HX_OPT_STRING,  /* const char *, pointing into argv (non-empty unless lo < 0) */
+    HX_OPT_CUSTOM,  /* parse(value, field): writes the field, exits 2 naming the flag on a bad value */
+} hx_opt_type;
+
+typedef struct hx_option {
+    const char *name;     /* "--reps" */
+    const char *alias;    /* "-m" for "--model", or NULL */
+    const char *metavar;  /* "N" in the help; NULL for a flag */
+    const char *help;     /* one line, or several separated by '\n' (continuation lines);
+                             NULL: accepted but not listed in --help */
+    hx_opt_type type;
+    size_t      offset;   /* offsetof(the options struct, the field) */
+    double      lo, hi;   /* range of a number (HX_OPT_INT .. HX_OPT_DOUBLE) */
+    void      (*parse)(const char *flag, const char *value, void *field);  /* HX_OPT_CUSTOM */
+} hx_option;
+
+/* If argv[*i] is one of table's options ("--name V", "--name=V", or a flag),
+ * stores its value into the field of opts, advances *i past the value and
+ * returns true; false when argv[*i] is none of them. A bad value exits 2
+ * naming the flag. */
+bool hx_options_parse(const hx_option *table, void *opts, int argc, char **argv, int *i);
+/* The entry of table named name (or by its alias), or NULL. */
+const hx_option *hx_option_find(const hx_option *table, const char *name);
+/* Parses value as opt's type into field (the field itself, not the struct):
+ * the one place where option values are checked. Exits 2 naming the flag. */
+void hx_option_set(const hx_option *opt, const char *value, void *field);
+/* HX_OPT_CUSTOM parsers for the engine's settings: an eng_align
+ * (chunk|none), eng_kernel (blas|ref), eng_precision (fp32|bf16) field. */
+void hx_parse_align(const char *flag, const char *value, void *field);
+void hx_parse_kernel(const char *flag, const char *value, void *field);
+void hx_parse_precision(const char *flag, const char *value, void *field);
+/* Prints table's help lines, "  --name METAVAR   help", to f; prefix (or
+ * NULL) starts each entry's help text, e.g. "slot-lcp: ". */
+void hx_options_help(const hx_option *table, const char *prefix, FILE *f);
 
 /* Unknown option or stray argument: exit 2 naming it and the subcommand. */
 _Noreturn void hx_bad_arg(const char *cmd, const char *arg);

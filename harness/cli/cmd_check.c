@@ -1,5 +1,5 @@
 /*
- * harness/cmd_check.c: `kvreplay check`: a replay whose verdict is the exit
+ * harness/cli/cmd_check.c: `kvreplay check`: a replay whose verdict is the exit
  * code, for any engine's CI: 0 when every reused run is bit-identical to
  * cold (last prompt token and every decode step), 1 on any divergence (the
  * first divergent request is printed with the logit index, both values in
@@ -23,8 +23,9 @@ static void usage(FILE *f) {
                "Replays like `kvreplay replay` and exits 1 when any reused run differs from cold by a\n"
                "single bit, in its logits or in the state it leaves after the prompt (0 when all are\n"
                "bit-identical, 2 bad input, 3 internal error).\n\n"
-               "options (as replay):\n%s"
-               "  --json                    print the verdict as one JSON object\n", hx_replay_opts_help());
+               "options (as replay):\n");
+    hx_replay_opts_help(f);
+    fprintf(f, "  --json                    print the verdict as one JSON object\n");
 }
 
 int hx_cmd_check(int argc, char **argv) {

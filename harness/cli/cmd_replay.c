@@ -1,5 +1,5 @@
 /*
- * harness/cmd_replay.c: `kvreplay replay`: one replay of a transcript, cold
+ * harness/cli/cmd_replay.c: `kvreplay replay`: one replay of a transcript, cold
  * against a cache policy, into a SQLite database.
  */
 #include <stdio.h>
@@ -13,7 +13,8 @@ static void usage(FILE *f) {
                "Replays every request twice, cold and through the cache policy under test, compares\n"
                "the logits byte for byte and the state left after the prompt by hash, and writes one\n"
                "row per request (and per decode step).\n\n"
-               "options:\n%s", hx_replay_opts_help());
+               "options:\n");
+    hx_replay_opts_help(f);
 }
 
 int hx_cmd_replay(int argc, char **argv) {

@@ -1,5 +1,5 @@
 /*
- * harness/replay.c: the replay loop (see replay.h for the steps).
+ * harness/replay/replay.c: the replay loop (see replay.h for the steps).
  *
  * Invariants:
  * - the cold and the reused run use the same eng_prefill_params (grid C,
@@ -12,8 +12,8 @@
  */
 #include "replay.h"
 
-#include <dirent.h>
 #include <math.h>
+#include <stddef.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,13 +41,6 @@ void hx_replay_opts_default(hx_replay_opts *o) {
     o->pp = eng_prefill_params_default();
     o->decode_n = 40;
     o->cap_prompt = true;
-    o->n_slots = 1;
-    o->sim_threshold = 0.1;
-    o->ctx_checkpoints = 8;
-    o->cache_dir = "results/cache/kv";
-    o->cache_budget = (int64_t)4 << 30;
-    o->waypoint_every = 2048;
-    o->anchor_tokens = -1;
     o->sweep_value = NAN;
     o->seed = -1;
     o->fault_request = 1;
@@ -55,105 +48,99 @@ void hx_replay_opts_default(hx_replay_opts *o) {
 
 static char g_quirks[256];
 
-bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o) {
-    const char *v;
-    if ((v = hx_opt(argc, argv, i, "-m")) || (v = hx_opt(argc, argv, i, "--model"))) o->model_path = v;
-    else if ((v = hx_opt(argc, argv, i, "-t")) || (v = hx_opt(argc, argv, i, "--transcript"))) o->transcript_path = v;
-    else if ((v = hx_opt(argc, argv, i, "--db"))) o->db_path = v;
-    else if ((v = hx_opt(argc, argv, i, "--policy"))) o->policy = v;
-    else if ((v = hx_opt(argc, argv, i, "--quirk"))) {
-        size_t n = strlen(g_quirks);
-        snprintf(g_quirks + n, sizeof g_quirks - n, "%s%s", n ? "," : "", v);
-        o->quirks = g_quirks;
-    } else if ((v = hx_opt(argc, argv, i, "--normalize"))) o->normalize = v;
-    else if ((v = hx_opt(argc, argv, i, "--template"))) o->template_name = v;
-    else if ((v = hx_opt(argc, argv, i, "--kernel"))) {
-        if (eng_kernel_parse(v, &o->num.kernel)) hx_die(HX_EXIT_USAGE, "--kernel: expected blas or ref, got '%s'", v);
-    } else if ((v = hx_opt(argc, argv, i, "--precision"))) {
-        if (eng_precision_parse(v, &o->num.precision)) hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
-    } else if ((v = hx_opt(argc, argv, i, "--align"))) {
-        if (eng_align_parse(v, &o->pp.align)) hx_die(HX_EXIT_USAGE, "--align: expected chunk or none, got '%s'", v);
-    } else if ((v = hx_opt(argc, argv, i, "--threads"))) o->num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 256);
-    else if ((v = hx_opt(argc, argv, i, "--chunk"))) o->pp.chunk = (int32_t)hx_parse_int("--chunk", v, 1, 1 << 20);
-    else if ((v = hx_opt(argc, argv, i, "--ubatch"))) o->pp.ubatch = (int32_t)hx_parse_int("--ubatch", v, 1, 1 << 20);
-    else if ((v = hx_opt(argc, argv, i, "--decode"))) o->decode_n = (int32_t)hx_parse_int("--decode", v, 0, 1 << 16);
-    else if ((v = hx_opt(argc, argv, i, "--cap-prompt"))) {
-        if (!strcmp(v, "on")) o->cap_prompt = true;
-        else if (!strcmp(v, "off")) o->cap_prompt = false;
-        else hx_die(HX_EXIT_USAGE, "--cap-prompt: expected on or off, got '%s'", v);
-    } else if ((v = hx_opt(argc, argv, i, "--n-ctx"))) o->n_ctx = (int32_t)hx_parse_int("--n-ctx", v, 1, 1 << 24);
-    else if ((v = hx_opt(argc, argv, i, "--slots"))) o->n_slots = (int32_t)hx_parse_int("--slots", v, 1, 64);
-    else if ((v = hx_opt(argc, argv, i, "--sim-threshold"))) o->sim_threshold = hx_parse_double("--sim-threshold", v, 0, 1);
-    else if ((v = hx_opt(argc, argv, i, "--ctx-checkpoints"))) o->ctx_checkpoints = (int32_t)hx_parse_int("--ctx-checkpoints", v, 0, 4096);
-    else if ((v = hx_opt(argc, argv, i, "--checkpoint-every"))) o->checkpoint_every = (int32_t)hx_parse_int("--checkpoint-every", v, 0, 1 << 24);
-    else if ((v = hx_opt(argc, argv, i, "--cache-ram"))) o->cache_ram = hx_parse_int("--cache-ram", v, 0, (int64_t)1 << 20) << 20;
-    else if ((v = hx_opt(argc, argv, i, "--cache-dir"))) o->cache_dir = v;
-    else if ((v = hx_opt(argc, argv, i, "--cache-budget"))) o->cache_budget = hx_parse_int("--cache-budget", v, 1, (int64_t)1 << 24) << 20;
-    else if ((v = hx_opt(argc, argv, i, "--waypoint-every"))) o->waypoint_every = (int32_t)hx_parse_int("--waypoint-every", v, 1, 1 << 24);
-    else if ((v = hx_opt(argc, argv, i, "--anchor"))) o->anchor_tokens = strcmp(v, "auto") ? (int32_t)hx_parse_int("--anchor", v, 0, 1 << 24) : -1;
-    else if ((v = hx_opt(argc, argv, i, "--limit"))) o->limit = (int32_t)hx_parse_int("--limit", v, 0, 1 << 30);
-    else if ((v = hx_opt(argc, argv, i, "--seed"))) o->seed = hx_parse_int("--seed", v, 0, INT64_MAX);
-    else if (hx_flag(argv, *i, "--resume")) o->resume = true;
-    else if (hx_flag(argv, *i, "--skip-bad")) o->skip_bad = true;
-    else if (hx_flag(argv, *i, "--fresh-cache")) o->fresh_cache = true;
-    else if ((v = hx_opt(argc, argv, i, "--inject-fault"))) {
-        if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row"))
-            hx_die(HX_EXIT_USAGE, "--inject-fault: expected ulp-flip or kv-row, got '%s'", v);
-        o->fault = v;
-    } else if ((v = hx_opt(argc, argv, i, "--fault-request"))) o->fault_request = (int32_t)hx_parse_int("--fault-request", v, 0, 1 << 30);
-    else if ((v = hx_opt(argc, argv, i, "--fault-index"))) o->fault_index = (int32_t)hx_parse_int("--fault-index", v, 0, 1 << 30);
-    else if (hx_flag(argv, *i, "--quiet")) o->quiet = true;
-    else return false;
-    return true;
+/* --quirk is repeatable: the names accumulate, comma-separated. */
+static void parse_quirk(const char *flag, const char *v, void *field) {
+    size_t n = strlen(g_quirks);
+    snprintf(g_quirks + n, sizeof g_quirks - n, "%s%s", n ? "," : "", v);
+    *(const char **)field = g_quirks;
 }
 
-const char *hx_replay_opts_help(void) {
-    return
-        "  -m, --model FILE.gguf     model (required)\n"
-        "  -t, --transcript FILE     transcript v1 JSONL (required; see kvreplay import / synth-transcript)\n"
-        "  --db FILE.sqlite          results database (created if absent)\n"
-        "  --policy P                cold | slot-lcp | disk-anchor (default slot-lcp)\n"
-        "  --quirk Q                 switch on a reported bug (repeatable): full-reprocess, swa-threshold,\n"
-        "                            offgrid-checkpoint (slot-lcp); anchor-cold-only (disk-anchor)\n"
-        "  --normalize R             prompt normalization rules, comma-separated: anthropic-cch\n"
-        "  --template T              chatml | llama2 | llama3 | raw (default: from the model's metadata)\n"
-        "  --align chunk|none        chunk: absolute grid of C (bit-exact); none: ubatch chunks from the\n"
-        "                            reuse point, as llama.cpp (default chunk)\n"
-        "  --chunk C                 prefill grid (default 64)\n"
-        "  --ubatch U                chunk length under --align none (default 512)\n"
-        "  --kernel blas|ref         OpenBLAS sgemm, or fixed-order batch-invariant kernels (default blas)\n"
-        "  --precision fp32|bf16     (default fp32)\n"
-        "  --threads T               thread count, recorded in the run (default 1)\n"
-        "  --decode N                greedy decode steps compared per request (default 40)\n"
-        "  --cap-prompt on|off       cap reuse at the cached prompt's length (default on; off reuses\n"
-        "                            decode-written KV)\n"
-        "  --n-ctx N                 positions per sequence (default: sized from the transcript)\n"
-        "  --slots N                 slot-lcp: slots (default 1)\n"
-        "  --sim-threshold X         slot-lcp: LCP similarity threshold (default 0.1)\n"
-        "  --ctx-checkpoints N       slot-lcp: checkpoints kept per slot (default 8)\n"
-        "  --checkpoint-every N      slot-lcp: checkpoint every N prefill tokens (multiple of C; default 0:\n"
-        "                            only the last grid point of each prompt)\n"
-        "  --cache-ram MIB           slot-lcp: host prompt-cache budget in MiB (default 0: off); a\n"
-        "                            prompt whose full state exceeds it is not cached at all\n"
-        "  --cache-dir DIR           disk-anchor: checkpoint directory (default results/cache/kv)\n"
-        "  --cache-budget MIB        disk-anchor: byte budget, LRU eviction (default 4096)\n"
-        "  --waypoint-every N        disk-anchor: tokens between waypoints (default 2048; ds4: 20480)\n"
-        "  --anchor N|auto           disk-anchor: anchor position (default auto: end of system + tools)\n"
-        "  --fresh-cache             disk-anchor: delete the checkpoint files in --cache-dir first\n"
-        "                            (ignored with --resume, which needs them)\n"
-        "  --resume                  complete an interrupted run of the same configuration\n"
-        "  --skip-bad                skip and count bad transcript lines instead of failing\n"
-        "  --limit N                 replay at most N requests\n"
-        "  --seed S                  record the seed that produced synthetic inputs\n"
-        "  --inject-fault F          test the checker: ulp-flip (one reused logit moves one ULP) or kv-row\n"
-        "                            (the last restored KV row is recomputed from another token), on\n"
-        "                            request --fault-request K (default 1), logit --fault-index I (default 0)\n";
+static void parse_on_off(const char *flag, const char *v, void *field) {
+    if (strcmp(v, "on") && strcmp(v, "off")) hx_die(HX_EXIT_USAGE, "%s: expected on or off, got '%s'", flag, v);
+    *(bool *)field = !strcmp(v, "on");
+}
+
+static void parse_fault(const char *flag, const char *v, void *field) {
+    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row"))
+        hx_die(HX_EXIT_USAGE, "%s: expected ulp-flip or kv-row, got '%s'", flag, v);
+    *(const char **)field = v;
+}
+
+#define OPT(field) offsetof(hx_replay_opts, field)
+
+/* The options every policy shares, in --help's order: what to replay, then
+ * (after --policy and --quirk) the engine settings, then (after the
+ * policies' own options) run control. */
+static const hx_option k_inputs[] = {
+    {"--model", "-m", "FILE.gguf", "model (required)", HX_OPT_STRING, OPT(model_path), 0, 0, NULL},
+    {"--transcript", "-t", "FILE", "transcript v1 JSONL (required; see kvreplay import / synth-transcript)",
+     HX_OPT_STRING, OPT(transcript_path), 0, 0, NULL},
+    {"--db", NULL, "FILE.sqlite", "results database (created if absent)", HX_OPT_STRING, OPT(db_path), 0, 0, NULL},
+    {"--policy", NULL, "P", NULL, HX_OPT_STRING, OPT(policy), 0, 0, NULL},
+    {"--quirk", NULL, "Q", NULL, HX_OPT_CUSTOM, OPT(quirks), 0, 0, parse_quirk},
+    {0},
+};
+static const hx_option k_engine[] = {
+    {"--normalize", NULL, "R", "prompt normalization rules, comma-separated: anthropic-cch", HX_OPT_STRING,
+     OPT(normalize), 0, 0, NULL},
+    {"--template", NULL, "T", "chatml | llama2 | llama3 | raw (default: from the model's metadata)", HX_OPT_STRING,
+     OPT(template_name), 0, 0, NULL},
+    {"--align", NULL, "chunk|none", "chunk: absolute grid of C (bit-exact); none: ubatch chunks from the\n"
+     "reuse point, as llama.cpp (default chunk)", HX_OPT_CUSTOM, OPT(pp.align), 0, 0, hx_parse_align},
+    {"--chunk", NULL, "C", "prefill grid (default 64)", HX_OPT_INT, OPT(pp.chunk), 1, 1 << 20, NULL},
+    {"--ubatch", NULL, "U", "chunk length under --align none (default 512)", HX_OPT_INT, OPT(pp.ubatch), 1, 1 << 20,
+     NULL},
+    {"--kernel", NULL, "blas|ref", "OpenBLAS sgemm, or fixed-order batch-invariant kernels (default blas)",
+     HX_OPT_CUSTOM, OPT(num.kernel), 0, 0, hx_parse_kernel},
+    {"--precision", NULL, "fp32|bf16", "(default fp32)", HX_OPT_CUSTOM, OPT(num.precision), 0, 0, hx_parse_precision},
+    {"--threads", NULL, "T", "thread count, recorded in the run (default 1)", HX_OPT_INT, OPT(num.n_threads), 1, 256,
+     NULL},
+    {"--decode", NULL, "N", "greedy decode steps compared per request (default 40)", HX_OPT_INT, OPT(decode_n), 0,
+     1 << 16, NULL},
+    {"--cap-prompt", NULL, "on|off", "cap reuse at the cached prompt's length (default on; off reuses\n"
+     "decode-written KV)", HX_OPT_CUSTOM, OPT(cap_prompt), 0, 0, parse_on_off},
+    {"--n-ctx", NULL, "N", "positions per sequence (default: sized from the transcript)", HX_OPT_INT, OPT(n_ctx), 1,
+     1 << 24, NULL},
+    {0},
+};
+static const hx_option k_control[] = {
+    {"--resume", NULL, NULL, "complete an interrupted run of the same configuration", HX_OPT_FLAG, OPT(resume), 0, 0,
+     NULL},
+    {"--skip-bad", NULL, NULL, "skip and count bad transcript lines instead of failing", HX_OPT_FLAG, OPT(skip_bad), 0,
+     0, NULL},
+    {"--limit", NULL, "N", "replay at most N requests", HX_OPT_INT, OPT(limit), 0, 1 << 30, NULL},
+    {"--seed", NULL, "S", "record the seed that produced synthetic inputs", HX_OPT_INT64, OPT(seed), 0, INT64_MAX,
+     NULL},
+    {"--inject-fault", NULL, "F", "test the checker: ulp-flip (one reused logit moves one ULP) or kv-row\n"
+     "(the last restored KV row is recomputed from another token), on\n"
+     "request --fault-request K (default 1), logit --fault-index I (default 0)", HX_OPT_CUSTOM, OPT(fault), 0, 0,
+     parse_fault},
+    {"--fault-request", NULL, "K", NULL, HX_OPT_INT, OPT(fault_request), 0, 1 << 30, NULL},
+    {"--fault-index", NULL, "I", NULL, HX_OPT_INT, OPT(fault_index), 0, 1 << 30, NULL},
+    {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
+    {0},
+};
+
+bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o) {
+    return hx_options_parse(k_inputs, o, argc, argv, i) || hx_options_parse(k_engine, o, argc, argv, i) ||
+           hx_options_parse(k_control, o, argc, argv, i) || hx_policy_args_parse(&o->policy_args, argc, argv, i);
+}
+
+void hx_replay_opts_help(FILE *f) {
+    hx_options_help(k_inputs, NULL, f);
+    fprintf(f, "  %-25s ", "--policy P");
+    for (size_t i = 0; hx_policies[i]; i++) fprintf(f, "%s%s", i ? " | " : "", hx_policies[i]->name);
+    fprintf(f, " (default slot-lcp)\n");
+    hx_policy_quirks_help(f);
+    hx_options_help(k_engine, NULL, f);
+    hx_policy_help(f);
+    hx_options_help(k_control, NULL, f);
 }
 
 // ----------------------------------------------------------------------------
 // Helpers
 
-static void fill_meta(const hx_replay_opts *o, const eng_model *m, const char *tmpl, const char *norm, unsigned quirks,
+static void fill_meta(const hx_replay_opts *o, const hx_policy *pol, const eng_model *m, const char *tmpl, const char *norm, unsigned quirks,
                       int32_t n_ctx, int64_t n_requests, hx_run_meta *meta, char *extra, size_t extra_cap) {
     const eng_model_info *mi = eng_model_get_info(m);
     hx_run_meta_init(meta);
@@ -169,19 +156,9 @@ static void fill_meta(const hx_replay_opts *o, const eng_model *m, const char *t
     meta->transcript = o->transcript_path;
     meta->template_name = tmpl;
     meta->policy = o->policy;
-    meta->quirks = hx_quirks_str(quirks);
+    meta->quirks = hx_quirks_str(o->policy, quirks);
     meta->normalize = norm;
-    if (!strcmp(o->policy, "slot-lcp")) {
-        meta->threshold = o->sim_threshold;
-        meta->n_slots = o->n_slots;
-        meta->ctx_checkpoints = o->ctx_checkpoints;
-        meta->checkpoint_every = o->checkpoint_every;
-    }
-    if (!strcmp(o->policy, "disk-anchor")) {
-        meta->waypoint_every = o->waypoint_every;
-        meta->anchor = o->anchor_tokens < 0 ? "auto" : "fixed";
-        meta->cache_dir = o->cache_dir;
-    }
+    hx_policy_record(pol, meta);
     meta->align = eng_align_name(o->pp.align);
     meta->chunk = o->pp.chunk;
     meta->ubatch = o->pp.ubatch;
@@ -193,10 +170,11 @@ static void fill_meta(const hx_replay_opts *o, const eng_model *m, const char *t
     meta->n_ctx = n_ctx;
     meta->seed = o->seed;
     meta->blas = eng_blas_info();
-    if (!strcmp(o->policy, "slot-lcp")) meta->cache_ram = o->cache_ram;
-    if (!strcmp(o->policy, "disk-anchor")) meta->cache_budget = o->cache_budget;
+    /* runs.extra has always recorded --anchor as given (-1: auto or absent), whatever the policy */
+    int32_t anchor_tokens = -1;
+    hx_policy_args_read(&o->policy_args, "--anchor", &anchor_tokens);
     snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d,\"limit\":%d,\"n_resp_tokens\":\"teacher-forced\"}",
-             o->anchor_tokens, o->n_ctx, o->limit);
+             anchor_tokens, o->n_ctx, o->limit);
     meta->extra = extra;
 }
 
@@ -224,25 +202,6 @@ static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request
 }
 
 /* Removes the checkpoint files (*.kv) and quarantined files of a disk cache directory. */
-static void clear_cache_dir(const char *dir) {
-    char path[4096];
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass) snprintf(path, sizeof path, "%s/quarantine", dir);
-        else snprintf(path, sizeof path, "%s", dir);
-        DIR *d = opendir(path);
-        if (!d) continue;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            size_t n = strlen(e->d_name);
-            if (e->d_name[0] == '.' || (!pass && (n < 3 || strcmp(e->d_name + n - 3, ".kv")))) continue;
-            char f[4352];
-            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-            unlink(f);
-        }
-        closedir(d);
-    }
-}
-
 static void progress(int32_t i, int32_t n, const hx_request *r, double t0) {
     if (!eng_stderr_is_tty()) return;
     fprintf(stderr, "\r[%d/%d] %s turn %d  %.1fs   ", i + 1, n, r->session, r->turn, eng_now_s() - t0);
@@ -536,17 +495,8 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     cfg.cap_prompt = o->cap_prompt;
     cfg.n_ctx = n_ctx;
     cfg.quirks = quirks;
-    cfg.n_slots = o->n_slots;
-    cfg.sim_threshold = o->sim_threshold;
-    cfg.ctx_checkpoints = o->ctx_checkpoints;
-    cfg.checkpoint_every = o->checkpoint_every;
-    cfg.cache_ram = o->cache_ram;
-    cfg.cache_dir = o->cache_dir;
-    cfg.cache_budget = o->cache_budget;
-    cfg.waypoint_every = o->waypoint_every;
-    cfg.anchor_tokens = o->anchor_tokens;
-    if (o->fresh_cache && !o->resume && !strcmp(o->policy, "disk-anchor")) clear_cache_dir(o->cache_dir);
-    rc = hx_policy_create(o->policy, &cfg, &x.pol, err, sizeof err);
+    cfg.resume = o->resume;
+    rc = hx_policy_create(o->policy, &cfg, &o->policy_args, &x.pol, err, sizeof err);
     if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
     x.cold_seq = eng_seq_new(x.m, n_ctx);
     x.reuse_logits = calloc((size_t)x.n_rows * (size_t)x.V, sizeof(float));
@@ -562,7 +512,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     }
     hx_run_meta meta;
     char extra[256];
-    fill_meta(o, x.m, hx_prepare_template_name(pc), hx_prepare_normalize_names(pc), quirks, n_ctx, n_req, &meta, extra, sizeof extra);
+    fill_meta(o, x.pol, x.m, hx_prepare_template_name(pc), hx_prepare_normalize_names(pc), quirks, n_ctx, n_req, &meta, extra, sizeof extra);
     bool resumed = false;
     if ((rc = hx_store_begin_or_resume(x.store, &meta, o->resume, &x.run_id, &done, &resumed, err, sizeof err))) {
         code = HX_EXIT_INTERNAL;

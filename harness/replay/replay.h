@@ -1,5 +1,5 @@
 /*
- * harness/replay.h: the replay loop of DESIGN.md, shared by `replay`,
+ * harness/replay/replay.h: the replay loop of DESIGN.md, shared by `replay`,
  * `check` and `experiment`.
  *
  * For every request of a transcript, in order:
@@ -22,8 +22,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "coldcache.h"
 #include "model.h"
+#include "policy.h"
 
 typedef struct hx_replay_opts {
     const char   *model_path;
@@ -38,18 +41,9 @@ typedef struct hx_replay_opts {
     int32_t       decode_n;        /* default 40 */
     bool          cap_prompt;      /* default true */
     int32_t       n_ctx;           /* 0: sized from the transcript */
-    /* slot-lcp */
-    int32_t       n_slots;         /* default 1 */
-    double        sim_threshold;   /* default 0.1 */
-    int32_t       ctx_checkpoints; /* default 8 */
-    int32_t       checkpoint_every;/* default 0 */
-    int64_t       cache_ram;       /* default 0 (off) */
-    /* disk-anchor */
-    const char   *cache_dir;       /* default "results/cache/kv" */
-    int64_t       cache_budget;    /* default 4 GiB */
-    int32_t       waypoint_every;  /* default 2048 */
-    int32_t       anchor_tokens;   /* default -1: end of system + tools */
-    bool          fresh_cache;     /* empty cache_dir's checkpoint files first (not with resume) */
+    /* the policies' own options (--slots, --cache-dir, ...), by name: each
+     * policy declares its own (cache/policies/) and takes those it declares */
+    hx_policy_args policy_args;
     /* Fault injection, to prove the comparator catches what it must (tests):
      * "ulp-flip": the reused run's last-prompt logit at index fault_index moves one ULP;
      * "kv-row": the restored KV row at position n_reused - 1 is recomputed from a
@@ -74,8 +68,9 @@ void hx_replay_opts_default(hx_replay_opts *o);
  * past its value) and returns true; false when it is not one. Bad values
  * exit 2 naming the flag. */
 bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o);
-/* The replay options' --help text. */
-const char *hx_replay_opts_help(void);
+/* Prints the replay options' --help lines (the policies' options and quirks
+ * among them, from the policy registry) to f. */
+void hx_replay_opts_help(FILE *f);
 
 typedef struct hx_replay_summary {
     int64_t run_id;

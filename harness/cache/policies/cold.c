@@ -1,5 +1,5 @@
 /*
- * harness/policies/cold.c: the baseline policy: never reuses anything.
+ * harness/cache/policies/cold.c: the baseline policy: never reuses anything.
  * Every request starts from an empty sequence; nothing is stored.
  */
 #include "policy.h"

@@ -1,6 +1,6 @@
 /*
- * harness/policies/disk_anchor.c: ds4-server-style disk KV checkpoints
- * (seeds/000_*), on top of harness/diskcache (files) and harness/anchor
+ * harness/cache/policies/disk_anchor.c: ds4-server-style disk KV checkpoints
+ * (seeds/000_*), on top of cache/diskcache (files) and cache/anchor
  * (placement rules).
  *
  * Per request:
@@ -23,17 +23,93 @@
  */
 #include "policy.h"
 
+#include <dirent.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "anchor.h"
 #include "diskcache.h"
 #include "status.h"
+#include "store.h"
 #include "util.h"
+
+// ----------------------------------------------------------------------------
+// Options and quirks (kvreplay replay --help lists them)
+
+typedef struct da_opts {
+    const char *cache_dir;       /* checkpoint directory */
+    int64_t     cache_budget;    /* bytes, LRU eviction */
+    int32_t     waypoint_every;  /* tokens (multiple of C) */
+    int32_t     anchor_tokens;   /* fixed anchor position, or -1: end of system + tools (stable_end) */
+    bool        fresh_cache;     /* delete cache_dir's checkpoint files first (not with resume) */
+} da_opts;
+
+static const da_opts da_defaults = {
+    .cache_dir = "results/cache/kv", .cache_budget = (int64_t)4 << 30, .waypoint_every = 2048, .anchor_tokens = -1,
+};
+
+static void parse_anchor(const char *flag, const char *v, void *field) {
+    *(int32_t *)field = strcmp(v, "auto") ? (int32_t)hx_parse_int(flag, v, 0, 1 << 24) : -1;
+}
+
+static const hx_option da_options[] = {
+    {"--cache-dir", NULL, "DIR", "checkpoint directory (default results/cache/kv)", HX_OPT_STRING,
+     offsetof(da_opts, cache_dir), 0, 0, NULL},
+    {"--cache-budget", NULL, "MIB", "byte budget, LRU eviction (default 4096)", HX_OPT_MIB,
+     offsetof(da_opts, cache_budget), 1, 1 << 24, NULL},
+    {"--waypoint-every", NULL, "N", "tokens between waypoints (default 2048; ds4: 20480)", HX_OPT_INT,
+     offsetof(da_opts, waypoint_every), 1, 1 << 24, NULL},
+    {"--anchor", NULL, "N|auto", "anchor position (default auto: end of system + tools)", HX_OPT_CUSTOM,
+     offsetof(da_opts, anchor_tokens), 0, 0, parse_anchor},
+    {"--fresh-cache", NULL, NULL, "delete the checkpoint files in --cache-dir first\n"
+     "(ignored with --resume, which needs them)", HX_OPT_FLAG, offsetof(da_opts, fresh_cache), 0, 0, NULL},
+    {0},
+};
+
+/* Bit k of hx_policy_config.quirks is da_quirks[k]. */
+enum { Q_ANCHOR_COLD_ONLY = 1u << 0 };
+static const hx_quirk da_quirks[] = {
+    {"anchor-cold-only", "the anchor is written only when nothing was cached", "seeds/000"},
+    {0},
+};
+
+static void da_record(const void *opts, hx_run_meta *meta) {
+    const da_opts *o = opts;
+    meta->waypoint_every = o->waypoint_every;
+    meta->anchor = o->anchor_tokens < 0 ? "auto" : "fixed";
+    meta->cache_dir = o->cache_dir;
+    meta->cache_budget = o->cache_budget;
+}
+
+/* Deletes dir's checkpoint files (*.kv) and everything in dir/quarantine. */
+static void clear_cache_dir(const char *dir) {
+    char path[4096];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) snprintf(path, sizeof path, "%s/quarantine", dir);
+        else snprintf(path, sizeof path, "%s", dir);
+        DIR *d = opendir(path);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (e->d_name[0] == '.' || (!pass && (n < 3 || strcmp(e->d_name + n - 3, ".kv")))) continue;
+            char f[4352];
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// State
 
 typedef struct da_state {
     hx_policy_config cfg;
+    da_opts          o;
     hx_diskcache    *dc;
     eng_seq         *seq;          /* the live sequence */
     int32_t          live_prompt;  /* prompt length of the request the live sequence served */
@@ -65,7 +141,8 @@ static int da_create(const hx_policy_config *cfg, void **state, char *err, size_
         eng_errf(err, errlen, "--policy disk-anchor: checkpoints lie on the grid; it needs --align chunk");
         return ENG_ERR_ARG;
     }
-    if (!cfg->cache_dir || !*cfg->cache_dir) {
+    const da_opts *o = cfg->opts;
+    if (!o->cache_dir || !*o->cache_dir) {
         eng_errf(err, errlen, "--policy disk-anchor: --cache-dir is required");
         return ENG_ERR_ARG;
     }
@@ -73,16 +150,18 @@ static int da_create(const hx_policy_config *cfg, void **state, char *err, size_
     if (!st) return ENG_ERR_NOMEM;
     *state = st;
     st->cfg = *cfg;
+    st->o = *o;
     st->ap = hx_anchor_params_default();
     st->ap.chunk = cfg->pp.chunk;
-    st->ap.waypoint_every = cfg->waypoint_every;
-    st->ap.quirk_anchor_cold_only = (cfg->quirks & HX_QUIRK_ANCHOR_COLD_ONLY) != 0;
-    if (cfg->waypoint_every % cfg->pp.chunk != 0) {
-        eng_errf(err, errlen, "--waypoint-every: %d is not a multiple of the chunk %d", cfg->waypoint_every,
+    st->ap.waypoint_every = o->waypoint_every;
+    st->ap.quirk_anchor_cold_only = (cfg->quirks & Q_ANCHOR_COLD_ONLY) != 0;
+    if (o->waypoint_every % cfg->pp.chunk != 0) {
+        eng_errf(err, errlen, "--waypoint-every: %d is not a multiple of the chunk %d", o->waypoint_every,
                  cfg->pp.chunk);
         return ENG_ERR_ARG;
     }
-    int rc = hx_diskcache_open(cfg->cache_dir, cfg->cache_budget, &st->dc, err, errlen);
+    if (o->fresh_cache && !cfg->resume) clear_cache_dir(o->cache_dir);
+    int rc = hx_diskcache_open(o->cache_dir, o->cache_budget, &st->dc, err, errlen);
     if (rc != ENG_OK) return rc;
     st->seq = eng_seq_new(cfg->model, cfg->n_ctx);
     if (!st->seq) return ENG_ERR_NOMEM;
@@ -133,7 +212,7 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     }
     out->n_reused = cached;
 
-    int32_t anchor_at = st->cfg.anchor_tokens >= 0 ? st->cfg.anchor_tokens : (stable_end > 0 ? stable_end : 0);
+    int32_t anchor_at = st->o.anchor_tokens >= 0 ? st->o.anchor_tokens : (stable_end > 0 ? stable_end : 0);
     st->ap.anchor = hx_anchor_position(anchor_at, st->cfg.pp.chunk);
     if (st->ap.anchor < 0) st->ap.anchor = 0;
     int32_t cap = hx_anchor_plan_max(&st->ap, n);
@@ -191,6 +270,11 @@ static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
 
 const hx_policy_ops hx_policy_disk_anchor = {
     .name = "disk-anchor",
+    .options = da_options,
+    .defaults = &da_defaults,
+    .opts_size = sizeof(da_opts),
+    .quirks = da_quirks,
+    .record = da_record,
     .create = da_create,
     .acquire = da_acquire,
     .on_chunk = da_on_chunk,

@@ -17,6 +17,10 @@
  * with context checkpoints), disk-anchor (ds4-server disk checkpoints). A bug
  * from an issue report is a named quirk of its policy, off by default.
  *
+ * A new policy is one file under cache/policies/ that defines its
+ * hx_policy_ops (with its options and quirks) and one line in the registry
+ * of policy.c (docs/where-does-my-change-go.md).
+ *
  * Reuse rules shared by every policy (hx_policy_reuse_len): with align
  * chunk the reuse boundary is floored to the grid and, with cap_prompt,
  * capped at the cached entry's prompt length (tokens written by decode are
@@ -30,39 +34,61 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "model.h"
 
-/* Quirks: bugs from the issue reports, switched on by name (--quirk). */
-enum hx_quirk {
-    HX_QUIRK_FULL_REPROCESS     = 1u << 0,  /* slot-lcp, seed 002: FULL-only memory forces re-processing */
-    HX_QUIRK_SWA_THRESHOLD      = 1u << 1,  /* slot-lcp, seed 004: SWA pos_min threshold applied to recurrent memory */
-    HX_QUIRK_OFFGRID_CHECKPOINT = 1u << 2,  /* slot-lcp: checkpoints at the prompt end, off the grid */
-    HX_QUIRK_ANCHOR_COLD_ONLY   = 1u << 3,  /* disk-anchor, seed 000: anchor written only when nothing was cached */
-};
+/* A quirk: a bug from an issue report, switched on by name (--quirk NAME).
+ * A policy lists its quirks in its own file; the quirk at index k of that
+ * list is bit (1u << k) of hx_policy_config.quirks. */
+typedef struct hx_quirk {
+    const char *name;    /* "full-reprocess" */
+    const char *help;    /* what it does, one line */
+    const char *source;  /* the report it reproduces, e.g. "seeds/002" */
+} hx_quirk;
 
 /* Parses a comma-separated quirk list for policy; unknown names or quirks of
  * another policy are ENG_ERR_ARG with a message naming them. "" -> 0. */
 int         hx_quirks_parse(const char *policy, const char *list, unsigned *out, char *err, size_t errlen);
-/* Canonical comma-separated names of the bits in q (static buffer). */
-const char *hx_quirks_str(unsigned q);
+/* Canonical comma-separated names of policy's quirk bits in q (static buffer). */
+const char *hx_quirks_str(const char *policy, unsigned q);
+
+/* Policy options given on the command line (or set by a program), by name,
+ * until the policy that declares them is created. A policy ignores the
+ * options of other policies, so one command line can name them all. */
+#define HX_POLICY_ARGS_MAX 32
+typedef struct hx_policy_arg {
+    const char *name;   /* "--cache-ram" */
+    const char *text;   /* as given ("256"), or NULL when set as a number */
+    int64_t     num;    /* set as a number: in the field's own unit (bytes for a MiB option) */
+} hx_policy_arg;
+typedef struct hx_policy_args {
+    int32_t       n;
+    hx_policy_arg a[HX_POLICY_ARGS_MAX];
+} hx_policy_args;
+
+/* If argv[*i] is an option of any registered policy, checks its value
+ * (exit 2 naming the flag), records it in args (a later one replaces an
+ * earlier one), advances *i past the value and returns true. */
+bool hx_policy_args_parse(hx_policy_args *args, int argc, char **argv, int *i);
+/* For programs and tests: sets option name (a policy's "--name") to text, as
+ * if given on the command line (checked when the policy is created), or to a
+ * number in its field's own unit (bytes for a MiB option). ENG_ERR_ARG when
+ * no policy declares name or args is full. text is not copied. */
+int  hx_policy_args_set(hx_policy_args *args, const char *name, const char *text);
+int  hx_policy_args_set_num(hx_policy_args *args, const char *name, int64_t num);
+/* Writes the value of option name, as the first policy that declares it
+ * parses it, into field (its type); false (field untouched) when not given. */
+bool hx_policy_args_read(const hx_policy_args *args, const char *name, void *field);
 
 typedef struct hx_policy_config {
     const eng_model   *model;
     eng_prefill_params pp;            /* chunk, align, ubatch */
     bool               cap_prompt;    /* cap reuse at the cached prompt's length */
     int32_t            n_ctx;         /* positions per sequence */
-    unsigned           quirks;
-    /* slot-lcp */
-    int32_t            n_slots;       /* default 1 */
-    double             sim_threshold; /* llama.cpp --slot-prompt-similarity, default 0.1 */
-    int32_t            ctx_checkpoints;   /* max context checkpoints per slot (llama.cpp --ctx-checkpoints), default 8 */
-    int32_t            checkpoint_every;  /* tokens between prefill checkpoints (multiple of C), 0 = only the last grid point */
-    int64_t            cache_ram;         /* host prompt-cache budget in bytes (llama.cpp --cache-ram), 0 = off */
-    /* disk-anchor */
-    const char        *cache_dir;
-    int64_t            cache_budget;      /* bytes */
-    int32_t            waypoint_every;    /* tokens (multiple of C) */
-    int32_t            anchor_tokens;     /* fixed anchor position, or -1: end of system + tools (stable_end) */
+    unsigned           quirks;        /* bits of the policy's own quirk list */
+    bool               resume;        /* the run completes an interrupted one (keep stored state) */
+    const void        *opts;          /* the policy's own options struct (its defaults, then the
+                                         hx_policy_args that name its options); set by hx_policy_create */
 } hx_policy_config;
 
 /* What acquire reports about the reuse decision (all figures stored per request). */
@@ -90,9 +116,19 @@ typedef struct hx_release {
 } hx_release;
 
 typedef struct hx_policy hx_policy;
+struct hx_run_meta;  /* store.h */
 
+/* A policy: one file under cache/policies/ defines one of these, and one line
+ * of policy.c's registry lists it. Its options and quirks appear in
+ * `kvreplay replay --help` and are parsed by the replay options. */
 typedef struct hx_policy_ops {
-    const char *name;
+    const char *name;             /* --policy NAME */
+    const hx_option *options;     /* its options ({0}-terminated), fields of its own struct; or NULL */
+    const void *defaults;         /* that struct with every default (opts_size bytes) */
+    size_t      opts_size;
+    const hx_quirk *quirks;       /* its quirks ({0}-terminated, at most 32), or NULL */
+    /* Records its settings in the run's columns (threshold, n_slots, cache_dir, ...); or NULL. */
+    void (*record)(const void *opts, struct hx_run_meta *meta);
     int  (*create)(const hx_policy_config *cfg, void **state, char *err, size_t errlen);
     /* stable_end: token position where the stable prefix (system + tools) ends, or -1. */
     int  (*acquire)(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out);
@@ -105,13 +141,25 @@ struct hx_policy {
     const hx_policy_ops *ops;
     void                *state;
     hx_policy_config     cfg;
+    void                *opts;    /* the policy's options struct (cfg.opts), owned */
 };
 
-/* Creates the policy named name ("cold", "slot-lcp", "disk-anchor").
- * Returns ENG_OK, ENG_ERR_ARG (unknown name or bad config, message in err). */
-int  hx_policy_create(const char *name, const hx_policy_config *cfg, hx_policy **out, char *err, size_t errlen);
+/* Creates the policy named name ("cold", "slot-lcp", "disk-anchor"), its
+ * options being its defaults overridden by the args that name them (args may
+ * be NULL; cfg->opts is ignored). Returns ENG_OK, ENG_ERR_ARG (unknown name
+ * or bad config, message in err) or ENG_ERR_NOMEM. */
+int  hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_policy_args *args, hx_policy **out,
+                      char *err, size_t errlen);
 void hx_policy_destroy(hx_policy *p);  /* accepts NULL */
-const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor" */
+/* Records p's settings in meta's policy columns (nothing for a policy without any). */
+void hx_policy_record(const hx_policy *p, struct hx_run_meta *meta);
+const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor" (static) */
+/* The registered policies, in registry order, NULL-terminated. */
+extern const hx_policy_ops *const hx_policies[];
+/* --help lines from the registry: every policy's options ("slot-lcp: ..."),
+ * and --quirk with every quirk (name, policy, source, what it does). */
+void hx_policy_help(FILE *f);
+void hx_policy_quirks_help(FILE *f);
 
 /* Shared reuse rule (see the file comment). lcp: common prefix with the
  * cached entry; n_cached_prompt: that entry's prompt length; n: new prompt length. */
@@ -119,8 +167,5 @@ int32_t hx_policy_reuse_len(const hx_policy_config *cfg, int32_t lcp, int32_t n_
 /* Length of the common prefix of two token arrays. */
 int32_t hx_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb);
 
-extern const hx_policy_ops hx_policy_cold;
-extern const hx_policy_ops hx_policy_slot_lcp;
-extern const hx_policy_ops hx_policy_disk_anchor;
 
 #endif /* HX_POLICY_H */

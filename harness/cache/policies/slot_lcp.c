@@ -1,5 +1,5 @@
 /*
- * harness/policies/slot_lcp.c: llama.cpp-style server slots.
+ * harness/cache/policies/slot_lcp.c: llama.cpp-style server slots.
  *
  * Each slot holds a live sequence (prompt + teacher-forced response of the
  * last request it served), the length of that prompt, and up to
@@ -38,12 +38,64 @@
  */
 #include "policy.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
+#include "store.h"
 #include "util.h"
+
+// ----------------------------------------------------------------------------
+// Options and quirks (kvreplay replay --help lists them)
+
+typedef struct slot_opts {
+    int32_t n_slots;           /* slots (llama.cpp --parallel) */
+    double  sim_threshold;     /* llama.cpp --slot-prompt-similarity */
+    int32_t ctx_checkpoints;   /* max context checkpoints per slot (llama.cpp --ctx-checkpoints) */
+    int32_t checkpoint_every;  /* tokens between prefill checkpoints (multiple of C), 0 = only the last grid point */
+    int64_t cache_ram;         /* host prompt-cache budget in bytes (llama.cpp --cache-ram), 0 = off */
+} slot_opts;
+
+static const slot_opts slot_defaults = {.n_slots = 1, .sim_threshold = 0.1, .ctx_checkpoints = 8};
+
+static const hx_option slot_options[] = {
+    {"--slots", NULL, "N", "slots (default 1)", HX_OPT_INT, offsetof(slot_opts, n_slots), 1, 64, NULL},
+    {"--sim-threshold", NULL, "X", "LCP similarity threshold (default 0.1)", HX_OPT_DOUBLE,
+     offsetof(slot_opts, sim_threshold), 0, 1, NULL},
+    {"--ctx-checkpoints", NULL, "N", "checkpoints kept per slot (default 8)", HX_OPT_INT,
+     offsetof(slot_opts, ctx_checkpoints), 0, 4096, NULL},
+    {"--checkpoint-every", NULL, "N", "checkpoint every N prefill tokens (multiple of C; default 0:\n"
+     "only the last grid point of each prompt)", HX_OPT_INT, offsetof(slot_opts, checkpoint_every), 0, 1 << 24, NULL},
+    {"--cache-ram", NULL, "MIB", "host prompt-cache budget in MiB (default 0: off); a\n"
+     "prompt whose full state exceeds it is not cached at all", HX_OPT_MIB, offsetof(slot_opts, cache_ram), 0,
+     1 << 20, NULL},
+    {0},
+};
+
+/* Bit k of hx_policy_config.quirks is slot_quirks[k]. */
+enum { Q_FULL_REPROCESS = 1u << 0, Q_SWA_THRESHOLD = 1u << 1, Q_OFFGRID_CHECKPOINT = 1u << 2 };
+static const hx_quirk slot_quirks[] = {
+    {"full-reprocess", "memory that cannot be truncated forces full re-processing", "seeds/002"},
+    {"swa-threshold", "the SWA pos_min threshold applied to recurrent memory: no checkpoint qualifies",
+     "seeds/004"},
+    {"offgrid-checkpoint", "the checkpoint at the prompt's end, off the grid (diverges with blas)",
+     "llama.cpp's context checkpoints"},
+    {0},
+};
+
+static void slot_record(const void *opts, hx_run_meta *meta) {
+    const slot_opts *o = opts;
+    meta->threshold = o->sim_threshold;
+    meta->n_slots = o->n_slots;
+    meta->ctx_checkpoints = o->ctx_checkpoints;
+    meta->checkpoint_every = o->checkpoint_every;
+    meta->cache_ram = o->cache_ram;
+}
+
+// ----------------------------------------------------------------------------
+// State
 
 typedef struct snapshot {      /* host prompt-cache entry */
     int32_t *tokens;           /* (n_tokens) */
@@ -64,6 +116,7 @@ typedef struct slot {
 
 typedef struct slot_state {
     hx_policy_config cfg;
+    slot_opts o;
     slot     *slots;
     int32_t   n_slots;
     snapshot *snaps;
@@ -91,21 +144,22 @@ static int slot_create(const hx_policy_config *cfg, void **state, char *err, siz
     slot_state *st = calloc(1, sizeof *st);
     if (!st) return ENG_ERR_NOMEM;
     st->cfg = *cfg;
-    if (st->cfg.n_slots < 1) st->cfg.n_slots = 1;
-    if (st->cfg.ctx_checkpoints < 0) st->cfg.ctx_checkpoints = 0;
-    if (st->cfg.checkpoint_every < 0 ||
-        (st->cfg.checkpoint_every > 0 && st->cfg.checkpoint_every % st->cfg.pp.chunk != 0)) {
+    st->o = *(const slot_opts *)cfg->opts;
+    if (st->o.n_slots < 1) st->o.n_slots = 1;
+    if (st->o.ctx_checkpoints < 0) st->o.ctx_checkpoints = 0;
+    if (st->o.checkpoint_every < 0 ||
+        (st->o.checkpoint_every > 0 && st->o.checkpoint_every % st->cfg.pp.chunk != 0)) {
         eng_errf(err, errlen, "--checkpoint-every: %d is not a multiple of the chunk %d",
-                 st->cfg.checkpoint_every, st->cfg.pp.chunk);
+                 st->o.checkpoint_every, st->cfg.pp.chunk);
         free(st);
         return ENG_ERR_ARG;
     }
-    st->n_slots = st->cfg.n_slots;
+    st->n_slots = st->o.n_slots;
     st->slots = calloc((size_t)st->n_slots, sizeof *st->slots);
     if (!st->slots) { free(st); return ENG_ERR_NOMEM; }
     for (int32_t i = 0; i < st->n_slots; i++) {
         st->slots[i].seq = eng_seq_new(cfg->model, cfg->n_ctx);
-        st->slots[i].ckpts = calloc((size_t)st->cfg.ctx_checkpoints + 1, sizeof(eng_ckpt *));
+        st->slots[i].ckpts = calloc((size_t)st->o.ctx_checkpoints + 1, sizeof(eng_ckpt *));
         if (!st->slots[i].seq || !st->slots[i].ckpts) {
             eng_errf(err, errlen, "slot-lcp: cannot allocate slot %d (%d positions)", i, cfg->n_ctx);
             *state = st;
@@ -139,7 +193,7 @@ static void slot_destroy(void *state) {
 // Host prompt cache: full-state snapshots under a byte budget, LRU eviction
 
 static void snap_evict_until(slot_state *st, int64_t need) {
-    while (st->n_snaps > 0 && st->snap_bytes + need > st->cfg.cache_ram) {
+    while (st->n_snaps > 0 && st->snap_bytes + need > st->o.cache_ram) {
         int32_t lru = 0;
         for (int32_t i = 1; i < st->n_snaps; i++)
             if (st->snaps[i].last_used < st->snaps[lru].last_used) lru = i;
@@ -151,7 +205,7 @@ static void snap_evict_until(slot_state *st, int64_t need) {
 
 static void snap_store(slot_state *st, const eng_seq *s) {
     size_t size = eng_seq_serialized_size(s);
-    if (st->cfg.cache_ram <= 0 || (int64_t)size > st->cfg.cache_ram) return;
+    if (st->o.cache_ram <= 0 || (int64_t)size > st->o.cache_ram) return;
     int32_t n = eng_seq_n_tokens(s);
     for (int32_t i = 0; i < st->n_snaps; i++)  /* already cached: touch */
         if (st->snaps[i].n_tokens == n && !memcmp(st->snaps[i].tokens, eng_seq_tokens(s), sizeof(int32_t) * (size_t)n)) {
@@ -221,7 +275,7 @@ static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, doubl
         int32_t nc = eng_seq_n_tokens(sl->seq);
         if (nc == 0) continue;
         double sim = (double)hx_lcp(eng_seq_tokens(sl->seq), nc, tokens, n) / (double)n;
-        if (sim > sim_best && sim > st->cfg.sim_threshold) { best = sl; sim_best = sim; }
+        if (sim > sim_best && sim > st->o.sim_threshold) { best = sl; sim_best = sim; }
     }
     *sim_out = sim_best;
     if (best) return best;
@@ -257,7 +311,7 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
     out->n_checkpoints = sl->n_ckpts;
 
     hx_policy_config cfg = st->cfg;
-    if (st->cfg.quirks & HX_QUIRK_OFFGRID_CHECKPOINT) cfg.pp.align = ENG_ALIGN_NONE; /* restores not floored */
+    if (st->cfg.quirks & Q_OFFGRID_CHECKPOINT) cfg.pp.align = ENG_ALIGN_NONE; /* restores not floored */
     int32_t r = hx_policy_reuse_len(&cfg, lcp, sl->n_prompt, n);
 
     if (r > 0 && eng_seq_can_truncate(s, r)) {           /* 1. live memory */
@@ -267,7 +321,7 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
         snprintf(out->note, sizeof out->note, "live: n_past = %d", r);
         return ENG_OK;
     }
-    if (r > 0 && (st->cfg.quirks & HX_QUIRK_FULL_REPROCESS)) {
+    if (r > 0 && (st->cfg.quirks & Q_FULL_REPROCESS)) {
         snprintf(out->note, sizeof out->note, "memory only supports full sequence removal: "
                  "forcing full prompt re-processing");
         goto reset;
@@ -275,7 +329,7 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
     /* 2. host prompt cache, unless a context checkpoint reaches as far
      * (restoring a checkpoint moves less: the attention KV is truncated) */
     snapshot *sn = r > 0 ? snap_find(st, tokens, n, r) : NULL;
-    if (sn && !(st->cfg.quirks & HX_QUIRK_SWA_THRESHOLD)) {
+    if (sn && !(st->cfg.quirks & Q_SWA_THRESHOLD)) {
         const eng_ckpt *c = newest_ckpt_upto(sl, r);
         if (c && eng_ckpt_n_tokens(c) >= sn->n_tokens) sn = NULL;
     }
@@ -288,7 +342,7 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
                  sn->size);
         return ENG_OK;
     }
-    if (r > 0 && (st->cfg.quirks & HX_QUIRK_SWA_THRESHOLD)) {  /* 3 with the quirk */
+    if (r > 0 && (st->cfg.quirks & Q_SWA_THRESHOLD)) {  /* 3 with the quirk */
         const eng_model_info *mi = eng_model_get_info(st->cfg.model);
         int32_t n_swa = mi->n_swa > 1 ? mi->n_swa : 1;
         int32_t pos_min = nc - 1;  /* recurrent memory reports the whole sequence */
@@ -323,12 +377,12 @@ reset:                                                   /* 4. full re-processin
 
 static void push_ckpt(slot_state *st, slot *sl, eng_seq *s) {
     int32_t n = eng_seq_n_tokens(s);
-    if (st->cfg.ctx_checkpoints <= 0) return;
+    if (st->o.ctx_checkpoints <= 0) return;
     if (sl->n_ckpts > 0 && eng_ckpt_n_tokens(sl->ckpts[sl->n_ckpts - 1]) >= n) return;
     double t0 = eng_now_s();
     eng_ckpt *c = eng_seq_checkpoint(s);
     if (!c) return;
-    if (sl->n_ckpts == st->cfg.ctx_checkpoints) {  /* keep the newest N */
+    if (sl->n_ckpts == st->o.ctx_checkpoints) {  /* keep the newest N */
         eng_ckpt_free(sl->ckpts[0]);
         memmove(sl->ckpts, sl->ckpts + 1, sizeof(eng_ckpt *) * (size_t)(sl->n_ckpts - 1));
         sl->n_ckpts--;
@@ -345,11 +399,11 @@ static void slot_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     slot *sl = st->active;
     if (!sl) return;
     int32_t C = st->cfg.pp.chunk, end = st->prompt_end;
-    bool offgrid = (st->cfg.quirks & HX_QUIRK_OFFGRID_CHECKPOINT) != 0;
+    bool offgrid = (st->cfg.quirks & Q_OFFGRID_CHECKPOINT) != 0;
     bool at_last_grid = offgrid ? n_tokens == end : n_tokens == (end / C) * C;
-    bool periodic = st->cfg.checkpoint_every > 0 && n_tokens % st->cfg.checkpoint_every == 0 && n_tokens % C == 0;
+    bool periodic = st->o.checkpoint_every > 0 && n_tokens % st->o.checkpoint_every == 0 && n_tokens % C == 0;
     if (at_last_grid || periodic) push_ckpt(st, sl, s);
-    if (at_last_grid && st->cfg.cache_ram > 0 && (int64_t)eng_seq_serialized_size(s) > st->cfg.cache_ram)
+    if (at_last_grid && st->o.cache_ram > 0 && (int64_t)eng_seq_serialized_size(s) > st->o.cache_ram)
         snap_drop_request(st, st->request);
 }
 
@@ -365,6 +419,11 @@ static int slot_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *o
 
 const hx_policy_ops hx_policy_slot_lcp = {
     .name = "slot-lcp",
+    .options = slot_options,
+    .defaults = &slot_defaults,
+    .opts_size = sizeof(slot_opts),
+    .quirks = slot_quirks,
+    .record = slot_record,
     .create = slot_create,
     .acquire = slot_acquire,
     .on_chunk = slot_on_chunk,
