@@ -1,5 +1,5 @@
 /*
- * harness/import.h: converting recorded agent logs into transcript v1
+ * harness/transcripts/import.h: converting recorded agent logs into transcript v1
  * (`kvreplay import`). Formats (shared/FORMATS.md, rules in docs/transcripts.md):
  *
  *   anthropic    JSONL of Messages API request bodies, one model call per line.
@@ -36,6 +36,8 @@
 
 #include "transcript.h"
 
+/* The index of an importer in the registry (transcripts/import.c); these
+ * four are named, an importer added later is found by its name. */
 typedef enum hx_import_format {
     HX_IMPORT_ANTHROPIC   = 0,
     HX_IMPORT_OPENAI      = 1,
@@ -54,9 +56,11 @@ typedef struct hx_import_opts {
                                  file as one text block */
     const char *tools_file;   /* NULL, or a JSON array of tools (Anthropic or OpenAI shape)
                                  that replaces every request's tools */
+    const void *format_opts;  /* the importer's own options struct, or NULL: its defaults */
 } hx_import_opts;
 
-/* "anthropic", "openai", "claude-code", "swe-agent" -> format (>= 0), or ENG_ERR_NOT_FOUND. */
+/* An importer's --from name ("anthropic", "openai", "claude-code", "swe-agent", ...)
+ * -> format (>= 0), or ENG_ERR_NOT_FOUND. */
 int         hx_import_format_from_name(const char *name);
 const char *hx_import_format_name(hx_import_format f);  /* "?" when out of range */
 
