@@ -23,6 +23,7 @@
 #include "cli.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +34,32 @@
 #include "status.h"
 #include "util.h"
 
-#define MAX_LENGTHS 16
 #define BATCHES     5
 #define BATCH_S     0.02
+
+typedef struct ckpt_args {
+    const char  *model;
+    eng_numerics num;
+    int32_t      chunk, reps;
+    int64_t      seed;
+    hx_int_list  lengths;
+    bool         json, self;
+} ckpt_args;
+
+#define OPT(field) offsetof(ckpt_args, field)
+static const hx_option k_options[] = {
+    {"--checkpoints", NULL, NULL, NULL, HX_OPT_FLAG, OPT(self), 0, 0, NULL},
+    {"--model", "-m", "FILE", "GGUF model (required); a hybrid or SWA model has a non-empty\n"
+     "checkpoint, a llama model an empty one", HX_OPT_STRING, OPT(model), 0, 0, NULL},
+    {"--lengths", NULL, "LIST", "comma-separated context lengths (default 2048,8192,32768)", HX_OPT_LIST,
+     OPT(lengths), 1, 1 << 22, NULL},
+    HX_OPTS_ENGINE(ckpt_args),
+    {"--reps", NULL, "R", "timed prefills per length, median reported (default 1)", HX_OPT_INT, OPT(reps), 1, 1000,
+     NULL},
+    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
+    {0},
+};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -43,18 +67,8 @@ static void usage(FILE *f) {
             "\n"
             "Checkpoint save/restore throughput (bytes/s) against memcpy measured in the same run,\n"
             "and cold prefill tokens/s at each context length.\n"
-            "\n"
-            "  -m, --model FILE        GGUF model (required); a hybrid or SWA model has a non-empty\n"
-            "                          checkpoint, a llama model an empty one\n"
-            "  --lengths LIST          comma-separated context lengths (default 2048,8192,32768)\n"
-            "  --threads T             threads (default 1)\n"
-            "  --chunk C               prefill chunk size (default 64)\n"
-            "  --kernel blas|ref       (default blas)\n"
-            "  --precision fp32|bf16   (default fp32)\n"
-            "  --reps R                timed prefills per length, median reported (default 1)\n"
-            "  --seed S                prompt token seed (default 0)\n"
-            "  --json                  one JSON object on stdout\n"
-            "  -h, --help              this help\n");
+            "\n");
+    hx_options_help(k_options, NULL, f);
 }
 
 // ----------------------------------------------------------------------------
@@ -129,29 +143,15 @@ static double rate(size_t bytes, double s) { return s > 0 ? (double)bytes / s : 
 
 int hx_bench_checkpoints(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
-    const char *model = NULL, *v;
-    eng_numerics num = eng_numerics_default();
-    int64_t chunk = 64, reps = 1, seed = 0;
-    int32_t lengths[MAX_LENGTHS] = {2048, 8192, 32768};
-    int n_len = 3;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (hx_flag(argv, i, "--checkpoints")) continue;
-        if ((v = hx_opt(argc, argv, &i, "-m")) || (v = hx_opt(argc, argv, &i, "--model"))) model = v;
-        else if ((v = hx_opt(argc, argv, &i, "--threads")))
-            num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 1024);
-        else if ((v = hx_opt(argc, argv, &i, "--chunk"))) chunk = hx_parse_int("--chunk", v, 1, 1 << 20);
-        else if ((v = hx_opt(argc, argv, &i, "--kernel"))) {
-            if (eng_kernel_parse(v, &num.kernel)) hx_die(HX_EXIT_USAGE, "--kernel: expected blas or ref, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--precision"))) {
-            if (eng_precision_parse(v, &num.precision))
-                hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--lengths"))) n_len = hx_parse_int_list("--lengths", v, lengths, MAX_LENGTHS, 1, 1 << 22);
-        else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = hx_parse_int("--reps", v, 1, 1000);
-        else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = hx_parse_int("--seed", v, 0, INT64_MAX);
-        else if (hx_flag(argv, i, "--json")) json = true;
-        else hx_bad_arg("bench --checkpoints", argv[i]);
-    }
+    ckpt_args a = {.num = eng_numerics_default(), .chunk = 64, .reps = 1, .lengths = {{2048, 8192, 32768}, 3}};
+    for (int i = 1; i < argc; i++)
+        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --checkpoints", argv[i]);
+    const char *model = a.model;
+    eng_numerics num = a.num;
+    int64_t chunk = a.chunk, reps = a.reps, seed = a.seed;
+    const int32_t *lengths = a.lengths.v;
+    int n_len = a.lengths.n;
+    bool json = a.json;
     if (!model) hx_die(HX_EXIT_USAGE, "bench --checkpoints: -m MODEL.gguf is required (see --help)");
 
     char err[512] = "";

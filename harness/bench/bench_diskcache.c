@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,18 +41,32 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static const char *usage_text =
-    "usage: kvreplay bench --disk-cache [--mb N] [--reps N] [--dir D] [--json]\n"
-    "\n"
-    "Checkpoint file write (store: checksum, temp file, fsync, rename, dir fsync)\n"
-    "and read (lookup: read + verify) throughput against plain write+fsync and\n"
-    "read of the same size, medians of reps, side by side in one run.\n"
-    "\n"
-    "  --mb N     payload size in MB (10^6 bytes), default 64\n"
-    "  --reps N   repetitions, default 5\n"
-    "  --dir D    parent directory for the scratch directory, default /tmp\n"
-    "             (the filesystem type is reported: tmpfs measures memory)\n"
-    "  --json     print one JSON object on stdout\n";
+typedef struct disk_args {
+    int32_t     mb, reps;
+    const char *parent;
+    bool        json, self;
+} disk_args;
+
+#define OPT(field) offsetof(disk_args, field)
+static const hx_option k_options[] = {
+    {"--disk-cache", NULL, NULL, NULL, HX_OPT_FLAG, OPT(self), 0, 0, NULL},
+    {"--mb", NULL, "N", "payload size in MB (10^6 bytes), default 64", HX_OPT_INT, OPT(mb), 1, 65536, NULL},
+    {"--reps", NULL, "N", "repetitions, default 5", HX_OPT_INT, OPT(reps), 1, 1000, NULL},
+    {"--dir", NULL, "D", "parent directory for the scratch directory, default /tmp\n"
+     "(the filesystem type is reported: tmpfs measures memory)", HX_OPT_STRING, OPT(parent), 0, 0, NULL},
+    {"--json", NULL, NULL, "print one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
+    {0},
+};
+
+static void usage(FILE *f) {
+    fputs("usage: kvreplay bench --disk-cache [--mb N] [--reps N] [--dir D] [--json]\n"
+          "\n"
+          "Checkpoint file write (store: checksum, temp file, fsync, rename, dir fsync)\n"
+          "and read (lookup: read + verify) throughput against plain write+fsync and\n"
+          "read of the same size, medians of reps, side by side in one run.\n"
+          "\n", f);
+    hx_options_help(k_options, NULL, f);
+}
 
 // ----------------------------------------------------------------------------
 // Small helpers: filesystem name, medians, plain file I/O
@@ -200,21 +215,15 @@ out:
 
 int hx_bench_disk_cache(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) {
-        fputs(usage_text, stdout);
+        usage(stdout);
         return HX_EXIT_OK;
     }
-    int64_t mb = 64, reps = 5;
-    const char *parent = "/tmp";
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (hx_flag(argv, i, "--disk-cache")) continue;
-        else if (hx_flag(argv, i, "--json")) json = true;
-        else if ((v = hx_opt(argc, argv, &i, "--mb"))) mb = hx_parse_int("--mb", v, 1, 65536);
-        else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = hx_parse_int("--reps", v, 1, 1000);
-        else if ((v = hx_opt(argc, argv, &i, "--dir"))) parent = v;
-        else hx_bad_arg("bench --disk-cache", argv[i]);
-    }
+    disk_args a = {.mb = 64, .reps = 5, .parent = "/tmp"};
+    for (int i = 1; i < argc; i++)
+        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --disk-cache", argv[i]);
+    int64_t mb = a.mb, reps = a.reps;
+    const char *parent = a.parent;
+    bool json = a.json;
 
     const size_t size = (size_t)mb * 1000000u;
     enum { N_TOK = 4096 };

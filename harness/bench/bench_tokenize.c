@@ -17,6 +17,7 @@
 #include "cli.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,38 @@ static int make_agent_text(eng_buf *b, size_t bytes, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // The benchmark
 
+typedef struct vocab_list {
+    const char *paths[MAX_VOCABS];
+    int         n;
+} vocab_list;
+
+typedef struct tok_args {
+    vocab_list vocabs;
+    double     mb;
+    int64_t    seed;
+    int32_t    reps;
+    bool       json, self;
+} tok_args;
+
+/* -m is repeatable: each names one more vocabulary. */
+static void add_vocab(const char *flag, const char *v, void *field) {
+    vocab_list *l = field;
+    if (l->n == MAX_VOCABS) hx_die(HX_EXIT_USAGE, "bench --tokenizer: at most %d vocabularies", MAX_VOCABS);
+    l->paths[l->n++] = v;
+}
+
+#define OPT(field) offsetof(tok_args, field)
+static const hx_option k_options[] = {
+    {"--tokenizer", NULL, NULL, NULL, HX_OPT_FLAG, OPT(self), 0, 0, NULL},
+    {"--model", "-m", "FILE", "a GGUF file with tokenizer.ggml.* metadata (repeatable)", HX_OPT_CUSTOM, OPT(vocabs), 0,
+     0, add_vocab},
+    {"--mb", NULL, "N", "text size in MB of 10^6 bytes (default 1)", HX_OPT_DOUBLE, OPT(mb), 0.001, 1024, NULL},
+    {"--seed", NULL, "S", "text seed (default 1)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--reps", NULL, "R", "timed repetitions, the best reported (default 3)", HX_OPT_INT, OPT(reps), 1, 1000, NULL},
+    {"--json", NULL, NULL, "print one JSON object instead of text", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
+    {0},
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvreplay bench --tokenizer -m VOCAB.gguf [-m VOCAB2.gguf ...] [OPTIONS]\n"
@@ -208,34 +241,20 @@ static void usage(FILE *f) {
             "Tokenizer throughput on seeded agent-style text (JSON tool schemas, code, git diffs,\n"
             "shell output, prose, unicode, checksums, base64), the whole text in one call with\n"
             "special-token parsing on; also checks that detokenize gives the text back exactly.\n"
-            "\n"
-            "  -m, --model FILE   a GGUF file with tokenizer.ggml.* metadata (repeatable)\n"
-            "  --mb N             text size in MB of 10^6 bytes (default 1)\n"
-            "  --seed S           text seed (default 1)\n"
-            "  --reps R           timed repetitions, the best reported (default 3)\n"
-            "  --json             print one JSON object instead of text\n");
+            "\n");
+    hx_options_help(k_options, NULL, f);
 }
 
 int hx_bench_tokenizer(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
-    const char *paths[MAX_VOCABS];
-    int n_paths = 0, reps = 3;
-    double mb = 1.0;
-    uint64_t seed = 1;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        if (hx_flag(argv, i, "--tokenizer")) continue;
-        else if (hx_flag(argv, i, "--json")) json = true;
-        else if ((v = hx_opt(argc, argv, &i, "-m")) || (v = hx_opt(argc, argv, &i, "--model"))) {
-            if (n_paths == MAX_VOCABS) hx_die(HX_EXIT_USAGE, "bench --tokenizer: at most %d vocabularies", MAX_VOCABS);
-            paths[n_paths++] = v;
-        }
-        else if ((v = hx_opt(argc, argv, &i, "--mb"))) mb = hx_parse_double("--mb", v, 0.001, 1024);
-        else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = (uint64_t)hx_parse_int("--seed", v, 0, INT64_MAX);
-        else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = (int)hx_parse_int("--reps", v, 1, 1000);
-        else hx_bad_arg("bench --tokenizer", argv[i]);
-    }
+    tok_args a = {.mb = 1.0, .seed = 1, .reps = 3};
+    for (int i = 1; i < argc; i++)
+        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --tokenizer", argv[i]);
+    const char *const *paths = a.vocabs.paths;
+    int n_paths = a.vocabs.n, reps = a.reps;
+    double mb = a.mb;
+    uint64_t seed = (uint64_t)a.seed;
+    bool json = a.json;
     if (n_paths == 0) hx_die(HX_EXIT_USAGE, "bench --tokenizer: -m VOCAB.gguf is required");
 
     eng_buf text = {0};

@@ -95,9 +95,13 @@ void hx_option_set(const hx_option *opt, const char *v, void *field) {
     case HX_OPT_MIB:    *(int64_t *)field = hx_parse_int(f, v, (int64_t)opt->lo, (int64_t)opt->hi) << 20; break;
     case HX_OPT_DOUBLE: *(double *)field = hx_parse_double(f, v, opt->lo, opt->hi); break;
     case HX_OPT_STRING:
-        if (!*v && opt->lo >= 0) hx_die(HX_EXIT_USAGE, "%s: must not be empty", f);
         *(const char **)field = v;
         break;
+    case HX_OPT_LIST: {
+        hx_int_list *l = field;
+        l->n = hx_parse_int_list(f, v, l->v, HX_INT_LIST_MAX, (int32_t)opt->lo, (int32_t)opt->hi);
+        break;
+    }
     case HX_OPT_CUSTOM: opt->parse(f, v, field); break;
     }
 }

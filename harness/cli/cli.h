@@ -1,5 +1,5 @@
 /*
- * harness/cli.h: the command-line conventions every `kvreplay` subcommand follows.
+ * harness/cli/cli.h: the command-line conventions every `kvreplay` subcommand follows.
  *
  * Exit codes (DESIGN.md): 0 success, 1 divergence found (check), 2 bad input
  * or usage (message names the file, line and field), 3 internal or I/O error.
@@ -69,9 +69,16 @@ typedef enum hx_opt_type {
     HX_OPT_INT64,   /* int64_t in [lo, hi] */
     HX_OPT_MIB,     /* int64_t bytes: a whole number of MiB in [lo, hi] on the command line */
     HX_OPT_DOUBLE,  /* double in [lo, hi] */
-    HX_OPT_STRING,  /* const char *, pointing into argv (non-empty unless lo < 0) */
+    HX_OPT_STRING,  /* const char *, pointing into argv */
+    HX_OPT_LIST,    /* hx_int_list: comma-separated integers in [lo, hi] */
     HX_OPT_CUSTOM,  /* parse(value, field): writes the field, exits 2 naming the flag on a bad value */
 } hx_opt_type;
+
+#define HX_INT_LIST_MAX 32
+typedef struct hx_int_list {
+    int32_t v[HX_INT_LIST_MAX];
+    int32_t n;
+} hx_int_list;
 
 typedef struct hx_option {
     const char *name;     /* "--reps" */
@@ -100,6 +107,17 @@ void hx_option_set(const hx_option *opt, const char *value, void *field);
 void hx_parse_align(const char *flag, const char *value, void *field);
 void hx_parse_kernel(const char *flag, const char *value, void *field);
 void hx_parse_precision(const char *flag, const char *value, void *field);
+/* The engine settings of a command that loads a model, as rows of its option
+ * table over a struct type with an eng_numerics field num and an int32_t
+ * field chunk (OpenBLAS and kernel thread count up to 1024). */
+#define HX_OPTS_ENGINE(type)                                                                                         \
+    {"--threads", NULL, "T", "threads for sgemm, kernels and OpenBLAS (default 1)", HX_OPT_INT,                      \
+     offsetof(type, num.n_threads), 1, 1024, NULL},                                                                  \
+    {"--chunk", NULL, "C", "prefill chunk size (default 64)", HX_OPT_INT, offsetof(type, chunk), 1, 1 << 20, NULL},   \
+    {"--kernel", NULL, "blas|ref", "(default blas)", HX_OPT_CUSTOM, offsetof(type, num.kernel), 0, 0,                \
+     hx_parse_kernel},                                                                                               \
+    {"--precision", NULL, "fp32|bf16", "(default fp32)", HX_OPT_CUSTOM, offsetof(type, num.precision), 0, 0,         \
+     hx_parse_precision}
 /* Prints table's help lines, "  --name METAVAR   help", to f; prefix (or
  * NULL) starts each entry's help text, e.g. "slot-lcp: ". */
 void hx_options_help(const hx_option *table, const char *prefix, FILE *f);
@@ -111,7 +129,8 @@ _Noreturn void hx_bad_arg(const char *cmd, const char *arg);
 const char *hx_argv_joined(void);
 void        hx_set_argv(int argc, char **argv);
 
-/* Subcommands (harness/cmd_*.c). */
+/* Subcommands (cli/cmd_*.c), listed in main.c's table (which declares its own;
+ * these are for the commands and tests that call one directly). */
 int hx_cmd_model(int argc, char **argv);             /* model synth | model info */
 int hx_cmd_tokenize(int argc, char **argv);
 int hx_cmd_generate(int argc, char **argv);

@@ -1,5 +1,5 @@
 /*
- * harness/cmd_bench.c: `kvreplay bench`: engine prefill throughput against
+ * harness/cli/cmd_bench.c: `kvreplay bench`: engine prefill throughput against
  * the machine's sgemm peak, measured in the same run at the same thread
  * count.
  *
@@ -13,13 +13,14 @@
  *   ratio:   prefill GFLOP/s / peak GFLOP/s.
  * --sweep-chunks measures several C in one run; --compare-kernels measures
  * ref and blas side by side. --tokenizer, --disk-cache and --checkpoints
- * dispatch to the other benchmarks of harness/bench.h.
+ * dispatch to the other benchmarks of bench/bench.h.
  */
 #include "cli.h"
 
 #include <cblas.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,32 @@
 #include "status.h"
 #include "util.h"
 
-#define MAX_CHUNKS 32
+#define MAX_CHUNKS HX_INT_LIST_MAX
+
+typedef struct bench_args {
+    const char  *model;
+    eng_numerics num;
+    int32_t      chunk, n_tok, reps, peak_n;
+    int64_t      seed;
+    hx_int_list  chunks;
+    bool         compare, json;
+} bench_args;
+
+#define OPT(field) offsetof(bench_args, field)
+static const hx_option k_options[] = {
+    {"--model", "-m", "FILE", "GGUF model (required)", HX_OPT_STRING, OPT(model), 0, 0, NULL},
+    HX_OPTS_ENGINE(bench_args),
+    {"--tokens", NULL, "N", "prompt tokens per prefill (default 1024)", HX_OPT_INT, OPT(n_tok), 1, 1 << 22, NULL},
+    {"--reps", NULL, "R", "timed repetitions, medians reported (default 3)", HX_OPT_INT, OPT(reps), 1, 1000, NULL},
+    {"--peak-size", NULL, "S", "square sgemm size for the peak (default 1024)", HX_OPT_INT, OPT(peak_n), 16, 8192,
+     NULL},
+    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--sweep-chunks", NULL, "LIST", "comma-separated chunk sizes, e.g. 16,32,64,128,256", HX_OPT_LIST, OPT(chunks),
+     1, 1 << 20, NULL},
+    {"--compare-kernels", NULL, NULL, "measure ref and blas side by side", HX_OPT_FLAG, OPT(compare), 0, 0, NULL},
+    {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
+    {0},
+};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -40,20 +66,8 @@ static void usage(FILE *f) {
             "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
             "\n"
             "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
-            "\n"
-            "  -m, --model FILE        GGUF model (required)\n"
-            "  --threads T             threads for sgemm, kernels and OpenBLAS (default 1)\n"
-            "  --chunk C               prefill chunk size (default 64)\n"
-            "  --kernel blas|ref       (default blas)\n"
-            "  --precision fp32|bf16   (default fp32)\n"
-            "  --tokens N              prompt tokens per prefill (default 1024)\n"
-            "  --reps R                timed repetitions, medians reported (default 3)\n"
-            "  --peak-size S           square sgemm size for the peak (default 1024)\n"
-            "  --seed S                prompt token seed (default 0)\n"
-            "  --sweep-chunks LIST     comma-separated chunk sizes, e.g. 16,32,64,128,256\n"
-            "  --compare-kernels       measure ref and blas side by side\n"
-            "  --json                  one JSON object on stdout\n"
-            "  -h, --help              this help\n");
+            "\n");
+    hx_options_help(k_options, NULL, f);
 }
 
 static int exit_for(int rc) {
@@ -164,30 +178,15 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
-    const char *model = NULL, *v;
-    eng_numerics num = eng_numerics_default();
-    int64_t chunk = 64, n_tok = 1024, reps = 3, peak_n = 1024, seed = 0;
-    int32_t chunks[MAX_CHUNKS];
-    int n_chunks = 0;
-    bool json = false, compare = false;
-    for (int i = 1; i < argc; i++) {
-        if ((v = hx_opt(argc, argv, &i, "-m")) || (v = hx_opt(argc, argv, &i, "--model"))) model = v;
-        else if ((v = hx_opt(argc, argv, &i, "--threads"))) num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 1024);
-        else if ((v = hx_opt(argc, argv, &i, "--chunk"))) chunk = hx_parse_int("--chunk", v, 1, 1 << 20);
-        else if ((v = hx_opt(argc, argv, &i, "--kernel"))) {
-            if (eng_kernel_parse(v, &num.kernel)) hx_die(HX_EXIT_USAGE, "--kernel: expected blas or ref, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--precision"))) {
-            if (eng_precision_parse(v, &num.precision))
-                hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--tokens"))) n_tok = hx_parse_int("--tokens", v, 1, 1 << 22);
-        else if ((v = hx_opt(argc, argv, &i, "--reps"))) reps = hx_parse_int("--reps", v, 1, 1000);
-        else if ((v = hx_opt(argc, argv, &i, "--peak-size"))) peak_n = hx_parse_int("--peak-size", v, 16, 8192);
-        else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = hx_parse_int("--seed", v, 0, INT64_MAX);
-        else if ((v = hx_opt(argc, argv, &i, "--sweep-chunks"))) n_chunks = hx_parse_int_list("--sweep-chunks", v, chunks, MAX_CHUNKS, 1, 1 << 20);
-        else if (hx_flag(argv, i, "--compare-kernels")) compare = true;
-        else if (hx_flag(argv, i, "--json")) json = true;
-        else hx_bad_arg("bench", argv[i]);
-    }
+    bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024};
+    for (int i = 1; i < argc; i++)
+        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench", argv[i]);
+    const char *model = a.model;
+    eng_numerics num = a.num;
+    int64_t chunk = a.chunk, n_tok = a.n_tok, reps = a.reps, peak_n = a.peak_n, seed = a.seed;
+    int32_t *chunks = a.chunks.v;
+    int n_chunks = a.chunks.n;
+    bool json = a.json, compare = a.compare;
     if (!model) hx_die(HX_EXIT_USAGE, "bench: -m MODEL.gguf is required (see --help)");
     if (n_chunks == 0) chunks[n_chunks++] = (int32_t)chunk;
 

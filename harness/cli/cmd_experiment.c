@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,19 +44,52 @@ typedef struct xctx {
     const char *cache_root;
 } xctx;
 
+#define MAX_ONLY 16
+
+typedef struct only_list {
+    const char *v[MAX_ONLY];
+    int         n;
+} only_list;
+
+typedef struct exp_args {
+    const char *db, *scale, *cache_root;
+    int32_t     threads;
+    only_list   only;
+    int64_t     cold_mib;
+    bool        resume, dry;
+} exp_args;
+
+/* --only is repeatable: each names one more variant prefix (at most MAX_ONLY). */
+static void add_only(const char *flag, const char *v, void *field) {
+    only_list *l = field;
+    if (l->n < MAX_ONLY) l->v[l->n++] = v;
+}
+
+#define OPT(field) offsetof(exp_args, field)
+static const hx_option k_options[] = {
+    {"--db", NULL, "FILE", "results database (required)", HX_OPT_STRING, OPT(db), 0, 0, NULL},
+    {"--scale", NULL, "demo|full", "the spec's scaled-down default, or the issue report's scale (default demo)",
+     HX_OPT_STRING, OPT(scale), 0, 0, NULL},
+    {"--threads", NULL, "T", "thread count for every run (default: the spec's, else 1)", HX_OPT_INT, OPT(threads), 1,
+     256, NULL},
+    {"--only", NULL, "VARIANT", "run only this variant (repeatable prefix match)", HX_OPT_CUSTOM, OPT(only), 0, 0,
+     add_only},
+    {"--resume", NULL, NULL, "complete interrupted runs instead of starting new ones", HX_OPT_FLAG, OPT(resume), 0, 0,
+     NULL},
+    {"--cold-cache-mib", NULL, "N", "budget of the shared cold-result cache (default 2048)", HX_OPT_INT64,
+     OPT(cold_mib), 0, 1 << 20, NULL},
+    {"--cache-root", NULL, "DIR", "where generated models and transcripts are cached (default results/cache)",
+     HX_OPT_STRING, OPT(cache_root), 0, 0, NULL},
+    {"--dry-run", NULL, NULL, "print the replay command lines and stop", HX_OPT_FLAG, OPT(dry), 0, 0, NULL},
+    {0},
+};
+
 static void usage(FILE *f) {
     fprintf(f, "usage: kvreplay experiment experiments/NAME.json --db results/NAME.sqlite [OPTIONS]\n\n"
                "Runs every variant of an experiment spec into one database (runs.experiment,\n"
                "runs.variant and runs.sweep_* name them).\n\n"
-               "options:\n"
-               "  --db FILE            results database (required)\n"
-               "  --scale demo|full    the spec's scaled-down default, or the issue report's scale (default demo)\n"
-               "  --threads T          thread count for every run (default: the spec's, else 1)\n"
-               "  --only VARIANT       run only this variant (repeatable prefix match)\n"
-               "  --resume             complete interrupted runs instead of starting new ones\n"
-               "  --cold-cache-mib N   budget of the shared cold-result cache (default 2048)\n"
-               "  --cache-root DIR     where generated models and transcripts are cached (default results/cache)\n"
-               "  --dry-run            print the replay command lines and stop\n");
+               "options:\n");
+    hx_options_help(k_options, NULL, f);
 }
 
 /* Substitutes ${name} from the sweep variable, then the scale's vars. */
@@ -179,23 +213,16 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
 
 int hx_cmd_experiment(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
-    const char *spec_path = NULL, *db = NULL, *scale = "demo", *only[16];
-    int n_only = 0, threads = 0, dry = 0, resume = 0;
-    int64_t cold_mib = 2048;
-    const char *cache_root = "results/cache";
+    exp_args a = {.scale = "demo", .cache_root = "results/cache", .cold_mib = 2048};
+    const char *spec_path = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *v;
-        if ((v = hx_opt(argc, argv, &i, "--db"))) db = v;
-        else if ((v = hx_opt(argc, argv, &i, "--scale"))) scale = v;
-        else if ((v = hx_opt(argc, argv, &i, "--threads"))) threads = (int)hx_parse_int("--threads", v, 1, 256);
-        else if ((v = hx_opt(argc, argv, &i, "--only"))) { if (n_only < 16) only[n_only++] = v; }
-        else if ((v = hx_opt(argc, argv, &i, "--cold-cache-mib"))) cold_mib = hx_parse_int("--cold-cache-mib", v, 0, 1 << 20);
-        else if ((v = hx_opt(argc, argv, &i, "--cache-root"))) cache_root = v;
-        else if (hx_flag(argv, i, "--dry-run")) dry = 1;
-        else if (hx_flag(argv, i, "--resume")) resume = 1;
-        else if (argv[i][0] != '-' && !spec_path) spec_path = argv[i];
+        if (hx_options_parse(k_options, &a, argc, argv, &i)) continue;
+        if (argv[i][0] != '-' && !spec_path) spec_path = argv[i];
         else hx_bad_arg("experiment", argv[i]);
     }
+    const char *db = a.db, *scale = a.scale, *const *only = a.only.v, *cache_root = a.cache_root;
+    int n_only = a.only.n, threads = a.threads, dry = a.dry, resume = a.resume;
+    int64_t cold_mib = a.cold_mib;
     if (!spec_path) hx_die(HX_EXIT_USAGE, "experiment: the spec file is required (see --help)");
     if (!db) hx_die(HX_EXIT_USAGE, "experiment: --db is required");
     if (strcmp(scale, "demo") && strcmp(scale, "full")) hx_die(HX_EXIT_USAGE, "--scale: expected demo or full, got '%s'", scale);

@@ -1,28 +1,40 @@
 /*
- * harness/main.c: `kvreplay`, the command-line entry point. Dispatches to
- * the subcommands of DESIGN.md's CLI contract (harness/cmd_*.c).
+ * harness/cli/main.c: `kvreplay`, the command-line entry point. Dispatches to
+ * the subcommands of DESIGN.md's CLI contract (cli/cmd_*.c) through the
+ * table below.
  */
 #include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
 
+// ----------------------------------------------------------------------------
+// The subcommands: one line each. X(NAME, id, HELP) dispatches NAME to
+// int hx_cmd_<id>(int argc, char **argv), defined in cli/cmd_<id>.c; the
+// order is --help's.
+
+#define HX_COMMAND_LIST(X)                                                                                  \
+    X("model",            model,            "model synth | model info: write or describe a GGUF model")     \
+    X("tokenize",         tokenize,         "tokenize text with a model's vocabulary")                       \
+    X("generate",         generate,         "greedy generation from a prompt")                               \
+    X("bench",            bench,            "prefill tok/s and GFLOP/s against the sgemm peak")              \
+    X("synth-transcript", synth_transcript, "write a seeded synthetic agent transcript")                     \
+    X("import",           import,           "convert anthropic/openai/claude-code/swe-agent logs to transcript v1") \
+    X("replay",           replay,           "replay a transcript cold and through a cache policy, log to SQLite") \
+    X("check",            check,            "like replay; exit 1 on any divergence from cold")              \
+    X("experiment",       experiment,       "run an experiment spec into a SQLite database")                 \
+    X("report",           report,           "markdown summary of a results database")                        \
+    /* one line per subcommand, above this one */
+
+#define DECLARE(name, id, help) int hx_cmd_##id(int argc, char **argv);
+#define ENTRY(name, id, help) {name, hx_cmd_##id, help},
+HX_COMMAND_LIST(DECLARE)
+
 static const struct {
     const char *name;
     int (*fn)(int, char **);
     const char *help;
-} cmds[] = {
-    {"model",            hx_cmd_model,            "model synth | model info: write or describe a GGUF model"},
-    {"tokenize",         hx_cmd_tokenize,         "tokenize text with a model's vocabulary"},
-    {"generate",         hx_cmd_generate,         "greedy generation from a prompt"},
-    {"bench",            hx_cmd_bench,            "prefill tok/s and GFLOP/s against the sgemm peak"},
-    {"synth-transcript", hx_cmd_synth_transcript, "write a seeded synthetic agent transcript"},
-    {"import",           hx_cmd_import,           "convert anthropic/openai/claude-code/swe-agent logs to transcript v1"},
-    {"replay",           hx_cmd_replay,           "replay a transcript cold and through a cache policy, log to SQLite"},
-    {"check",            hx_cmd_check,            "like replay; exit 1 on any divergence from cold"},
-    {"experiment",       hx_cmd_experiment,       "run an experiment spec into a SQLite database"},
-    {"report",           hx_cmd_report,           "markdown summary of a results database"},
-};
+} cmds[] = {HX_COMMAND_LIST(ENTRY)};
 
 static void usage(FILE *f) {
     fprintf(f, "kvreplay %s (%s): bit-exact prompt-prefix KV reuse harness\n\n", KVR_VERSION, KVR_GIT_REV);
