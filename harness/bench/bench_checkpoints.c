@@ -37,6 +37,13 @@
 #define BATCHES     5
 #define BATCH_S     0.02
 
+static const char k_usage[] =
+    "usage: kvreplay bench --checkpoints -m MODEL.gguf [OPTIONS]\n"
+    "\n"
+    "Checkpoint save/restore throughput (bytes/s) against memcpy measured in the same run,\n"
+    "and cold prefill tokens/s at each context length.\n"
+    "\n";
+
 typedef struct ckpt_args {
     const char  *model;
     eng_numerics num;
@@ -60,16 +67,6 @@ static const hx_option k_options[] = {
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kvreplay bench --checkpoints -m MODEL.gguf [OPTIONS]\n"
-            "\n"
-            "Checkpoint save/restore throughput (bytes/s) against memcpy measured in the same run,\n"
-            "and cold prefill tokens/s at each context length.\n"
-            "\n");
-    hx_options_help(k_options, NULL, f);
-}
 
 // ----------------------------------------------------------------------------
 // Timing of one operation: seconds per call, the median of BATCHES batches
@@ -142,7 +139,7 @@ typedef struct row {
 static double rate(size_t bytes, double s) { return s > 0 ? (double)bytes / s : 0.0; }
 
 int hx_bench_checkpoints(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     ckpt_args a = {.num = eng_numerics_default(), .chunk = 64, .reps = 1, .lengths = {{2048, 8192, 32768}, 3}};
     for (int i = 1; i < argc; i++)
         if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --checkpoints", argv[i]);

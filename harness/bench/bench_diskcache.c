@@ -41,6 +41,14 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+static const char k_usage[] =
+    "usage: kvreplay bench --disk-cache [--mb N] [--reps N] [--dir D] [--json]\n"
+    "\n"
+    "Checkpoint file write (store: checksum, temp file, fsync, rename, dir fsync)\n"
+    "and read (lookup: read + verify) throughput against plain write+fsync and\n"
+    "read of the same size, medians of reps, side by side in one run.\n"
+    "\n";
+
 typedef struct disk_args {
     int32_t     mb, reps;
     const char *parent;
@@ -57,16 +65,6 @@ static const hx_option k_options[] = {
     {"--json", NULL, NULL, "print one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
-
-static void usage(FILE *f) {
-    fputs("usage: kvreplay bench --disk-cache [--mb N] [--reps N] [--dir D] [--json]\n"
-          "\n"
-          "Checkpoint file write (store: checksum, temp file, fsync, rename, dir fsync)\n"
-          "and read (lookup: read + verify) throughput against plain write+fsync and\n"
-          "read of the same size, medians of reps, side by side in one run.\n"
-          "\n", f);
-    hx_options_help(k_options, NULL, f);
-}
 
 // ----------------------------------------------------------------------------
 // Small helpers: filesystem name, medians, plain file I/O
@@ -215,7 +213,7 @@ out:
 
 int hx_bench_disk_cache(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) {
-        usage(stdout);
+        hx_usage(stdout, k_usage, k_options);
         return HX_EXIT_OK;
     }
     disk_args a = {.mb = 64, .reps = 5, .parent = "/tmp"};

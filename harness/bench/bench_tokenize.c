@@ -28,7 +28,7 @@
 #include "tokenizer.h"
 #include "util.h"
 
-#define MAX_VOCABS 16
+#define MAX_VOCABS HX_STR_LIST_MAX
 
 // ----------------------------------------------------------------------------
 // The agent-style text generator (seeded, deterministic)
@@ -202,31 +202,27 @@ static int make_agent_text(eng_buf *b, size_t bytes, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // The benchmark
 
-typedef struct vocab_list {
-    const char *paths[MAX_VOCABS];
-    int         n;
-} vocab_list;
+static const char k_usage[] =
+    "usage: kvreplay bench --tokenizer -m VOCAB.gguf [-m VOCAB2.gguf ...] [OPTIONS]\n"
+    "\n"
+    "Tokenizer throughput on seeded agent-style text (JSON tool schemas, code, git diffs,\n"
+    "shell output, prose, unicode, checksums, base64), the whole text in one call with\n"
+    "special-token parsing on; also checks that detokenize gives the text back exactly.\n"
+    "\n";
 
 typedef struct tok_args {
-    vocab_list vocabs;
+    hx_str_list vocabs;
     double     mb;
     int64_t    seed;
     int32_t    reps;
     bool       json, self;
 } tok_args;
 
-/* -m is repeatable: each names one more vocabulary. */
-static void add_vocab(const char *flag, const char *v, void *field) {
-    vocab_list *l = field;
-    if (l->n == MAX_VOCABS) hx_die(HX_EXIT_USAGE, "bench --tokenizer: at most %d vocabularies", MAX_VOCABS);
-    l->paths[l->n++] = v;
-}
-
 #define OPT(field) offsetof(tok_args, field)
 static const hx_option k_options[] = {
     {"--tokenizer", NULL, NULL, NULL, HX_OPT_FLAG, OPT(self), 0, 0, NULL},
-    {"--model", "-m", "FILE", "a GGUF file with tokenizer.ggml.* metadata (repeatable)", HX_OPT_CUSTOM, OPT(vocabs), 0,
-     0, add_vocab},
+    {"--model", "-m", "FILE", "a GGUF file with tokenizer.ggml.* metadata (repeatable)", HX_OPT_STRINGS, OPT(vocabs), 0,
+     0, NULL},
     {"--mb", NULL, "N", "text size in MB of 10^6 bytes (default 1)", HX_OPT_DOUBLE, OPT(mb), 0.001, 1024, NULL},
     {"--seed", NULL, "S", "text seed (default 1)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
     {"--reps", NULL, "R", "timed repetitions, the best reported (default 3)", HX_OPT_INT, OPT(reps), 1, 1000, NULL},
@@ -234,23 +230,12 @@ static const hx_option k_options[] = {
     {0},
 };
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kvreplay bench --tokenizer -m VOCAB.gguf [-m VOCAB2.gguf ...] [OPTIONS]\n"
-            "\n"
-            "Tokenizer throughput on seeded agent-style text (JSON tool schemas, code, git diffs,\n"
-            "shell output, prose, unicode, checksums, base64), the whole text in one call with\n"
-            "special-token parsing on; also checks that detokenize gives the text back exactly.\n"
-            "\n");
-    hx_options_help(k_options, NULL, f);
-}
-
 int hx_bench_tokenizer(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     tok_args a = {.mb = 1.0, .seed = 1, .reps = 3};
     for (int i = 1; i < argc; i++)
         if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --tokenizer", argv[i]);
-    const char *const *paths = a.vocabs.paths;
+    const char *const *paths = a.vocabs.v;
     int n_paths = a.vocabs.n, reps = a.reps;
     double mb = a.mb;
     uint64_t seed = (uint64_t)a.seed;

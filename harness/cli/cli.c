@@ -102,6 +102,12 @@ void hx_option_set(const hx_option *opt, const char *v, void *field) {
         l->n = hx_parse_int_list(f, v, l->v, HX_INT_LIST_MAX, (int32_t)opt->lo, (int32_t)opt->hi);
         break;
     }
+    case HX_OPT_STRINGS: {
+        hx_str_list *l = field;
+        if (l->n == HX_STR_LIST_MAX) hx_die(HX_EXIT_USAGE, "%s: at most %d times", f, HX_STR_LIST_MAX);
+        l->v[l->n++] = v;
+        break;
+    }
     case HX_OPT_CUSTOM: opt->parse(f, v, field); break;
     }
 }
@@ -133,6 +139,11 @@ void hx_parse_kernel(const char *flag, const char *v, void *field) {
 
 void hx_parse_precision(const char *flag, const char *v, void *field) {
     if (eng_precision_parse(v, field)) hx_die(HX_EXIT_USAGE, "%s: expected fp32 or bf16, got '%s'", flag, v);
+}
+
+void hx_usage(FILE *f, const char *text, const hx_option *table) {
+    fputs(text, f);
+    hx_options_help(table, NULL, f);
 }
 
 void hx_options_help(const hx_option *table, const char *prefix, FILE *f) {

@@ -71,6 +71,7 @@ typedef enum hx_opt_type {
     HX_OPT_DOUBLE,  /* double in [lo, hi] */
     HX_OPT_STRING,  /* const char *, pointing into argv */
     HX_OPT_LIST,    /* hx_int_list: comma-separated integers in [lo, hi] */
+    HX_OPT_STRINGS, /* hx_str_list: repeatable, each occurrence adds one string */
     HX_OPT_CUSTOM,  /* parse(value, field): writes the field, exits 2 naming the flag on a bad value */
 } hx_opt_type;
 
@@ -79,6 +80,12 @@ typedef struct hx_int_list {
     int32_t v[HX_INT_LIST_MAX];
     int32_t n;
 } hx_int_list;
+
+#define HX_STR_LIST_MAX 16
+typedef struct hx_str_list {
+    const char *v[HX_STR_LIST_MAX];
+    int32_t     n;
+} hx_str_list;
 
 typedef struct hx_option {
     const char *name;     /* "--reps" */
@@ -118,6 +125,8 @@ void hx_parse_precision(const char *flag, const char *value, void *field);
      hx_parse_kernel},                                                                                               \
     {"--precision", NULL, "fp32|bf16", "(default fp32)", HX_OPT_CUSTOM, offsetof(type, num.precision), 0, 0,         \
      hx_parse_precision}
+/* --help of a command: text (usage line and description), then table's lines. */
+void hx_usage(FILE *f, const char *text, const hx_option *table);
 /* Prints table's help lines, "  --name METAVAR   help", to f; prefix (or
  * NULL) starts each entry's help text, e.g. "slot-lcp: ". */
 void hx_options_help(const hx_option *table, const char *prefix, FILE *f);

@@ -33,6 +33,15 @@
 
 #define MAX_CHUNKS HX_INT_LIST_MAX
 
+static const char k_usage[] =
+    "usage: kvreplay bench -m MODEL.gguf [OPTIONS]\n"
+    "       kvreplay bench --tokenizer ...    (tokenizer throughput; see --tokenizer --help)\n"
+    "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
+    "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
+    "\n"
+    "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
+    "\n";
+
 typedef struct bench_args {
     const char  *model;
     eng_numerics num;
@@ -57,18 +66,6 @@ static const hx_option k_options[] = {
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kvreplay bench -m MODEL.gguf [OPTIONS]\n"
-            "       kvreplay bench --tokenizer ...    (tokenizer throughput; see --tokenizer --help)\n"
-            "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
-            "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
-            "\n"
-            "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
-            "\n");
-    hx_options_help(k_options, NULL, f);
-}
 
 static int exit_for(int rc) {
     return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
@@ -177,7 +174,7 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
     }
-    if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024};
     for (int i = 1; i < argc; i++)
         if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench", argv[i]);

@@ -44,26 +44,19 @@ typedef struct xctx {
     const char *cache_root;
 } xctx;
 
-#define MAX_ONLY 16
-
-typedef struct only_list {
-    const char *v[MAX_ONLY];
-    int         n;
-} only_list;
+static const char k_usage[] =
+    "usage: kvreplay experiment experiments/NAME.json --db results/NAME.sqlite [OPTIONS]\n\n"
+    "Runs every variant of an experiment spec into one database (runs.experiment,\n"
+    "runs.variant and runs.sweep_* name them).\n\n"
+    "options:\n";
 
 typedef struct exp_args {
     const char *db, *scale, *cache_root;
     int32_t     threads;
-    only_list   only;
+    hx_str_list only;
     int64_t     cold_mib;
     bool        resume, dry;
 } exp_args;
-
-/* --only is repeatable: each names one more variant prefix (at most MAX_ONLY). */
-static void add_only(const char *flag, const char *v, void *field) {
-    only_list *l = field;
-    if (l->n < MAX_ONLY) l->v[l->n++] = v;
-}
 
 #define OPT(field) offsetof(exp_args, field)
 static const hx_option k_options[] = {
@@ -72,8 +65,8 @@ static const hx_option k_options[] = {
      HX_OPT_STRING, OPT(scale), 0, 0, NULL},
     {"--threads", NULL, "T", "thread count for every run (default: the spec's, else 1)", HX_OPT_INT, OPT(threads), 1,
      256, NULL},
-    {"--only", NULL, "VARIANT", "run only this variant (repeatable prefix match)", HX_OPT_CUSTOM, OPT(only), 0, 0,
-     add_only},
+    {"--only", NULL, "VARIANT", "run only this variant (repeatable prefix match)", HX_OPT_STRINGS, OPT(only), 0, 0,
+     NULL},
     {"--resume", NULL, NULL, "complete interrupted runs instead of starting new ones", HX_OPT_FLAG, OPT(resume), 0, 0,
      NULL},
     {"--cold-cache-mib", NULL, "N", "budget of the shared cold-result cache (default 2048)", HX_OPT_INT64,
@@ -83,14 +76,6 @@ static const hx_option k_options[] = {
     {"--dry-run", NULL, NULL, "print the replay command lines and stop", HX_OPT_FLAG, OPT(dry), 0, 0, NULL},
     {0},
 };
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: kvreplay experiment experiments/NAME.json --db results/NAME.sqlite [OPTIONS]\n\n"
-               "Runs every variant of an experiment spec into one database (runs.experiment,\n"
-               "runs.variant and runs.sweep_* name them).\n\n"
-               "options:\n");
-    hx_options_help(k_options, NULL, f);
-}
 
 /* Substitutes ${name} from the sweep variable, then the scale's vars. */
 static int substitute(const xctx *x, const char *in, char *out, size_t cap, char *err, size_t errlen) {
@@ -212,7 +197,7 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
 }
 
 int hx_cmd_experiment(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     exp_args a = {.scale = "demo", .cache_root = "results/cache", .cold_mib = 2048};
     const char *spec_path = NULL;
     for (int i = 1; i < argc; i++) {
