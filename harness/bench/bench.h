@@ -1,5 +1,5 @@
 /*
- * harness/bench.h: benchmark entry points that `kvreplay bench` dispatches to.
+ * harness/bench/bench.h: benchmark entry points that `kvreplay bench` dispatches to.
  * `kvreplay bench -m M [--threads T --chunk C ...]`  engine prefill (cmd_bench.c)
  * `kvreplay bench --tokenizer -m VOCAB.gguf`          tokenizer MB/s (bench_tokenize.c)
  * `kvreplay bench --checkpoints -m M ...`             checkpoint save/restore vs memcpy, prefill

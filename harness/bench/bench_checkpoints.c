@@ -1,5 +1,5 @@
 /*
- * harness/bench_checkpoints.c: `kvreplay bench --checkpoints`: what a
+ * harness/bench/bench_checkpoints.c: `kvreplay bench --checkpoints`: what a
  * context checkpoint costs, against the machine's memcpy measured in the
  * same run, and prefill throughput at the scaled context lengths.
  *

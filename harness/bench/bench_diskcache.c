@@ -1,5 +1,5 @@
 /*
- * harness/bench_diskcache.c: `kvreplay bench --disk-cache`, checkpoint file
+ * harness/bench/bench_diskcache.c: `kvreplay bench --disk-cache`, checkpoint file
  * throughput against plain file I/O of the same size, in the same run.
  *
  * Each repetition, in the same directory (order alternating between reps

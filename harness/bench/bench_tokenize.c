@@ -1,5 +1,5 @@
 /*
- * harness/bench_tokenize.c: `kvreplay bench --tokenizer`: tokenizer
+ * harness/bench/bench_tokenize.c: `kvreplay bench --tokenizer`: tokenizer
  * throughput on agent-style text, for one or more vocabularies.
  *
  * The text is generated in code from an explicit seed, so every run of the

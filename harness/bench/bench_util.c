@@ -1,4 +1,4 @@
-/* harness/bench_util.c: see bench_util.h. */
+/* harness/bench/bench_util.c: see bench_util.h. */
 #include "bench_util.h"
 
 #include <gsl/gsl_rng.h>

@@ -1,5 +1,5 @@
 /*
- * harness/bench_util.h: what every benchmark needs: medians (GSL) and
+ * harness/bench/bench_util.h: what every benchmark needs: medians (GSL) and
  * seeded random inputs (GSL's MT19937), so that two runs with the same
  * seed time the same work.
  */

@@ -1,5 +1,5 @@
 /*
- * harness/anchor.c: where the `disk-anchor` policy writes checkpoints.
+ * harness/cache/anchor.c: where the `disk-anchor` policy writes checkpoints.
  *
  * See anchor.h. Pure integer arithmetic: the plan is the merge of the
  * waypoint multiples in (cached, n] and at most one anchor, ascending, with

@@ -1,5 +1,5 @@
 /*
- * harness/anchor.h: where the `disk-anchor` policy writes checkpoints.
+ * harness/cache/anchor.h: where the `disk-anchor` policy writes checkpoints.
  *
  * Pure functions, no I/O: the placement rules of ds4-server's disk KV
  * checkpoints (seeds/000_*), written so that the reported bug is a switch.

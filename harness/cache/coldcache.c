@@ -1,5 +1,5 @@
 /*
- * harness/coldcache.c: an LRU map from prompt keys to cold results.
+ * harness/cache/coldcache.c: an LRU map from prompt keys to cold results.
  * A linear array of entries is enough: an experiment holds at most a few
  * hundred prompts, and each lookup costs far less than one forward pass.
  */

@@ -1,5 +1,5 @@
 /*
- * harness/coldcache.h: the shared cold baseline.
+ * harness/cache/coldcache.h: the shared cold baseline.
  *
  * Within one process (an experiment running several policy variants), the
  * cold run of an identical prompt under identical numerics is computed once

@@ -1,5 +1,5 @@
 /*
- * harness/diskcache.c: checkpoint files on disk, keyed by token prefix.
+ * harness/cache/diskcache.c: checkpoint files on disk, keyed by token prefix.
  *
  * See diskcache.h for the contract and docs/disk-cache.md for the layout.
  * The story of this file: little-endian codecs and hashing; the header;

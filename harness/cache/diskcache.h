@@ -1,5 +1,5 @@
 /*
- * harness/diskcache.h: checkpoint files on disk, keyed by token prefix.
+ * harness/cache/diskcache.h: checkpoint files on disk, keyed by token prefix.
  *
  * The storage layer of the `disk-anchor` cache policy (ds4-server's disk KV
  * checkpoints, seeds/000_*). A checkpoint is an opaque payload (the engine's

@@ -1,5 +1,5 @@
 /*
- * harness/cmd_experiment.c: `kvreplay experiment SPEC.json --db OUT.sqlite [--scale demo|full]`.
+ * harness/cli/cmd_experiment.c: `kvreplay experiment SPEC.json --db OUT.sqlite [--scale demo|full]`.
  *
  * An experiment spec (experiments/NAME.json, documented in docs/experiments.md)
  * names its inputs and its runs:

@@ -1,5 +1,5 @@
 /*
- * harness/cmd_generate.c: `kvreplay generate`: greedy generation from a
+ * harness/cli/cmd_generate.c: `kvreplay generate`: greedy generation from a
  * prompt, BOS first when the model's vocabulary adds one. The prompt is
  * prefilled in grid-aligned chunks of C tokens, then each generated token is
  * a decode step (a chunk of one). Stops after N tokens or at EOS (the EOS

@@ -1,5 +1,5 @@
 /*
- * harness/cmd_model.c: `kvreplay model synth|info`, dispatching to
+ * harness/cli/cmd_model.c: `kvreplay model synth|info`, dispatching to
  * cmd_model_synth.c and cmd_model_info.c.
  */
 #include "cli.h"

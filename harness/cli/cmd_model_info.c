@@ -1,5 +1,5 @@
 /*
- * harness/cmd_model_info.c: `kvreplay model info`: what a GGUF model is
+ * harness/cli/cmd_model_info.c: `kvreplay model info`: what a GGUF model is
  * (architecture, shape, parameters, layer kinds, sliding window, Mamba-2
  * dims, memory sizes: full-attention KV bytes per token, window bytes,
  * recurrent state bytes per sequence and the checkpoint size, vocabulary,

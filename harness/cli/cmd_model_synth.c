@@ -1,5 +1,5 @@
 /*
- * harness/cmd_model_synth.c: `kvreplay model synth`: writes a seeded
+ * harness/cli/cmd_model_synth.c: `kvreplay model synth`: writes a seeded
  * synthetic GGUF model (engine/synth.h) atomically and prints one summary
  * line on stderr. The architecture and preset give the defaults; explicit
  * flags override them, in any order. --seed and -o are required (exit 2

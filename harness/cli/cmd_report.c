@@ -1,6 +1,6 @@
 /*
- * harness/cmd_report.c: `kvreplay report`, a markdown (or JSON) summary of a
- * results database (harness/report.h for the figures).
+ * harness/cli/cmd_report.c: `kvreplay report`, a markdown (or JSON) summary of a
+ * results database (harness/store/report.h for the figures).
  *
  * Reads the database only. The output goes to stdout, or atomically to -o
  * FILE (built in memory, then eng_write_atomic), so a reader never sees a

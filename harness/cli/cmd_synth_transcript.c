@@ -1,6 +1,6 @@
 /*
- * harness/cmd_synth_transcript.c: `kvreplay synth-transcript`: writes a seeded
- * synthetic transcript (harness/synth_transcript.h) as transcript v1.
+ * harness/cli/cmd_synth_transcript.c: `kvreplay synth-transcript`: writes a seeded
+ * synthetic transcript (harness/transcripts/synth_transcript.h) as transcript v1.
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * harness/cmd_tokenize.c: `kvreplay tokenize`: prints the token ids a
+ * harness/cli/cmd_tokenize.c: `kvreplay tokenize`: prints the token ids a
  * model's vocabulary gives a text, on one line separated by single spaces.
  *
  * BOS (and EOS) follow the model's add_bos_token / add_eos_token, as

@@ -1,5 +1,5 @@
 /*
- * harness/compare.c: the comparator. Equality is memcmp; the rest measures
+ * harness/replay/compare.c: the comparator. Equality is memcmp; the rest measures
  * distance. KL is computed in double with the max-subtracted log-sum-exp so
  * it is finite for any finite logits.
  */

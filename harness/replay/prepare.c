@@ -1,5 +1,5 @@
 /*
- * harness/prepare.c: normalize, render, tokenize (see prepare.h).
+ * harness/replay/prepare.c: normalize, render, tokenize (see prepare.h).
  */
 #include "prepare.h"
 

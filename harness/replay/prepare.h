@@ -1,5 +1,5 @@
 /*
- * harness/prepare.h: a transcript request turned into what the engine eats:
+ * harness/replay/prepare.h: a transcript request turned into what the engine eats:
  * normalization rules applied, the chat template rendered (with the span map
  * of which system block / tool / message / block each byte came from), the
  * prompt tokenized with byte offsets, and the recorded response tokenized

@@ -1,5 +1,5 @@
 /*
- * harness/report.c: summaries of a results database: `kvreplay report`
+ * harness/store/report.c: summaries of a results database: `kvreplay report`
  * (markdown and JSON), the verdict of `kvreplay check`, and per-experiment
  * tables. See report.h for the figures and their definitions.
  *

@@ -1,5 +1,5 @@
 /*
- * harness/report.h: summaries of a results database (harness/store.h):
+ * harness/store/report.h: summaries of a results database (harness/store/store.h):
  * the markdown and JSON of `kvreplay report`, the verdict of `kvreplay
  * check`, and per-experiment tables for REPORT.md.
  *

@@ -1,5 +1,5 @@
 /*
- * harness/store.c: the SQLite results store (see store.h for the contract,
+ * harness/store/store.c: the SQLite results store (see store.h for the contract,
  * docs/sqlite.md for the schema).
  *
  * The schema lives in `migrations`: entry v turns a version-v database into

@@ -1,5 +1,5 @@
 /*
- * harness/store.h: the SQLite results store (docs/sqlite.md describes every
+ * harness/store/store.h: the SQLite results store (docs/sqlite.md describes every
  * table and column).
  *
  * One database holds many runs. A run is one replay of a transcript under one

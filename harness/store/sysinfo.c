@@ -1,5 +1,5 @@
 /*
- * harness/sysinfo.c: CPU model, online CPUs, hostname, OS release and the
+ * harness/store/sysinfo.c: CPU model, online CPUs, hostname, OS release and the
  * BLAS build, for the `runs` table. Reads /proc/cpuinfo, sysconf, uname and
  * OpenBLAS's own description of itself; every failure degrades to "unknown".
  */

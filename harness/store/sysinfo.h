@@ -1,5 +1,5 @@
 /*
- * harness/sysinfo.h: a description of the machine a run executes on, for the
+ * harness/store/sysinfo.h: a description of the machine a run executes on, for the
  * `runs` table (cpu, n_cpus, hostname, os_release, blas) and the report.
  *
  * Invariant: hx_sysinfo_get never fails; a field it cannot learn holds

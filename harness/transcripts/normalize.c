@@ -1,5 +1,5 @@
 /*
- * harness/normalize.c: prompt normalization rules (see normalize.h).
+ * harness/transcripts/normalize.c: prompt normalization rules (see normalize.h).
  *
  * anthropic-cch works on the header line only: it finds each "cch=" that
  * starts a field (at the line start or after ' ', ';' or ':'), and replaces

@@ -1,5 +1,5 @@
 /*
- * harness/normalize.h: prompt normalization rules (`--normalize NAME,...`).
+ * harness/transcripts/normalize.h: prompt normalization rules (`--normalize NAME,...`).
  *
  * A rule rewrites a volatile part of a request before it is rendered and
  * tokenized, so that requests a real server should treat as sharing a prefix

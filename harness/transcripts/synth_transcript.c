@@ -1,5 +1,5 @@
 /*
- * harness/synth_transcript.c: seeded synthetic transcripts (see synth_transcript.h).
+ * harness/transcripts/synth_transcript.c: seeded synthetic transcripts (see synth_transcript.h).
  *
  * Everything random comes from GSL mt19937 streams whose seeds are derived
  * from (seed, stream kind, index) with XXH3, so each part of the output

@@ -1,5 +1,5 @@
 /*
- * harness/synth_transcript.h: seeded synthetic transcripts (`kvreplay synth-transcript`).
+ * harness/transcripts/synth_transcript.h: seeded synthetic transcripts (`kvreplay synth-transcript`).
  *
  * Two scenarios, both a pure function of their parameters (GSL mt19937
  * streams derived from the seed; same parameters -> byte-identical file):

@@ -1,5 +1,5 @@
 /*
- * harness/template.c: chatml, llama2, llama3 and raw chat templates with a
+ * harness/transcripts/template.c: chatml, llama2, llama3 and raw chat templates with a
  * span map (see template.h; every rule is spelled out in docs/transcripts.md).
  *
  * Rendering is a single pass through an emitter that appends text and

@@ -1,5 +1,5 @@
 /*
- * harness/template.h: chat templates: a request -> prompt text + span map.
+ * harness/transcripts/template.h: chat templates: a request -> prompt text + span map.
  *
  * A template turns a transcript request (system blocks, tool definitions,
  * messages) into the text a server would tokenize, and the recorded response

@@ -1,5 +1,5 @@
 /*
- * harness/transcript.c: transcript format v1: reading, validating, writing.
+ * harness/transcripts/transcript.c: transcript format v1: reading, validating, writing.
  *
  * A transcript is JSONL, one request per line (docs/transcripts.md). Reading
  * parses each line with jansson (duplicate keys rejected), checks every field

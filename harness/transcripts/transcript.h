@@ -1,5 +1,5 @@
 /*
- * harness/transcript.h: kvreplay transcript format v1 (docs/transcripts.md).
+ * harness/transcripts/transcript.h: kvreplay transcript format v1 (docs/transcripts.md).
  *
  * A transcript is JSONL, one request (one model call) per line, in replay
  * order. Every line is self-contained: the whole prompt of that call (system
@@ -99,8 +99,8 @@ int  hx_transcript_push(hx_transcript *t, hx_request *r);
 
 /* ==========================================================================
  * Additions by the transcript module (beyond the lead's contract above).
- * They are shared with the importers (harness/import.c), the synthetic
- * generator (harness/synth_transcript.c) and the templates.
+ * They are shared with the importers (harness/transcripts/import.c), the synthetic
+ * generator (harness/transcripts/synth_transcript.c) and the templates.
  * ======================================================================== */
 
 struct json_t;  /* jansson's json_t */

@@ -1,5 +1,5 @@
 /*
- * harness/policies/policy.h: the cache policy interface: the system under test.
+ * harness/cache/policies/policy.h: the cache policy interface: the system under test.
  *
  * A policy decides, for each incoming request, what state to reuse and what
  * to keep afterwards. The replay loop drives it in this order per request:
