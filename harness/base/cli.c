@@ -1,5 +1,5 @@
 /*
- * harness/cli/cli.c: option parsing (single options and option tables) and
+ * harness/base/cli.c: option parsing (single options and option tables) and
  * error exits shared by the subcommands, the policies and the importers.
  */
 #include "cli.h"

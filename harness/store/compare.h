@@ -1,5 +1,5 @@
 /*
- * harness/replay/compare.h: bit-exact comparison of two logit vectors.
+ * harness/store/compare.h: bit-exact comparison of two logit vectors.
  *
  * "Equal" means memcmp-equal, nothing else. The other figures (first
  * differing index, max |diff|, max ULP distance, KL, top-1) describe how far

@@ -1,5 +1,5 @@
 /*
- * harness/replay/compare.c: the comparator. Equality is memcmp; the rest measures
+ * harness/store/compare.c: the comparator. Equality is memcmp; the rest measures
  * distance. KL is computed in double with the max-subtracted log-sum-exp so
  * it is finite for any finite logits.
  */

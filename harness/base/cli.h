@@ -1,5 +1,5 @@
 /*
- * harness/cli/cli.h: the command-line conventions every `kvreplay` subcommand follows.
+ * harness/base/cli.h: the command-line conventions every `kvreplay` subcommand follows.
  *
  * Exit codes (DESIGN.md): 0 success, 1 divergence found (check), 2 bad input
  * or usage (message names the file, line and field), 3 internal or I/O error.
