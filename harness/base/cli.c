@@ -161,6 +161,12 @@ void hx_options_help(const hx_option *table, const char *prefix, FILE *f) {
     }
 }
 
+const hx_command *hx_command_find(const hx_command *table, size_t n, const char *name) {
+    for (size_t i = 0; name && i < n; i++)
+        if (!strcmp(table[i].name, name)) return &table[i];
+    return NULL;
+}
+
 void hx_bad_arg(const char *cmd, const char *arg) {
     if (arg[0] == '-')
         hx_die(HX_EXIT_USAGE, "%s: unknown option '%s' (see kvreplay %s --help)", cmd, arg, cmd);

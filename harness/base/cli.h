@@ -131,6 +131,20 @@ void hx_usage(FILE *f, const char *text, const hx_option *table);
  * NULL) starts each entry's help text, e.g. "slot-lcp: ". */
 void hx_options_help(const hx_option *table, const char *prefix, FILE *f);
 
+/* A subcommand: name, entry point (argv[0] is the name), one-line help or arguments. */
+typedef struct hx_command {
+    const char *name;
+    int       (*fn)(int argc, char **argv);
+    const char *help;
+} hx_command;
+/* For a table written as an X-macro list of X(NAME, function, HELP) lines:
+ * LIST(HX_COMMAND_DECLARE) declares the functions, {LIST(HX_COMMAND_ENTRY)}
+ * initializes the hx_command array (cli/main.c, cli/cmd_model.c). */
+#define HX_COMMAND_DECLARE(name, fn, help) int fn(int argc, char **argv);
+#define HX_COMMAND_ENTRY(name, fn, help) {name, fn, help},
+/* The entry of table (n entries) named name, or NULL. */
+const hx_command *hx_command_find(const hx_command *table, size_t n, const char *name);
+
 /* Unknown option or stray argument: exit 2 naming it and the subcommand. */
 _Noreturn void hx_bad_arg(const char *cmd, const char *arg);
 

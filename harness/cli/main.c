@@ -9,37 +9,31 @@
 #include <string.h>
 
 // ----------------------------------------------------------------------------
-// The subcommands: one line each. X(NAME, id, HELP) dispatches NAME to
-// int hx_cmd_<id>(int argc, char **argv), defined in cli/cmd_<id>.c; the
+// The subcommands: one line each. X(NAME, hx_cmd_<id>, HELP) dispatches NAME
+// to int hx_cmd_<id>(int argc, char **argv), defined in cli/cmd_<id>.c; the
 // order is --help's.
 
-#define HX_COMMAND_LIST(X)                                                                                  \
-    X("model",            model,            "model synth | model info: write or describe a GGUF model")     \
-    X("tokenize",         tokenize,         "tokenize text with a model's vocabulary")                       \
-    X("generate",         generate,         "greedy generation from a prompt")                               \
-    X("bench",            bench,            "prefill tok/s and GFLOP/s against the sgemm peak")              \
-    X("synth-transcript", synth_transcript, "write a seeded synthetic agent transcript")                     \
-    X("import",           import,           "convert anthropic/openai/claude-code/swe-agent logs to transcript v1") \
-    X("replay",           replay,           "replay a transcript cold and through a cache policy, log to SQLite") \
-    X("check",            check,            "like replay; exit 1 on any divergence from cold")              \
-    X("experiment",       experiment,       "run an experiment spec into a SQLite database")                 \
-    X("report",           report,           "markdown summary of a results database")                        \
+#define HX_COMMAND_LIST(X) \
+    X("model",            hx_cmd_model,             "model synth | model info: write or describe a GGUF model") \
+    X("tokenize",         hx_cmd_tokenize,          "tokenize text with a model's vocabulary") \
+    X("generate",         hx_cmd_generate,          "greedy generation from a prompt") \
+    X("bench",            hx_cmd_bench,             "prefill tok/s and GFLOP/s against the sgemm peak") \
+    X("synth-transcript", hx_cmd_synth_transcript,  "write a seeded synthetic agent transcript") \
+    X("import",           hx_cmd_import,            "convert anthropic/openai/claude-code/swe-agent logs to transcript v1") \
+    X("replay",           hx_cmd_replay,            "replay a transcript cold and through a cache policy, log to SQLite") \
+    X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
+    X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \
+    X("report",           hx_cmd_report,            "markdown summary of a results database") \
     /* one line per subcommand, above this one */
 
-#define DECLARE(name, id, help) int hx_cmd_##id(int argc, char **argv);
-#define ENTRY(name, id, help) {name, hx_cmd_##id, help},
-HX_COMMAND_LIST(DECLARE)
-
-static const struct {
-    const char *name;
-    int (*fn)(int, char **);
-    const char *help;
-} cmds[] = {HX_COMMAND_LIST(ENTRY)};
+HX_COMMAND_LIST(HX_COMMAND_DECLARE)
+static const hx_command cmds[] = {HX_COMMAND_LIST(HX_COMMAND_ENTRY)};
+#define N_CMDS (sizeof cmds / sizeof cmds[0])
 
 static void usage(FILE *f) {
     fprintf(f, "kvreplay %s (%s): bit-exact prompt-prefix KV reuse harness\n\n", KVR_VERSION, KVR_GIT_REV);
     fprintf(f, "usage: kvreplay COMMAND [OPTIONS]   (kvreplay COMMAND --help for each)\n\n");
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    for (size_t i = 0; i < N_CMDS; i++)
         fprintf(f, "  %-17s %s\n", cmds[i].name, cmds[i].help);
     fprintf(f, "\nexit codes: 0 ok, 1 divergence (check), 2 bad input or usage, 3 internal or I/O error\n");
 }
@@ -52,8 +46,8 @@ int main(int argc, char **argv) {
         return HX_EXIT_OK;
     }
     if (!strcmp(argv[1], "--version")) { printf("kvreplay %s %s\n", KVR_VERSION, KVR_GIT_REV); return 0; }
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    const hx_command *c = hx_command_find(cmds, N_CMDS, argv[1]);
+    if (c) return c->fn(argc - 1, argv + 1);
     fprintf(stderr, "kvreplay: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return HX_EXIT_USAGE;
