@@ -90,8 +90,9 @@ static int in_child(void (*fn)(void *), void *arg, char *err, size_t cap) {
         _exit(0);
     }
     close(fds[1]);
-    ssize_t n = read(fds[0], err, cap - 1);
-    err[n > 0 ? n : 0] = '\0';
+    size_t got = 0;
+    for (ssize_t n; (n = read(fds[0], err + got, cap - 1 - got)) > 0;) got += (size_t)n;  /* until EOF */
+    err[got] = '\0';
     close(fds[0]);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
