@@ -95,10 +95,12 @@ const char *hx_quirks_str(const char *policy, unsigned q) {
 // ----------------------------------------------------------------------------
 // Options
 
-/* The first registered policy that declares option name, and the entry. */
-static const hx_option *find_option(const char *name) {
+/* The entry of option name of the first registered policy that declares
+ * it (and that policy, when ops is not NULL), or NULL. */
+static const hx_option *find_option(const char *name, const hx_policy_ops **ops) {
     for (size_t i = 0; hx_policies[i]; i++) {
         const hx_option *o = hx_option_find(hx_policies[i]->options, name);
+        if (o && ops) *ops = hx_policies[i];
         if (o) return o;
     }
     return NULL;
@@ -114,12 +116,17 @@ static hx_policy_arg *arg_slot(hx_policy_args *args, const char *name) {
 bool hx_policy_args_parse(hx_policy_args *args, int argc, char **argv, int *i) {
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(argv[*i], "="), argv[*i]);
-    const hx_option *o = find_option(name);
+    const hx_policy_ops *ops = NULL;
+    const hx_option *o = find_option(name, &ops);
     const char *v = NULL;
     if (!o) return false;
     if (o->type == HX_OPT_FLAG ? strcmp(argv[*i], name) != 0 : !(v = hx_opt(argc, argv, i, name))) return false;
-    union { bool b; int32_t i32; int64_t i64; double d; const char *s; } scratch;
-    hx_option_set(o, v, &scratch);  /* the value is checked now: exit 2 naming the flag */
+    /* the value is checked now (exit 2 naming the flag), parsed into a scratch copy of the options */
+    void *scratch = malloc(ops->opts_size);
+    if (!scratch) hx_die(HX_EXIT_INTERNAL, "%s: out of memory", o->name);
+    memcpy(scratch, ops->defaults, ops->opts_size);
+    hx_option_set(o, v, (char *)scratch + o->offset);
+    free(scratch);
     hx_policy_arg *a = arg_slot(args, o->name);
     if (!a) hx_die(HX_EXIT_USAGE, "%s: more than %d policy options", o->name, HX_POLICY_ARGS_MAX);
     a->name = o->name;
@@ -147,14 +154,14 @@ static void apply_arg(const hx_option *o, const hx_policy_arg *a, void *field) {
 bool hx_policy_args_read(const hx_policy_args *args, const char *name, void *field) {
     for (int32_t k = 0; args && k < args->n; k++)
         if (!strcmp(args->a[k].name, name)) {
-            apply_arg(find_option(name), &args->a[k], field);
+            apply_arg(find_option(name, NULL), &args->a[k], field);
             return true;
         }
     return false;
 }
 
 static int set_arg(hx_policy_args *args, const char *name, const char *text, int64_t num) {
-    const hx_option *o = find_option(name);
+    const hx_option *o = find_option(name, NULL);
     hx_policy_arg *a = o ? arg_slot(args, o->name) : NULL;
     if (!a) return ENG_ERR_ARG;
     a->name = o->name;

@@ -54,7 +54,8 @@ const char *hx_quirks_str(const char *policy, unsigned q);
 
 /* Policy options given on the command line (or set by a program), by name,
  * until the policy that declares them is created. A policy ignores the
- * options of other policies, so one command line can name them all. */
+ * options of other policies, so one command line can name them all. Each
+ * name holds one value (a later one replaces an earlier one). */
 #define HX_POLICY_ARGS_MAX 32
 typedef struct hx_policy_arg {
     const char *name;   /* "--cache-ram" */
