@@ -264,6 +264,10 @@ static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     out->store_ms = st->store_ms;
     out->anchor_ms = st->anchor_ms;
     out->anchor_pos = st->anchor_pos;
+    /* what it holds: the checkpoint files and the live sequence */
+    hx_diskcache_stats ds = hx_diskcache_get_stats(st->dc);
+    out->bytes_held = ds.bytes_on_disk + (int64_t)eng_seq_serialized_size(s);
+    out->entries_held = ds.entries + 1;
     st->tokens = NULL;
     return ENG_OK;
 }
