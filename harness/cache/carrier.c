@@ -33,6 +33,8 @@ struct hx_carriers {
     uint32_t         n_origins, cap_origins;
     hx_carrier      *live;
     int32_t          n_live;
+    int32_t         *last;      /* (n_last) the last request's tokens */
+    int32_t          n_last, cap_last;
 };
 
 // ----------------------------------------------------------------------------
@@ -67,6 +69,7 @@ void hx_carriers_free(hx_carriers *cs) {
     }
     for (int32_t i = 0; i < cs->n_spare; i++) eng_seq_free(cs->spare[i]);
     free(cs->eligible);
+    free(cs->last);
     free(cs);
 }
 
@@ -197,6 +200,51 @@ bool hx_carrier_holds(const hx_carriers *cs, const hx_carrier *c, int32_t a, int
         if (!(grid && mine_eligible && hi <= hx_carriers_eligible_end(cs, r->origin))) return false;
     }
     return true;
+}
+
+// ----------------------------------------------------------------------------
+// Payloads, hits and the last request
+
+void hx_rows_point(hx_carriers *cs, hx_rows *r, hx_carrier *c) {
+    if (r->carrier == c) return;
+    if (c) hx_carrier_ref(c);
+    hx_carrier_unref(cs, r->carrier);
+    r->carrier = c;
+}
+
+int64_t hx_rows_clear(hx_carriers *cs, hx_rows *r) {
+    if (!r) return 0;
+    int64_t bytes = r->state ? (int64_t)eng_ckpt_size(r->state) : 0;
+    hx_carrier_unref(cs, r->carrier);
+    eng_ckpt_free(r->state);
+    r->carrier = NULL;
+    r->state = NULL;
+    return bytes;
+}
+
+int hx_carrier_restore_hit(hx_carriers *cs, hx_carrier *src, int32_t n, const eng_ckpt *state, int32_t refs_below,
+                           eng_seq **out, int64_t *bytes) {
+    bool in_place = src && src->refs == refs_below;
+    size_t copied = in_place || !src || !src->seq ? 0 : eng_seq_serialized_size(src->seq);
+    int rc = hx_carrier_restore(cs, src, n, state, in_place, out);
+    *bytes = rc == ENG_OK ? (int64_t)copied + (state ? (int64_t)eng_ckpt_size(state) : 0) : 0;
+    return rc;
+}
+
+void hx_carriers_remember(hx_carriers *cs, const int32_t *tokens, int32_t n) {
+    if (n > cs->cap_last) {
+        int32_t *p = realloc(cs->last, sizeof *p * (size_t)n);
+        if (!p) { cs->n_last = 0; return; }
+        cs->last = p;
+        cs->cap_last = n;
+    }
+    if (n > 0) memcpy(cs->last, tokens, sizeof *tokens * (size_t)n);
+    cs->n_last = n;
+}
+
+const int32_t *hx_carriers_last(const hx_carriers *cs, int32_t *n) {
+    *n = cs->n_last;
+    return cs->n_last ? cs->last : NULL;
 }
 
 int32_t hx_carriers_live(const hx_carriers *cs) { return cs->n_live; }

@@ -83,6 +83,33 @@ bool     hx_carrier_holds(const hx_carriers *cs, const hx_carrier *c, int32_t a,
 /* The origin of row pos of c (0 past its rows). */
 uint32_t hx_carrier_origin_at(const hx_carrier *c, int32_t pos);
 
+/* What a cached block or tree node holds: the carrier with its rows (NULL
+ * when they can never serve a hit), the request that computed them, and the
+ * state at its end for memory that cannot be truncated (or NULL). */
+typedef struct hx_rows {
+    hx_carrier *carrier;
+    uint32_t    origin;
+    eng_ckpt   *state;
+} hx_rows;
+
+/* Points r at carrier c: r's reference moves from its old carrier (if any). */
+void    hx_rows_point(hx_carriers *cs, hx_rows *r, hx_carrier *c);
+/* Drops r's carrier reference and frees its state; returns the state's bytes. Accepts NULL. */
+int64_t hx_rows_clear(hx_carriers *cs, hx_rows *r);
+
+/* A hit on rows [0, n) of src: restored in src's own sequence when the
+ * refs_below blocks or nodes below n that name src are all its references
+ * (no other needs its rows), else into a copy; then state (at n) or a
+ * truncation. *bytes gets the bytes copied (the sequence, when copied, and
+ * the state). As hx_carrier_restore otherwise. */
+int hx_carrier_restore_hit(hx_carriers *cs, hx_carrier *src, int32_t n, const eng_ckpt *state, int32_t refs_below,
+                           eng_seq **out, int64_t *bytes);
+
+/* The tokens of the last request kept (for the miss explanation): remember
+ * copies them; last returns them (NULL and 0 before the first). */
+void           hx_carriers_remember(hx_carriers *cs, const int32_t *tokens, int32_t n);
+const int32_t *hx_carriers_last(const hx_carriers *cs, int32_t *n);
+
 /* Carriers alive, and the bytes their sequences hold (eng_seq_serialized_size). */
 int32_t hx_carriers_live(const hx_carriers *cs);
 int64_t hx_carriers_bytes(const hx_carriers *cs);

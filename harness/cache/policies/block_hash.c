@@ -127,11 +127,9 @@ static const hx_quirk bh_quirks[] = {
 // ----------------------------------------------------------------------------
 // State
 
-typedef struct bh_block {    /* a cached block's payload */
-    hx_carrier *carrier;     /* holds its rows; NULL when it can never serve a hit */
-    uint32_t    origin;      /* the request that computed its rows */
-    eng_ckpt   *state;       /* state at the block's end (memory that cannot be truncated), or NULL */
-} bh_block;
+/* A cached block's payload is an hx_rows (carrier.h): the carrier with its
+ * rows, the request that computed them, the state at its end. */
+typedef hx_rows bh_block;
 
 typedef struct bh_state {
     hx_policy_config cfg;
@@ -144,8 +142,6 @@ typedef struct bh_state {
     hx_carriers  *cs;
     int64_t       state_bytes;   /* states held by cached blocks */
     char          opts_json[320];
-    int32_t      *prev;          /* the previous request's tokens, for the miss explanation */
-    int32_t       n_prev, cap_prev;
     /* the active request (acquire .. release) */
     uint64_t     *hashes;        /* (cap) chained block hashes */
     int32_t      *ids;           /* (cap) its blocks, hit ones first */
@@ -165,10 +161,7 @@ static bh_block *data_of(bh_state *st, int32_t id) { return hx_blockpool_get(st-
 static void bh_evict(void *ud, hx_block *b) {
     bh_state *st = ud;
     bh_block *d = b->data;
-    if (!d) return;
-    hx_carrier_unref(st->cs, d->carrier);
-    if (d->state) st->state_bytes -= (int64_t)eng_ckpt_size(d->state);
-    eng_ckpt_free(d->state);
+    st->state_bytes -= hx_rows_clear(st->cs, d);
     free(d);
 }
 
@@ -189,7 +182,6 @@ static void bh_destroy(void *state) {
     free(st->ids);
     free(st->pending);
     free(st->save_at);
-    free(st->prev);
     free(st);
 }
 
@@ -357,14 +349,11 @@ static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     /* 3. the sequence: the carrier's rows (its own sequence when nothing else needs it) */
     eng_seq *s = NULL;
     if (j > 0) {
-        int32_t path_refs = 0;
-        for (int32_t i = 0; i < j; i++) path_refs += data_of(st, st->ids[i])->carrier == st->src;
-        bool in_place = hx_carrier_refs(st->src) == path_refs;
+        int32_t refs_below = 0;
+        for (int32_t i = 0; i < j; i++) refs_below += data_of(st, st->ids[i])->carrier == st->src;
         const eng_ckpt *state_at = st->needs_state ? data_of(st, st->ids[j - 1])->state : NULL;
-        size_t copied = in_place ? 0 : eng_seq_serialized_size(hx_carrier_seq(st->src));
-        int rc = hx_carrier_restore(st->cs, st->src, j * B, state_at, in_place, &s);
+        int rc = hx_carrier_restore_hit(st->cs, st->src, j * B, state_at, refs_below, &s, &out->bytes_restored);
         if (rc != ENG_OK) return rc;
-        out->bytes_restored = (int64_t)copied + (state_at ? (int64_t)eng_ckpt_size(state_at) : 0);
     } else if (!(s = hx_carriers_take_seq(st->cs))) {
         return ENG_ERR_NOMEM;
     }
@@ -372,9 +361,8 @@ static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     out->n_reused = j * B;
     plan_states(st, j * B, n);
 
-    out->best = st->prev;
-    out->n_best = st->n_prev;
-    out->lcp = hx_lcp(st->prev, st->n_prev, tokens, n);
+    out->best = hx_carriers_last(st->cs, &out->n_best);
+    out->lcp = hx_lcp(out->best, out->n_best, tokens, n);
     int off = snprintf(out->note, sizeof out->note, "hit %d of %d full blocks (B=%d, %d tokens)", j, nb, B, j * B);
     if (k < max_blocks && off < (int)sizeof out->note)
         off += snprintf(out->note + off, sizeof out->note - (size_t)off, "; block %d: hash %016llx not cached", k,
@@ -421,11 +409,7 @@ static int bh_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     hx_carrier_ref(c);  /* held while the blocks are set up */
     for (int32_t i = 0; i < st->n_hit; i++) {  /* the hit blocks' rows are in this sequence too */
         bh_block *d = data_of(st, st->ids[i]);
-        if (d->carrier != c && hx_carrier_holds(st->cs, c, i * B, (i + 1) * B, d->origin, st->grid)) {
-            hx_carrier_unref(st->cs, d->carrier);
-            hx_carrier_ref(c);
-            d->carrier = c;
-        }
+        if (hx_carrier_holds(st->cs, c, i * B, (i + 1) * B, d->origin, st->grid)) hx_rows_point(st->cs, d, c);
     }
     int32_t n_ids = st->n_hit, n_new = 0, not_cached = 0;
     int64_t new_state_bytes = 0;
@@ -439,15 +423,11 @@ static int bh_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
         d->origin = st->origin;
         d->state = st->pending[i];
         st->pending[i] = NULL;
-        if (!st->cfg.cap_prompt || (i + 1) * B <= eligible) {
-            d->carrier = c;
-            hx_carrier_ref(c);
-        }
+        if (!st->cfg.cap_prompt || (i + 1) * B <= eligible) hx_rows_point(st->cs, d, c);
         if (d->state) new_state_bytes += (int64_t)eng_ckpt_size(d->state);
         if (hx_blockpool_cache(st->pool, id, st->hashes[i], i ? st->hashes[i - 1] : 0, i, tokens + (size_t)i * B, d) !=
             ENG_OK) {
-            hx_carrier_unref(st->cs, d->carrier);
-            eng_ckpt_free(d->state);
+            hx_rows_clear(st->cs, d);
             free(d);
             return ENG_ERR_NOMEM;
         }
@@ -463,12 +443,7 @@ static int bh_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     hx_carrier_unref(st->cs, c);  /* freed here when no block needs it */
     st->src = NULL;
 
-    if (n_total > st->cap_prev) {
-        int32_t *p = realloc(st->prev, sizeof *p * (size_t)n_total);
-        if (p) { st->prev = p; st->cap_prev = n_total; }
-    }
-    st->n_prev = n_total <= st->cap_prev ? n_total : 0;
-    if (st->n_prev) memcpy(st->prev, tokens, sizeof *tokens * (size_t)n_total);
+    hx_carriers_remember(st->cs, tokens, n_total);
 
     out->n_stored = n_new;
     out->bytes_stored = n_new * st->block_bytes + new_state_bytes;

@@ -91,11 +91,9 @@ static const hx_quirk rx_quirks[] = {
 // ----------------------------------------------------------------------------
 // State
 
-typedef struct rx_node {    /* a tree node's payload */
-    hx_carrier *carrier;    /* holds its rows; NULL when they can never serve a hit */
-    uint32_t    origin;     /* the request that computed its rows */
-    eng_ckpt   *state;      /* state at the node's end (memory that cannot be truncated), or NULL */
-} rx_node;
+/* A tree node's payload is an hx_rows (carrier.h): the carrier with its
+ * rows, the request that computed them, the state at its end. */
+typedef hx_rows rx_node;
 
 #define MAX_TRACK 2
 
@@ -110,8 +108,6 @@ typedef struct rx_state {
     hx_carriers *cs;
     int64_t      state_bytes;
     char         opts_json[160];
-    int32_t     *prev;         /* the previous request's tokens, for the miss explanation */
-    int32_t      n_prev, cap_prev;
     hx_rnode   **path;         /* (cap_path) */
     int32_t      cap_path;
     /* the active request */
@@ -132,21 +128,16 @@ static void rx_split(void *ud, hx_rnode *upper, hx_rnode *lower) {
     const rx_node *d = lower->data;
     rx_node *u = calloc(1, sizeof *u);
     if (u && d) {
-        u->carrier = d->carrier;
         u->origin = d->origin;
-        if (u->carrier) hx_carrier_ref(u->carrier);
+        hx_rows_point(((rx_state *)ud)->cs, u, d->carrier);
     }
     upper->data = u;  /* NULL (OOM): the prefix's rows can no longer serve */
 }
 
 static void rx_drop(void *ud, hx_rnode *n) {
     rx_state *st = ud;
-    rx_node *d = n->data;
-    if (!d) return;
-    hx_carrier_unref(st->cs, d->carrier);
-    if (d->state) st->state_bytes -= (int64_t)eng_ckpt_size(d->state);
-    eng_ckpt_free(d->state);
-    free(d);
+    st->state_bytes -= hx_rows_clear(st->cs, n->data);
+    free(n->data);
     n->data = NULL;
 }
 
@@ -164,7 +155,6 @@ static void rx_destroy(void *state) {
     clear_track(st);
     hx_radix_free(st->t);
     hx_carriers_free(st->cs);
-    free(st->prev);
     free(st->path);
     free(st);
 }
@@ -291,18 +281,15 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     eng_seq *s = NULL;
     if (r > 0) {
         /* in place only when every node naming the carrier lies below r (rows past r are overwritten) */
-        int32_t path_refs = 0, q = 0;
+        int32_t refs_below = 0, q = 0;
         for (int32_t i = 0; i < np && st->path[i]->start < r; i++) {
-            path_refs += node_data(st->path[i])->carrier == st->src && node_end(st->path[i]) <= r;
+            refs_below += node_data(st->path[i])->carrier == st->src && node_end(st->path[i]) <= r;
             q = i;
         }
-        bool in_place = hx_carrier_refs(st->src) == path_refs;
         const eng_ckpt *state_at = st->needs_state ? node_data(st->path[q])->state : NULL;
         ENG_ASSERT(!st->needs_state || (state_at && node_end(st->path[q]) == r));
-        size_t copied = in_place ? 0 : eng_seq_serialized_size(hx_carrier_seq(st->src));
-        int rc = hx_carrier_restore(st->cs, st->src, r, state_at, in_place, &s);
+        int rc = hx_carrier_restore_hit(st->cs, st->src, r, state_at, refs_below, &s, &out->bytes_restored);
         if (rc != ENG_OK) return rc;
-        out->bytes_restored = (int64_t)copied + (state_at ? (int64_t)eng_ckpt_size(state_at) : 0);
     } else if (!(s = hx_carriers_take_seq(st->cs))) {
         return ENG_ERR_NOMEM;
     }
@@ -319,9 +306,8 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
         if (n / st->unit * st->unit > r) track(st, n / st->unit * st->unit);
     }
 
-    out->best = st->prev;
-    out->n_best = st->n_prev;
-    out->lcp = hx_lcp(st->prev, st->n_prev, tokens, n);
+    out->best = hx_carriers_last(st->cs, &out->n_best);
+    out->lcp = hx_lcp(out->best, out->n_best, tokens, n);
     int off = snprintf(out->note, sizeof out->note, "matched %d tokens (page %d) in %d nodes, reused %d", m,
                        st->o.page_size, np, r);
     if (e < m && off < (int)sizeof out->note)
@@ -392,9 +378,7 @@ static void adopt(rx_state *st, hx_rnode *node, hx_carrier *c) {
             int32_t a = x->start, b = node_end(x);
             if (!d || d->carrier == c) continue;
             if (d->carrier && hx_carrier_holds(st->cs, c, a, b, d->origin, st->grid)) {
-                hx_carrier_unref(st->cs, d->carrier);
-                hx_carrier_ref(c);
-                d->carrier = c;
+                hx_rows_point(st->cs, d, c);
                 continue;
             }
             int32_t old_ge = hx_carriers_eligible_end(st->cs, d->origin);
@@ -405,9 +389,7 @@ static void adopt(rx_state *st, hx_rnode *node, hx_carrier *c) {
                 continue;
             }
             if (a < st->r || b > ge || d->state) continue;
-            hx_carrier_unref(st->cs, d->carrier);  /* this request's eligible rows replace them */
-            hx_carrier_ref(c);
-            d->carrier = c;
+            hx_rows_point(st->cs, d, c);  /* this request's eligible rows replace them */
             d->origin = st->origin;
         }
         if (!again) return;
@@ -450,17 +432,13 @@ static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
             rx_node *d = calloc(1, sizeof *d);
             if (!d) { hx_carrier_unref(st->cs, c); return ENG_ERR_NOMEM; }
             d->origin = st->origin;
-            d->carrier = c;
-            hx_carrier_ref(c);
+            hx_rows_point(st->cs, d, c);
             leaf->data = d;
             int32_t ge = hx_carriers_eligible_end(st->cs, st->origin) / P * P;
             if (st->cfg.cap_prompt && ge < key) {  /* its ineligible tail keeps no rows */
                 /* split at ge: the upper part keeps the rows, leaf becomes [ge, key) */
                 bool tail = ge <= leaf->start || hx_radix_split_at(st->t, leaf, ge) != NULL;
-                if (tail && node_data(leaf)) {
-                    hx_carrier_unref(st->cs, node_data(leaf)->carrier);
-                    node_data(leaf)->carrier = NULL;
-                }
+                if (tail && node_data(leaf)) hx_rows_point(st->cs, node_data(leaf), NULL);
             }
         }
         for (int32_t i = 0; i < st->n_track; i++) {  /* states on the nodes ending at their positions */
@@ -483,12 +461,7 @@ static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     hx_carrier_unref(st->cs, c);  /* freed here when no node needs it */
     st->src = NULL;
 
-    if (n_total > st->cap_prev) {
-        int32_t *p = realloc(st->prev, sizeof *p * (size_t)n_total);
-        if (p) { st->prev = p; st->cap_prev = n_total; }
-    }
-    st->n_prev = n_total <= st->cap_prev ? n_total : 0;
-    if (st->n_prev) memcpy(st->prev, tokens, sizeof *tokens * (size_t)n_total);
+    hx_carriers_remember(st->cs, tokens, n_total);
 
     out->n_stored = (int32_t)new_tokens;
     out->bytes_stored = new_tokens * st->tok_bytes + new_state_bytes;
