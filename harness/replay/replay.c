@@ -48,8 +48,10 @@ void hx_replay_opts_default(hx_replay_opts *o) {
 
 static char g_quirks[256];
 
-/* --quirk is repeatable: the names accumulate, comma-separated. */
+/* --quirk is repeatable: the names accumulate, comma-separated. The first
+ * --quirk of an option set (an experiment parses one per run) starts afresh. */
 static void parse_quirk(const char *flag, const char *v, void *field) {
+    if (*(const char **)field != g_quirks) g_quirks[0] = '\0';
     size_t n = strlen(g_quirks);
     snprintf(g_quirks + n, sizeof g_quirks - n, "%s%s", n ? "," : "", v);
     *(const char **)field = g_quirks;
