@@ -184,30 +184,39 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     "ALTER TABLE requests DROP COLUMN cache_bytes;"         \
     "ALTER TABLE requests DROP COLUMN cache_entries;"
 
-/* A schema-2 file (before requests.cache_bytes) is shown read-only with the
- * new columns as NULL, then migrated on open, keeping its rows. */
-static void a_version_2_file_is_migrated_on_open(void **state) {
-    fixture *f = *state;
-    hx_run_meta m;
-    meta_fill(&m);
+/* Makes f->db an older file holding one run (its id returned): a current
+ * file with one run, taken back by downgrade (SQL that ends by setting
+ * PRAGMA user_version). Then checks that a read-only open, which does not
+ * migrate, shows it with the current columns: sql runs. */
+static int64_t older_file(fixture *f, hx_run_meta *m, const char *downgrade, const char *sql) {
+    meta_fill(m);
     hx_store *s = open_ok(f->db);
-    int64_t id = begin_ok(s, &m);
+    int64_t id = begin_ok(s, m);
     hx_store_close(s);
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, DOWNGRADE_TO_V2 "PRAGMA user_version = 2", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, downgrade, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     char err[256] = "";
     hx_store *ro = NULL;
     assert_int_equal(hx_store_open_readonly(f->db, &ro, err, sizeof err), ENG_OK);
     sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(hx_store_db(ro), "SELECT count(cache_bytes) + count(ru.block_size) "
-                                        "FROM requests JOIN runs ru USING(run_id)", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(hx_store_db(ro), sql, -1, &st, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
     sqlite3_finalize(st);
     hx_store_close(ro);
+    return id;
+}
+
+/* A schema-2 file (before requests.cache_bytes) is shown read-only with the
+ * new columns as NULL, then migrated on open, keeping its rows. */
+static void a_version_2_file_is_migrated_on_open(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    int64_t id = older_file(f, &m, DOWNGRADE_TO_V2 "PRAGMA user_version = 2",
+                            "SELECT count(cache_bytes) + count(ru.block_size) FROM requests JOIN runs ru USING(run_id)");
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 2);
-    s = open_ok(f->db);
+    hx_store *s = open_ok(f->db);
     hx_request_row r;
     hx_request_row_init(&r);
     r.session = "s";
@@ -238,29 +247,13 @@ static void a_version_2_file_is_migrated_on_open(void **state) {
 static void a_version_1_file_is_migrated_on_open(void **state) {
     fixture *f = *state;
     hx_run_meta m;
-    meta_fill(&m);
-    hx_store *s = open_ok(f->db);
-    int64_t id = begin_ok(s, &m);
-    hx_store_close(s);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, DOWNGRADE_TO_V2 "ALTER TABLE requests DROP COLUMN state_equal;"
-                                      "ALTER TABLE requests DROP COLUMN state_hash_cold;"
-                                      "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
-                                      "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-    /* read-only (report, check): not migrated, but shown with the new columns */
-    char err[256] = "";
-    hx_store *ro = NULL;
-    assert_int_equal(hx_store_open_readonly(f->db, &ro, err, sizeof err), ENG_OK);
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(hx_store_db(ro), "SELECT count(state_equal) FROM requests", -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    sqlite3_finalize(st);
-    hx_store_close(ro);
+    int64_t id = older_file(f, &m, DOWNGRADE_TO_V2 "ALTER TABLE requests DROP COLUMN state_equal;"
+                                   "ALTER TABLE requests DROP COLUMN state_hash_cold;"
+                                   "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
+                                   "PRAGMA user_version = 1",
+                            "SELECT count(state_equal) + count(cache_bytes) FROM requests");
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 1);
-    s = open_ok(f->db);
+    hx_store *s = open_ok(f->db);
     hx_request_row r;
     hx_request_row_init(&r);
     r.session = "s";
