@@ -26,7 +26,7 @@ set ytics 0, 0.25, 1
 eval 'plot '.bars(3)
 
 eval panel(2, 2)
-set ylabel 'TTFT p50 speedup (x)'
+set ylabel 'TTFT speedup (x)'
 set yrange [0:*]
 set ytics autofreq
 eval 'plot '.bars(4)
@@ -36,11 +36,11 @@ set tmargin at screen bot_t
 set bmargin at screen bot_b
 set format x '%g'
 set xtics rotate by 25 right offset 0.5, 0
-set ylabel 'cache held (MiB, max)'
+set ylabel 'cache MiB (max)'
 eval 'plot '.bars(5).", blocks index 0 using 1:(NaN):xtic(2) notitle"
 
 eval panel(2, 2)
-set ylabel 'prefilled tokens (x1000)'
+set ylabel 'prefilled (x1000)'
 eval 'plot '.bars(6).", blocks index 0 using 1:(NaN):xtic(2) notitle"
 
 eval legend_setup

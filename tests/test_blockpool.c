@@ -123,7 +123,8 @@ static void duplicates_are_found_oldest_first_among_the_acceptable(void **state)
 static int g_evicted[32], g_n_evicted;
 static void record_evict(void *ud, hx_block *b) {
     (void)ud;
-    g_evicted[g_n_evicted++] = b->index;
+    if (g_n_evicted < (int)(sizeof g_evicted / sizeof g_evicted[0])) g_evicted[g_n_evicted] = b->index;
+    g_n_evicted++;
 }
 
 /* vLLM's design doc: freed blocks join the free queue's tail in reverse

@@ -13,7 +13,8 @@
  *               quirk prompt-key (SGLang #16521);
  *   every policy, with --align chunk, reuses bit-identically to cold
  *   (memcmp of logits and of the state left) on the llama, recurrent and
- *   hybrid presets, and records what its cache holds.
+ *   hybrid presets, and records what its cache holds; disk-anchor serves a
+ *   hybrid model from disk where its live sequence cannot be truncated.
  *
  * Models are synthesised with the Llama SPM vocabulary from ../shared/data
  * (skipped when absent) into /tmp/kvr_paged_*, removed at the end unless
@@ -42,7 +43,7 @@
 
 #define VOCAB "../shared/data/vocab/ggml-vocab-llama-spm.gguf"
 
-static char g_dir[64], g_llama[128], g_rec[128], g_hyb[128], g_big[128], g_agent[128], g_static[128];
+static char g_dir[64], g_llama[128], g_rec[128], g_hyb[128], g_big[128], g_agent[128], g_loop[128], g_static[128];
 static int g_ready;
 
 static int synth(const char *arch, int32_t kv_heads, int32_t ssm_state, const char *path) {
@@ -82,6 +83,10 @@ static int setup(void **state) {
     p.tool_result_bytes = 400;
     snprintf(g_agent, sizeof g_agent, "%s/agent.jsonl", g_dir);
     if (fx_write_transcript(&p, g_agent) != 0) return -1;
+    p.sessions = 1;  /* one session: each request extends the last */
+    p.interleave = false;
+    snprintf(g_loop, sizeof g_loop, "%s/loop.jsonl", g_dir);
+    if (fx_write_transcript(&p, g_loop) != 0) return -1;
     hx_synth_params_init(&p, HX_SYNTH_STATIC);
     p.seed = 7;
     p.turns = 3;
@@ -446,6 +451,34 @@ static void every_policy_reuses_bit_identically_to_cold_on_llama_recurrent_and_h
                                "(block_size is null or policy_opts is null)"), 0);
 }
 
+/* disk-anchor's live hit truncates the live sequence to the reuse point,
+ * which a recurrent layer cannot do: a hybrid model's extension of the last
+ * prompt is served from the disk checkpoints instead (it used to abort). */
+static void disk_anchor_serves_a_hybrid_models_extension_from_disk(void **state) {
+    (void)state;
+    need();
+    char db[160], kv[160];
+    snprintf(db, sizeof db, "%s/da-hybrid.sqlite", g_dir);
+    snprintf(kv, sizeof kv, "%s/kv-hybrid", g_dir);
+    hx_replay_opts o;
+    hx_replay_opts_default(&o);
+    o.model_path = g_hyb;
+    o.transcript_path = g_loop;
+    o.db_path = db;
+    o.policy = "disk-anchor";
+    o.normalize = "anthropic-cch";
+    o.decode_n = 2;
+    o.quiet = true;
+    hx_policy_args_set(&o.policy_args, "--cache-dir", kv);
+    hx_policy_args_set(&o.policy_args, "--fresh-cache", NULL);
+    hx_policy_args_set(&o.policy_args, "--waypoint-every", "256");
+    hx_replay_summary sum;
+    assert_int_equal(hx_replay_run(&o, NULL, &sum), 0);
+    assert_int_equal(q_int(db, "select count(*) from requests where turn > 0 and n_reused > 0 and "
+                               "note like '%disk kv cache hit%'"), 2);
+    assert_int_equal(q_int(db, "select count(*) from requests where logits_equal = 0 or state_equal = 0"), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(block_hash_reuses_the_blocks_before_a_change_and_recomputes_a_full_hits_last_block),
@@ -458,6 +491,7 @@ int main(void) {
         cmocka_unit_test(radix_evicts_the_least_recently_used_leaf_over_its_token_budget),
         cmocka_unit_test(prompt_key_quirk_leaves_the_generated_tokens_out_of_the_tree),
         cmocka_unit_test(every_policy_reuses_bit_identically_to_cold_on_llama_recurrent_and_hybrid),
+        cmocka_unit_test(disk_anchor_serves_a_hybrid_models_extension_from_disk),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -111,7 +111,7 @@ static const hx_option bh_options[] = {
      offsetof(bh_opts, max_batched), 1, 1 << 24, NULL},
     {"--cache-salt", NULL, "S", "extra key hashed into block 0 (vLLM's cache_salt)", HX_OPT_STRING,
      offsetof(bh_opts, salt), 0, 0, NULL},
-    {"--debug", NULL, NULL, "block-hash, radix: each request's blocks or matched nodes on stderr", HX_OPT_FLAG,
+    {"--debug", NULL, NULL, "each request's blocks and their hashes on stderr", HX_OPT_FLAG,
      offsetof(bh_opts, debug), 0, 0, NULL},
     {0},
 };

@@ -150,7 +150,7 @@ struct hx_policy {
     void                *opts;    /* the policy's options struct (cfg.opts), owned */
 };
 
-/* Creates the policy named name ("cold", "slot-lcp", "disk-anchor"), its
+/* Creates the policy named name ("cold", "slot-lcp", "block-hash", ...), its
  * options being its defaults overridden by the args that name them (args may
  * be NULL; cfg->opts is ignored). Returns ENG_OK, ENG_ERR_ARG (unknown name
  * or bad config, message in err) or ENG_ERR_NOMEM. */
@@ -159,7 +159,7 @@ int  hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_po
 void hx_policy_destroy(hx_policy *p);  /* accepts NULL */
 /* Records p's settings in meta's policy columns (nothing for a policy without any). */
 void hx_policy_record(const hx_policy *p, struct hx_run_meta *meta);
-const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor" (static) */
+const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor, block-hash, radix" (static) */
 /* The registered policies, in registry order, NULL-terminated. */
 extern const hx_policy_ops *const hx_policies[];
 /* --help lines from the registry: every policy's options ("slot-lcp: ..."),

@@ -71,12 +71,12 @@ typedef struct rx_opts {
 static const rx_opts rx_defaults = {.page_size = 1};
 
 static const hx_option rx_options[] = {
-    {"--page-size", NULL, "N", "radix: tokens per page; matches are rounded down to whole pages\n(default 1)",
+    {"--page-size", NULL, "N", "tokens per page; matches are rounded down to whole pages (default 1)",
      HX_OPT_INT, offsetof(rx_opts, page_size), 1, 1 << 16, NULL},
-    {"--max-total-tokens", NULL, "N", "radix: tokens the tree may hold, LRU eviction of leaves\n"
-     "(default 0: unbounded)", HX_OPT_INT64, offsetof(rx_opts, max_tokens), 0, (double)(1LL << 40), NULL},
-    {"--debug", NULL, NULL, "block-hash, radix: each request's blocks or matched nodes on stderr", HX_OPT_FLAG,
-     offsetof(rx_opts, debug), 0, 0, NULL},
+    {"--max-total-tokens", NULL, "N", "tokens the tree may hold, LRU eviction of leaves (default 0:\n"
+     "unbounded)", HX_OPT_INT64, offsetof(rx_opts, max_tokens), 0, (double)(1LL << 40), NULL},
+    {"--debug", NULL, NULL, "each request's matched nodes on stderr", HX_OPT_FLAG, offsetof(rx_opts, debug), 0, 0,
+     NULL},
     {0},
 };
 
