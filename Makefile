@@ -15,14 +15,14 @@ SAN     ?=
 PKGS    := openblas gsl sqlite3 jansson libxxhash
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -ffp-contract=off -fno-fast-math -fopenmp -g $(OPT) $(SAN) \
-           -Iengine -Iharness -Iharness/policies -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+           -Iengine -Iengine/layers -Iharness -Iharness/policies -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
 TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 CFLAGS  += -DKVR_GIT_REV=\"$(GIT_REV)\"
 
-ENGINE_SRC  := $(wildcard engine/*.c)
+ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
 HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c harness/policies/*.c))
 LIB_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(ENGINE_SRC) $(HARNESS_SRC))
 TEST_SRC    := $(wildcard tests/test_*.c)

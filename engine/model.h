@@ -109,6 +109,9 @@ typedef struct eng_model_info {
     int64_t kv_bytes_per_token;  /* K+V bytes per position over the full-attention layers */
     int64_t swa_bytes_per_token; /* K+V bytes per window cell over the sliding-window layers */
     int64_t rec_state_bytes;     /* recurrent + conv state bytes per sequence over the recurrent layers */
+    /* Added for layer-norm and RWKV-7 architectures (0 when the model has none): */
+    float   norm_eps;            /* layer-norm epsilon (attention.layer_norm_epsilon: cohere2, rwkv7) */
+    int32_t wkv_head_size;       /* S: RWKV-7 head size (wkv.head_size); heads D / S */
 } eng_model_info;
 
 /* Loads a GGUF model: general.architecture "llama", "mamba2" and
@@ -123,6 +126,8 @@ void eng_model_free(eng_model *m);  /* accepts NULL */
 const eng_model_info *eng_model_get_info(const eng_model *m);
 const eng_numerics   *eng_model_get_numerics(const eng_model *m);
 eng_layer_kind        eng_model_layer_kind(const eng_model *m, int32_t il);
+/* The name of layer il's kind: "attn", "swa", "mamba2", "rwkv7" (engine/layers/). */
+const char           *eng_model_layer_kind_name(const eng_model *m, int32_t il);
 /* The model's tokenizer, or NULL when the GGUF has no vocabulary. Owned by the model. */
 const eng_tokenizer  *eng_model_tokenizer(const eng_model *m);
 /* 64-bit fingerprint of the model file hash and the numerics (kernel,

@@ -53,6 +53,11 @@ typedef struct eng_synth_params {
                                    expansion factor, the only one it supports) */
     int32_t     ssm_n_group;    /* NG, divides NH */
     int32_t     ssm_d_conv;     /* K, the conv kernel */
+    int32_t     wkv_head_size;  /* rwkv7: head size S (heads D / S) */
+    int32_t     lora_decay;     /* rwkv7: LoRA ranks of the decay, the in-context learning rate, */
+    int32_t     lora_iclr;      /*   the value residual mix and the gate */
+    int32_t     lora_mix;
+    int32_t     lora_gate;
     uint32_t    type;           /* enum eng_ggml_type of the matrices: F32 (default), F16,
                                    BF16, Q8_0 (a matrix whose ne[0] is not a multiple of 32
                                    falls back to F16, as llama.cpp's quantizer does);
@@ -78,9 +83,10 @@ eng_synth_params eng_synth_preset_arch(const char *arch, const char *name);
  * NULL when unknown ("hybrid" -> "granitehybrid"). */
 const char *eng_synth_gguf_arch(const char *arch);
 
-/* Names of the presets, NULL-terminated, and of the architectures. */
+/* Names of the presets, NULL-terminated. */
 extern const char *const eng_synth_preset_names[];
-extern const char *const eng_synth_arch_names[];
+/* The i-th synth architecture name (registered by the layer kinds), NULL past the last. */
+const char *eng_synth_arch_name(int32_t i);
 
 /* Builds the model into a malloc'd buffer (caller frees *buf). Returns ENG_OK,
  * ENG_ERR_ARG (bad params: err names the field), ENG_ERR_UNSUPPORTED (arch),

@@ -35,6 +35,8 @@
 
 #include "gguf.h"
 #include "internal.h"
+#include "mamba2.h"
+#include "swa.h"
 #include "model.h"
 #include "status.h"
 #include "synth.h"
@@ -554,8 +556,8 @@ static void compare_catches_a_flip_in_recurrent_conv_and_window_memory(void **st
     eng_seq *a = eng_seq_new(m, NT), *b = eng_seq_new(m, NT);
     assert_int_equal(eng_prefill(a, g_toks, 70, NULL, NULL), ENG_OK);
     assert_int_equal(eng_seq_copy(b, a), ENG_OK);
-    const eng_ssm_hparams *hp = &m->ssm_hp;
-    float *x = &b->mem[2].ssm.ssm[77];
+    const eng_ssm_hparams *hp = eng_mamba2_hparams(m, 2);
+    float *x = &((eng_ssm_state *)b->mem[2].state)->ssm[77];
     uint32_t u;
     memcpy(&u, x, 4);
     u ^= 1u;  /* one ULP */
@@ -567,7 +569,7 @@ static void compare_catches_a_flip_in_recurrent_conv_and_window_memory(void **st
     assert_int_equal(d.layer, 2);
     assert_int_equal(d.index, 77);
     assert_int_equal(eng_seq_copy(b, a), ENG_OK);
-    b->mem[0].ssm.conv[5] += 1.0f;
+    ((eng_ssm_state *)b->mem[0].state)->conv[5] += 1.0f;
     assert_int_equal(eng_seq_compare(a, b, &d), ENG_OK);
     assert_int_equal(d.part, ENG_SEQ_PART_STATE);
     assert_int_equal(d.layer, 0);
@@ -580,7 +582,7 @@ static void compare_catches_a_flip_in_recurrent_conv_and_window_memory(void **st
     b = eng_seq_new(m, NT);
     assert_int_equal(eng_prefill(a, g_toks, 70, NULL, NULL), ENG_OK);
     assert_int_equal(eng_seq_copy(b, a), ENG_OK);
-    eng_swa_mem *w = &b->mem[0].swa;
+    eng_swa_mem *w = b->mem[0].state;
     w->v[(int64_t)(60 % w->n_cells) * w->n_embd_kv + 3] += 1.0f;
     assert_int_equal(eng_seq_compare(a, b, &d), ENG_OK);
     assert_int_equal(d.part, ENG_SEQ_PART_V);

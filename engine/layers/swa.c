@@ -1,6 +1,10 @@
 /*
- * engine/swa.c: the SWA ring, its truncation and window rules, and the
- * banded attention kernel (see swa.h for the contract).
+ * engine/layers/swa.c: the sliding-window attention layer kind
+ * (ENG_LAYER_ATTN_SWA): the ring of window cells, its truncation and window
+ * rules, the banded attention kernel (see swa.h for their contract), the
+ * kind's table, and the architectures with sliding-window layers:
+ * `kvreplay-swa` (llama layers with a window, kvreplay's own, read for old
+ * files) and their synthetic writers.
  *
  * Determinism: as kernels.c. Every output element is a fixed sequence of
  * float operations on its inputs; KV heads are split across threads with
@@ -8,12 +12,15 @@
  */
 #include "swa.h"
 
+#include "attn.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
+#include "synth_int.h"
 
 // ----------------------------------------------------------------------------
 // The ring
@@ -149,17 +156,6 @@ void eng_swa_ws_free(eng_swa_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-/* Grows *buf to n floats (zeroed when reallocated). */
-static int grow(float **buf, int64_t *cap, int64_t n) {
-    if (n <= *cap) return ENG_OK;
-    float *b = calloc((size_t)n, sizeof(float));
-    if (!b) return ENG_ERR_NOMEM;
-    free(*buf);
-    *buf = b;
-    *cap = n;
-    return ENG_OK;
-}
-
 int eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G, int32_t E) {
     const int32_t kpos0 = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0, P = pos0 + T - kpos0, R = (H / G) * T;
     const int64_t one = (int64_t)R * P;
@@ -168,9 +164,9 @@ int eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32
     if (nb > G) nb = G;
     const int64_t GE = (int64_t)G * E;
     const int64_t HTE = (int64_t)H * T * E;
-    if (grow(&ws->kg, &ws->cap_k, P * GE) != ENG_OK || grow(&ws->vg, &ws->cap_v, P * GE) != ENG_OK ||
-        grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
-        grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
+    if (eng_grow(&ws->kg, &ws->cap_k, P * GE) != ENG_OK || eng_grow(&ws->vg, &ws->cap_v, P * GE) != ENG_OK ||
+        eng_grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || eng_grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
+        eng_grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
         return ENG_ERR_NOMEM;
     return ENG_OK;
 }
@@ -283,8 +279,8 @@ int eng_swa_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, i
     if (nb < 1) nb = 1;
     if (nb > G) nb = G;
     const int64_t HTE = (int64_t)H * T * E;
-    if (grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
-        grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
+    if (eng_grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || eng_grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
+        eng_grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
         return ENG_ERR_NOMEM;
     for (int32_t h = 0; h < H; h++)
         for (int32_t t = 0; t < T; t++)
@@ -311,7 +307,7 @@ int eng_swa_attend(const eng_kctx *ctx, eng_swa_mem *m, int32_t W, int32_t T, in
     const int32_t old = pos0 - kpos0, P = old + T;
     ENG_ASSERT(GE == m->n_embd_kv);
     ENG_ASSERT(old == 0 || eng_swa_valid_lo(m, pos0) <= kpos0);
-    if (grow(&ws->kg, &ws->cap_k, (int64_t)P * GE) != ENG_OK || grow(&ws->vg, &ws->cap_v, (int64_t)P * GE) != ENG_OK)
+    if (eng_grow(&ws->kg, &ws->cap_k, (int64_t)P * GE) != ENG_OK || eng_grow(&ws->vg, &ws->cap_v, (int64_t)P * GE) != ENG_OK)
         return ENG_ERR_NOMEM;
     const size_t row = sizeof(float) * (size_t)GE;
     for (int32_t i = 0; i < old; i++) {
@@ -328,3 +324,258 @@ int eng_swa_attend(const eng_kctx *ctx, eng_swa_mem *m, int32_t W, int32_t T, in
     ring_write(m, pos0, T, ws->kg + (int64_t)old * GE, ws->vg + (int64_t)old * GE, GE);
     return ENG_OK;
 }
+
+// ----------------------------------------------------------------------------
+// The kind: the attention layer with the banded attention over the ring
+
+typedef struct swa_kind_ws {
+    eng_attn_ws attn;  /* projections, RoPE table, parallel FFN output */
+    eng_swa_ws  swa;   /* gathered keys, scores */
+} swa_kind_ws;
+
+static void swa_core(eng_fwd *f, int32_t il, eng_attn_ws *aws) {
+    const eng_model_info *in = &f->m->info;
+    swa_kind_ws *ws = (swa_kind_ws *)aws;
+    const int32_t H = in->n_head, G = in->n_head_kv, E = in->head_dim, HE = H * E, QKV = HE + 2 * G * E;
+    const int rc = eng_swa_attend(f->k, f->s->mem[il].state, in->n_swa, f->T, f->pos0, H, G, E, aws->qkv, QKV,
+                                  aws->att, HE, &ws->swa);
+    ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by swa_prepare */
+}
+
+static int swa_load(eng_loader *ld, eng_model *m, int32_t il, void **w) {
+    eng_attn_weights *aw = calloc(1, sizeof *aw);
+    if (!aw) return ENG_ERR_NOMEM;
+    *w = aw;
+    m->info.swa_bytes_per_token += 2 * (int64_t)sizeof(float) * m->info.n_head_kv * m->info.head_dim;  /* a cell */
+    return eng_attn_load(ld, m, il, aw);
+}
+
+static void swa_free(void *w) {
+    eng_attn_free(w);
+    free(w);
+}
+
+/* 2*2*E*H per attended key; query p attends min(p + 1, W) keys. */
+static double swa_pos_flops(const eng_model *m, int32_t il, int64_t p0, int64_t p1) {
+    const double EH = (double)m->info.head_dim * m->info.n_head;
+    return 2.0 * 2.0 * EH * eng_swa_keys(m->info.n_swa, p0, p1);
+}
+
+static int swa_prepare(const eng_model *m, int32_t il, void **v, int32_t T, int32_t pos0, int32_t n_ctx) {
+    const eng_model_info *in = &m->info;
+    if (!*v && !(*v = calloc(1, sizeof(swa_kind_ws)))) return ENG_ERR_NOMEM;
+    swa_kind_ws *ws = *v;
+    if (eng_swa_ws_reserve(&ws->swa, T, pos0, in->n_swa, in->n_head, in->n_head_kv, in->head_dim) != ENG_OK)
+        return ENG_ERR_NOMEM;
+    return eng_attn_ws_prepare(m, &ws->attn, T, pos0, 0, n_ctx);
+}
+
+static void swa_ws_free(void *v) {
+    swa_kind_ws *ws = v;
+    if (!ws) return;
+    eng_attn_ws_free(&ws->attn);
+    eng_swa_ws_free(&ws->swa);
+    free(ws);
+}
+
+static void swa_forward(eng_fwd *f, int32_t il, void *ws) {
+    eng_attn_layer(f, il, f->m->layers[il].w, &((swa_kind_ws *)ws)->attn, swa_core);
+}
+
+static int swa_mem_new(const eng_model *m, int32_t il, int32_t n_ctx, int32_t slack, void **out) {
+    eng_swa_mem *mem = calloc(1, sizeof *mem);
+    if (!mem) return ENG_ERR_NOMEM;
+    const int32_t ge = m->info.n_head_kv * m->info.head_dim;
+    if (eng_swa_mem_alloc(mem, eng_swa_ring_cells(n_ctx, m->info.n_swa, slack), ge) != ENG_OK) {
+        free(mem);
+        return ENG_ERR_NOMEM;
+    }
+    *out = mem;
+    return ENG_OK;
+}
+
+static void swa_mem_free(void *mem) {
+    eng_swa_mem_free(mem);
+    free(mem);
+}
+
+static void swa_mem_clear(const eng_model *m, int32_t il, void *mem, int32_t n_used) { eng_swa_mem_clear(mem); }
+
+static bool swa_can_truncate(const eng_model *m, int32_t il, const void *mem, int32_t n_tokens, int32_t n) {
+    return eng_swa_can_truncate(mem, m->info.n_swa, n_tokens, n);
+}
+
+static void swa_truncate(const eng_model *m, int32_t il, void *mem, int32_t n_tokens, int32_t n) {
+    eng_swa_truncate(mem, n_tokens, n);
+}
+
+static void swa_copy(const eng_model *m, int32_t il, void *dst, const void *src, int32_t n) {
+    eng_swa_copy(dst, src, n);
+}
+
+/* K rows, then V rows, over the positions whose cells both sequences still hold. */
+static bool swa_compare(const eng_model *m, int32_t il, const void *va, const void *vb, int32_t n_a, int32_t n_b,
+                        eng_seq_diff *out) {
+    const eng_swa_mem *wa = va, *wb = vb;
+    const int32_t n = n_a < n_b ? n_a : n_b;
+    const int32_t la = eng_swa_valid_lo(wa, n_a), lb = eng_swa_valid_lo(wb, n_b);
+    const int32_t lo = la > lb ? la : lb;
+    const int64_t ge = wa->n_embd_kv;
+    for (int part = 0; part < 2; part++)
+        for (int32_t p = lo; p < n; p++) {
+            const float *ra = part ? eng_swa_v(wa, p) : eng_swa_k(wa, p);
+            const float *rb = part ? eng_swa_v(wb, p) : eng_swa_k(wb, p);
+            const int64_t i = eng_first_diff(ra, rb, ge);
+            if (i >= 0) {
+                out->part = part ? ENG_SEQ_PART_V : ENG_SEQ_PART_K;
+                out->pos = p;
+                out->index = i;
+                return true;
+            }
+        }
+    return false;
+}
+
+/* Serialised and checkpointed alike: the window of the sequence at n. */
+static size_t swa_window_bytes(const eng_model *m, int32_t il, const void *mem, int32_t n) {
+    return eng_swa_window_bytes(mem, m->info.n_swa, n);
+}
+
+static void swa_window_save(const eng_model *m, int32_t il, const void *mem, int32_t n, void *dst) {
+    eng_swa_save_window(mem, m->info.n_swa, n, dst);
+}
+
+static void swa_window_load(const eng_model *m, int32_t il, void *mem, int32_t n, const void *src) {
+    eng_swa_load_window(mem, m->info.n_swa, n, src);  /* src NULL only for an empty window: lo = n */
+}
+
+int32_t eng_seq_swa_cells(const eng_seq *s) {
+    for (int32_t il = 0; il < s->m->info.n_layer; il++)
+        if (s->mem[il].ops == &eng_kind_swa) return ((const eng_swa_mem *)s->mem[il].state)->n_cells;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// kvreplay-swa: llama layers, sliding-window except every P-th (kvreplay's own)
+
+/* The window and which layers slide: sliding_window_pattern as llama.cpp's
+ * set_swa_pattern(P) (layer il slides iff P == 0 or il % P < P - 1; absent:
+ * def) or a bool array [L]. */
+static int swa_pattern(eng_loader *ld, eng_model *m, int32_t def, bool *is_swa) {
+    eng_model_info *in = &m->info;
+    int rc;
+    if ((rc = eng_ld_int(ld, "attention.sliding_window", -1, 1, INT32_MAX, &in->n_swa)) != ENG_OK) return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
+    const int64_t i = eng_gguf_find_key(ld->g, key);
+    if (i >= 0 && eng_gguf_kv_type(ld->g, i) == ENG_GGUF_TYPE_ARRAY) {
+        if (eng_gguf_arr_type(ld->g, i) != ENG_GGUF_TYPE_BOOL || eng_gguf_arr_n(ld->g, i) != (uint64_t)in->n_layer) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected an integer or an array of %d bools", ld->path,
+                     key, in->n_layer);
+            return ENG_ERR_FORMAT;
+        }
+        for (int32_t il = 0; il < in->n_layer; il++) is_swa[il] = eng_gguf_get_arr_num(ld->g, i, (uint64_t)il) != 0;
+        return ENG_OK;
+    }
+    int32_t P;
+    if ((rc = eng_ld_int(ld, "attention.sliding_window_pattern", def, 0, INT32_MAX, &P)) != ENG_OK) return rc;
+    for (int32_t il = 0; il < in->n_layer; il++) is_swa[il] = P == 0 || il % P < P - 1;
+    return ENG_OK;
+}
+
+static int kvreplay_swa_hparams(eng_loader *ld, eng_model *m) {
+    eng_model_info *in = &m->info;
+    int rc;
+    if ((rc = eng_ld_float(ld, "attention.layer_norm_rms_epsilon", 1e-5, &in->rms_eps)) != ENG_OK) return rc;
+    if ((rc = eng_attn_hparams(ld, m, NULL)) != ENG_OK) return rc;
+    bool *is_swa = calloc((size_t)in->n_layer, sizeof(bool));
+    if (!is_swa) return ENG_ERR_NOMEM;
+    rc = swa_pattern(ld, m, 0, is_swa);
+    for (int32_t il = 0; rc == ENG_OK && il < in->n_layer; il++) {
+        eng_layer *L = &m->layers[il];
+        L->ops = is_swa[il] ? &eng_kind_swa : &eng_kind_attn;
+        L->has_ffn = true;
+        L->rope = true;
+    }
+    free(is_swa);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// Synthetic sliding-window models
+
+static int swa_synth_check(synth_ctx *c) {
+    int rc = eng_synth_attn_check(c);
+    if (rc) return rc;
+    char msg[96];
+    if (!sy_in_range(c->p.n_swa, 1, INT32_MAX)) {
+        snprintf(msg, sizeof msg, "%d, expected a window of at least 1 position", c->p.n_swa);
+        return sy_fail_arg(c, "n_swa", msg);
+    }
+    if (!sy_in_range(c->p.attn_every, 0, 1 << 20)) {
+        snprintf(msg, sizeof msg, "%d, expected >= 0 (0: every layer sliding-window)", c->p.attn_every);
+        return sy_fail_arg(c, "attn_every", msg);
+    }
+    return ENG_OK;
+}
+
+/* The window and llama.cpp's set_swa_pattern(P) period: layer il slides iff
+ * P == 0 or il % P < P - 1. */
+static int swa_synth_window_keys(synth_ctx *c) {
+    int rc = eng_gguf_writer_set_u32(c->w, sy_key(c, "attention.sliding_window"), (uint32_t)c->p.n_swa);
+    if (!rc) rc = eng_gguf_writer_set_u32(c->w, sy_key(c, "attention.sliding_window_pattern"), (uint32_t)c->p.attn_every);
+    return rc ? sy_nomem(c, "metadata") : ENG_OK;
+}
+
+/* kvreplay-swa: llama's keys plus the window keys. */
+static int kvreplay_swa_synth_meta(synth_ctx *c) {
+    int rc = eng_synth_attn_meta(c, true, true);
+    return rc ? rc : swa_synth_window_keys(c);
+}
+
+static int kvreplay_swa_synth_layer(synth_ctx *c, int32_t il) {
+    int rc = eng_synth_attn_tensors(c, il);
+    return rc ? rc : eng_synth_ffn_tensors(c, il, true);
+}
+
+static const eng_synth_arch kvreplay_swa_synth = {
+    .name = "swa", .groups = SY_HEADS | SY_FF | SY_SWA | SY_EVERY,
+    .check = swa_synth_check, .meta = kvreplay_swa_synth_meta, .layer = kvreplay_swa_synth_layer,
+    .presets = {
+        {.D = 64, .L = 2, .H = 4, .G = 2, .F = 176, .ctx = 4096, .W = 40, .every = 2},
+        {.D = 256, .L = 4, .H = 8, .G = 4, .F = 704, .ctx = 16384, .W = 512, .every = 4},
+        {.D = 1024, .L = 12, .H = 16, .G = 8, .F = 2816, .ctx = 8192, .W = 1024, .every = 6},
+    },
+};
+
+static const eng_arch kvreplay_swa_arch = {
+    .name = "kvreplay-swa", .hparams = kvreplay_swa_hparams, .synth = &kvreplay_swa_synth,
+};
+static const eng_arch *const swa_archs[] = {&kvreplay_swa_arch, NULL};
+
+const eng_layer_ops eng_kind_swa = {
+    .name = "swa",
+    .kind = ENG_LAYER_ATTN_SWA,
+    .archs = swa_archs,
+    .load = swa_load,
+    .free = swa_free,
+    .n_params = eng_attn_params,
+    .token_flops = eng_attn_token_flops,
+    .pos_flops = swa_pos_flops,
+    .prepare = swa_prepare,
+    .ws_free = swa_ws_free,
+    .forward = swa_forward,
+    .mem_new = swa_mem_new,
+    .mem_free = swa_mem_free,
+    .mem_clear = swa_mem_clear,
+    .can_truncate = swa_can_truncate,
+    .truncate = swa_truncate,
+    .copy = swa_copy,
+    .compare = swa_compare,
+    .ser_bytes = swa_window_bytes,
+    .ser_save = swa_window_save,
+    .ser_load = swa_window_load,
+    .ckpt_bytes = swa_window_bytes,
+    .ckpt_save = swa_window_save,
+    .ckpt_load = swa_window_load,
+};
