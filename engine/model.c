@@ -106,6 +106,10 @@ int eng_ld_float(eng_loader *ld, const char *suffix, double def, float *out) {
     double v;
     int rc = eng_gguf_get_float(ld->g, key, &v);
     if (rc == ENG_ERR_NOT_FOUND) {
+        if (def < 0) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: missing", ld->path, key);
+            return ENG_ERR_FORMAT;
+        }
         v = def;
     } else if (rc != ENG_OK || !(v > 0.0)) {
         eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected a positive float", ld->path, key);

@@ -1,6 +1,7 @@
 /*
- * engine/tokenizer.c: SentencePiece-BPE ("llama") and GPT-2 byte-level BPE
- * ("gpt2") tokenizers loaded from GGUF tokenizer.ggml.* metadata, with
+ * engine/tokenizer.c: SentencePiece-BPE ("llama"), GPT-2 byte-level BPE
+ * ("gpt2") and RWKV greedy ("rwkv") tokenizers loaded from GGUF
+ * tokenizer.ggml.* metadata, with
  * llama.cpp's semantics (src/llama-vocab.cpp, src/unicode.cpp), so that
  * prompts get the token ids a llama.cpp server would give them.
  *
@@ -36,6 +37,14 @@
  * where the input is not kept: SPM reads U+2581 as a space, GPT-2 replaces
  * invalid UTF-8. eng_tokenize returns INT32_MIN (TOK_FAIL) when memory runs
  * out or len exceeds INT32_MAX / 4.
+ *
+ * RWKV (llama.cpp's llm_tokenizer_rwkv): token texts are stored escaped
+ * (\t \n \r \xHH, \ before any other character) and unescaped at load
+ * (llama_unescape_rwkv_token, quirks included); a raw fragment is cut
+ * greedily into the longest token that starts each remaining position. A
+ * position no token starts with gives the unknown token, or fails the call
+ * (INT32_MIN) when the vocabulary has none (llama.cpp would emit an invalid
+ * id there). Decoding concatenates the unescaped texts.
  *
  * A tokenizer is immutable after load; every call allocates its own scratch,
  * so one tokenizer can serve many threads at once.
@@ -363,7 +372,8 @@ static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint3
 typedef struct { uint64_t h; int32_t id; } smap_slot;   /* id == -1: empty */
 
 struct eng_tokenizer {
-    int      type;               /* ENG_VOCAB_SPM or ENG_VOCAB_BPE */
+    int      type;               /* ENG_VOCAB_SPM, ENG_VOCAB_BPE or ENG_VOCAB_RWKV */
+    int32_t  max_tok_len;        /* RWKV: the longest token text (bytes) */
     int      pre;                /* PRE_*: BPE pre-tokenizer */
     bool     ignore_merges;      /* llama3: a word that is a token is taken whole */
     bool     add_bos, add_eos, add_space_prefix;
@@ -725,6 +735,37 @@ static int parse_pre(eng_tokenizer *t, const char *s, size_t n) {
     return ENG_ERR_UNSUPPORTED;
 }
 
+/* llama.cpp's llama_unescape_rwkv_token: "\\t" "\\n" "\\r" map to their bytes,
+ * "\\xHH" to byte HH (digits read as c >= 'a' ? c - 'a' + 10 : c - '0', as
+ * llama.cpp does), a backslash before anything else to that character.
+ * Writes at most n bytes to out and returns their count. */
+static size_t rwkv_unescape(const char *s, size_t n, char *out) {
+    size_t o = 0;
+    bool escaping = false;
+    int hex_left = 0;
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (hex_left) {
+            acc = (uint8_t)((acc << 4) + (c >= 'a' ? c - 'a' + 10 : c - '0'));
+            if (--hex_left == 0) { out[o++] = (char)acc; acc = 0; }
+            continue;
+        }
+        if (escaping) {
+            escaping = false;
+            if (c == 't') out[o++] = '\t';
+            else if (c == 'n') out[o++] = '\n';
+            else if (c == 'r') out[o++] = '\r';
+            else if (c == 'x') hex_left = 2;
+            else out[o++] = c;
+            continue;
+        }
+        if (c == '\\') { escaping = true; continue; }
+        out[o++] = c;
+    }
+    return o;
+}
+
 int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t errlen) {
     ENG_ASSERT(g && out);
     *out = NULL;
@@ -744,8 +785,9 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     int type;
     if (model_n == 5 && !memcmp(model, "llama", 5)) type = ENG_VOCAB_SPM;
     else if (model_n == 4 && !memcmp(model, "gpt2", 4)) type = ENG_VOCAB_BPE;
+    else if (model_n == 4 && !memcmp(model, "rwkv", 4)) type = ENG_VOCAB_RWKV;
     else {
-        eng_errf(err, errlen, "%s: " KEY_PREFIX "model: unsupported tokenizer '%.*s' (supported: llama, gpt2)",
+        eng_errf(err, errlen, "%s: " KEY_PREFIX "model: unsupported tokenizer '%.*s' (supported: llama, gpt2, rwkv)",
                  path, (int)(model_n > 64 ? 64 : model_n), model);
         return ENG_ERR_UNSUPPORTED;
     }
@@ -780,6 +822,16 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
             n = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", i);
             s = empty;
         }
+        if (type == ENG_VOCAB_RWKV) {   /* stored escaped: keep the bytes it stands for */
+            char *raw = malloc(n ? n : 1);
+            if (!raw) goto fail;
+            const size_t rn = rwkv_unescape(s, n, raw);
+            const int32_t id = sym_append(t, raw, rn);
+            free(raw);
+            if (id != i) goto fail;
+            if ((int32_t)rn > t->max_tok_len) t->max_tok_len = (int32_t)rn;
+            continue;
+        }
         if (sym_append(t, s, n) != i) goto fail;
     }
     for (int32_t i = 0; i < t->n_vocab; i++)
@@ -809,7 +861,7 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     t->add_bos = spm;
     t->add_eos = false;
     t->add_space_prefix = spm;
-    if (!spm) {
+    if (type == ENG_VOCAB_BPE) {
         const char *pre = NULL;
         size_t pre_n = 0;
         int prc = eng_gguf_get_str(g, KEY_PREFIX "pre", &pre, &pre_n);
@@ -845,7 +897,8 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
             t->ttype[id] = TT_CONTROL;
         }
     }
-    rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
+    if (type == ENG_VOCAB_RWKV) rc = ENG_OK;   /* greedy matching needs nothing more */
+    else rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
     if (rc != ENG_OK) goto fail;
     if ((rc = build_specials(t)) != ENG_OK) goto fail;
     *out = t;
@@ -873,6 +926,10 @@ void eng_tokenizer_free(eng_tokenizer *t) {
 }
 
 int     eng_tokenizer_type(const eng_tokenizer *t) { ENG_ASSERT(t); return t->type; }
+const char *eng_tokenizer_type_name(const eng_tokenizer *t) {
+    ENG_ASSERT(t);
+    return t->type == ENG_VOCAB_SPM ? "llama" : t->type == ENG_VOCAB_BPE ? "gpt2" : "rwkv";
+}
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t) { ENG_ASSERT(t); return t->n_vocab; }
 int32_t eng_tokenizer_bos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->bos; }
 int32_t eng_tokenizer_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->eos; }
@@ -1289,6 +1346,26 @@ static bool push_frag(session *s, frag **v, size_t *n, frag f) {
     return true;
 }
 
+/* RWKV: the longest token starting at each position, greedily (the text of
+ * a token is unique: a duplicated text maps to its last id, as llama.cpp's
+ * trie keeps the last insert). */
+static void rwkv_fragment(session *s, const uint8_t *text, int64_t off, int64_t len) {
+    const eng_tokenizer *t = s->t;
+    for (int64_t pos = off, end = off + len; pos < end && !s->oom;) {
+        int64_t l = end - pos < t->max_tok_len ? end - pos : t->max_tok_len;
+        int32_t id = -1;
+        for (; l > 0; l--)
+            if ((id = smap_get(t, text + pos, (size_t)l)) >= 0 && id < t->n_vocab) break;
+        if (l == 0) {   /* no token starts with this byte */
+            if (t->unk < 0) { s->oom = true; return; }
+            id = t->unk;
+            l = 1;
+        }
+        emit(s, id, pos);
+        pos += l;
+    }
+}
+
 /* llama.cpp's tokenizer_st_partition: for each special token, longest first,
  * every raw fragment is cut at its leftmost non-overlapping occurrences.
  * CONTROL and UNKNOWN tokens take part only with parse_special; USER_DEFINED
@@ -1369,6 +1446,7 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
             continue;
         }
         if (s.spm) spm_fragment(&s, u, f.off, f.len, t->add_space_prefix && prev_special);
+        else if (t->type == ENG_VOCAB_RWKV) rwkv_fragment(&s, u, f.off, f.len);
         else bpe_fragment(&s, u, f.off, f.len);
         prev_special = false;
     }
@@ -1412,6 +1490,10 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
         if (ty == TT_CONTROL || ty == TT_UNKNOWN || ty == TT_USER_DEFINED) {
             if (render_special || ty == TT_USER_DEFINED) PUT(txt, tl);
             strip = spm && t->add_space_prefix;
+            continue;
+        }
+        if (t->type == ENG_VOCAB_RWKV) {   /* the unescaped bytes */
+            PUT(txt, tl);
             continue;
         }
         if (!spm) {   /* GPT-2: undo the byte-to-unicode map */

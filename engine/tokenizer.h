@@ -1,11 +1,13 @@
 /*
  * engine/tokenizer.h: tokenizers loaded from GGUF vocabulary metadata.
  *
- * Two models, with llama.cpp's semantics:
+ * Three models, with llama.cpp's semantics:
  *   - "llama": SentencePiece BPE (dummy-prefix space, U+2581 for spaces,
  *     score-ordered merges, byte fallback to <0xNN>);
  *   - "gpt2": byte-level BPE (byte-to-unicode map, GPT-2 pre-tokenizer
- *     split, merge ranks from tokenizer.ggml.merges).
+ *     split, merge ranks from tokenizer.ggml.merges);
+ *   - "rwkv": RWKV's greedy longest match over escaped byte-string tokens
+ *     (the World vocabulary, or one token per byte).
  * Special/control tokens (token_type CONTROL or USER_DEFINED, e.g.
  * <|im_start|>) are matched as whole tokens only when the caller asks
  * (parse_special), as chat templates need.
@@ -33,6 +35,7 @@ typedef struct eng_tokenizer eng_tokenizer;
 enum eng_vocab_type {
     ENG_VOCAB_SPM  = 1,   /* tokenizer.ggml.model == "llama" */
     ENG_VOCAB_BPE  = 2,   /* tokenizer.ggml.model == "gpt2" */
+    ENG_VOCAB_RWKV = 3,   /* tokenizer.ggml.model == "rwkv" */
 };
 
 /* Loads the vocabulary from g's tokenizer.ggml.* metadata (g may be closed afterwards:
@@ -42,6 +45,7 @@ int  eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_
 void eng_tokenizer_free(eng_tokenizer *t);  /* accepts NULL */
 
 int     eng_tokenizer_type(const eng_tokenizer *t);
+const char *eng_tokenizer_type_name(const eng_tokenizer *t);  /* tokenizer.ggml.model: "llama", "gpt2", "rwkv" */
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t);
 int32_t eng_tokenizer_bos(const eng_tokenizer *t);   /* -1 when none */
 int32_t eng_tokenizer_eos(const eng_tokenizer *t);   /* -1 when none */

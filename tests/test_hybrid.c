@@ -39,6 +39,7 @@
 #include "swa.h"
 #include "model.h"
 #include "status.h"
+#include "seqcheck.h"
 #include "synth.h"
 
 enum { A_SWA, A_SWA_WIDE, A_REC, A_HYB, A_HYB2, N_MODELS };
@@ -83,118 +84,16 @@ static eng_model *load_t(int a, eng_kernel k, eng_precision p, int32_t threads) 
 
 static eng_model *load(int a, eng_kernel k, eng_precision p) { return load_t(a, k, p, 1); }
 
-static char *blob_of(const eng_seq *s, size_t *n) {
-    *n = eng_seq_serialized_size(s);
-    char *b = malloc(*n);
-    size_t w = 0;
-    assert_int_equal(eng_seq_serialize(s, b, *n, &w), ENG_OK);
-    assert_int_equal(w, *n);
-    return b;
-}
-
-static void assert_same_state(const eng_seq *a, const eng_seq *b, const char *what) {
-    eng_seq_diff d;
-    assert_int_equal(eng_seq_compare(a, b, &d), ENG_OK);
-    if (!d.equal) fail_msg("%s: states differ: part %d layer %d pos %d index %lld", what, d.part, d.layer, d.pos,
-                           (long long)d.index);
-    size_t na, nb;
-    char *ba = blob_of(a, &na), *bb = blob_of(b, &nb);
-    assert_int_equal(na, nb);
-    assert_memory_equal(ba, bb, na);
-    free(ba);
-    free(bb);
-}
-
-/* Grid checkpoints taken during a prefill (on_chunk), kept by n_tokens. */
-typedef struct ckpts {
-    eng_ckpt *c[NT + 1];
-    int32_t   C;
-} ckpts;
-
-static void keep_ckpt(void *ud, eng_seq *s, int32_t n) {
-    ckpts *k = ud;
-    if (n % k->C != 0 || k->c[n]) return;  /* grid positions only */
-    k->c[n] = eng_seq_checkpoint(s);
-    assert_non_null(k->c[n]);
-}
-
-static void ckpts_free(ckpts *k) {
-    for (int i = 0; i <= NT; i++) eng_ckpt_free(k->c[i]);
-    memset(k, 0, sizeof *k);
-}
+#define blob_of sc_blob
+#define assert_same_state sc_same_state
 
 // ----------------------------------------------------------------------------
 // The invariant with checkpoints
 
-/* One split: the slot served tokens [0, k) plus 5 tokens the next prompt
- * does not share (its state went past k); the next prompt is [0, n). */
-static void check_split(const eng_model *m, int32_t n, int32_t k, int32_t C, const float *lcold,
-                        const eng_seq *cold, const float *dcold, int *cases) {
-    const int32_t V = eng_model_get_info(m)->n_vocab;
-    eng_prefill_params pp = eng_prefill_params_default();
-    pp.chunk = C;
-    ckpts kp = {.C = C};
-    pp.on_chunk = keep_ckpt;
-    pp.ud = &kp;
-    eng_seq *s = eng_seq_new(m, NT + 16);
-    assert_int_equal(eng_prefill(s, g_toks, k, &pp, NULL), ENG_OK);
-    const int32_t other[5] = {3, 1, 4, 1, 5};
-    for (int i = 0; i < 5; i++) assert_int_equal(eng_decode(s, other[i], NULL), ENG_OK);
-    int32_t g = k / C * C;
-    while (g > 0 && !kp.c[g]) g -= C;
-    pp.on_chunk = NULL;
-    float *l = malloc(sizeof(float) * V);
-    if (g > 0) {
-        assert_int_equal(eng_seq_restore(s, kp.c[g]), ENG_OK);
-        assert_int_equal(eng_seq_n_tokens(s), g);
-    } else {
-        assert_int_equal(eng_seq_truncate(s, 0), ENG_OK);
-    }
-    assert_int_equal(eng_prefill(s, g_toks + g, n - g, &pp, l), ENG_OK);
-    if (memcmp(l, lcold, sizeof(float) * V) != 0) fail_msg("split k=%d (restore at %d), C=%d: logits differ", k, g, C);
-    assert_same_state(s, cold, "after the prompt");
-    /* two decode steps from there */
-    float *d = malloc(sizeof(float) * V);
-    int32_t t = eng_argmax(l, V);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(eng_decode(s, t, d), ENG_OK);
-        assert_memory_equal(d, dcold + (int64_t)i * V, sizeof(float) * V);
-        t = eng_argmax(d, V);
-    }
-    free(d);
-    free(l);
-    ckpts_free(&kp);
-    eng_seq_free(s);
-    (*cases)++;
-}
-
 static void invariant_t(int a, eng_kernel kern, eng_precision prec, int32_t threads) {
     eng_model *m = load_t(a, kern, prec, threads);
-    const int32_t V = eng_model_get_info(m)->n_vocab;
-    const int32_t chunks[] = {16, 64};
-    const int32_t ns[] = {70, 150, 200};
-    int cases = 0;
-    for (size_t c = 0; c < 2; c++)
-        for (size_t q = 0; q < 3; q++) {
-            const int32_t C = chunks[c], n = ns[q];
-            eng_prefill_params pp = eng_prefill_params_default();
-            pp.chunk = C;
-            eng_seq *cold = eng_seq_new(m, NT + 16), *dec = eng_seq_new(m, NT + 16);
-            float *lc = malloc(sizeof(float) * V), *dc = malloc(sizeof(float) * V * 2);
-            assert_int_equal(eng_prefill(cold, g_toks, n, &pp, lc), ENG_OK);
-            /* cold's two decode steps, on a copy */
-            assert_int_equal(eng_seq_copy(dec, cold), ENG_OK);
-            int32_t t = eng_argmax(lc, V);
-            for (int i = 0; i < 2; i++) {
-                assert_int_equal(eng_decode(dec, t, dc + (int64_t)i * V), ENG_OK);
-                t = eng_argmax(dc + (int64_t)i * V, V);
-            }
-            const int32_t cand[] = {1, C - 1, C, C + 1, 2 * C, 2 * C + 3, n / 2, n - 1, n - C + 1, n};
-            for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
-                if (cand[i] >= 1 && cand[i] <= n) check_split(m, n, cand[i], C, lc, cold, dc, &cases);
-            free(lc); free(dc);
-            eng_seq_free(cold); eng_seq_free(dec);
-        }
+    const int32_t chunks[] = {16, 64}, ns[] = {70, 150, 200};
+    const int cases = sc_invariant(m, g_toks, NT + 16, chunks, 2, ns, 3);
     print_message("%s (%s, window %d) %s/%s, %d threads: %d splits bit-identical to cold\n", g_arch[a],
                   eng_model_get_info(m)->arch, eng_model_get_info(m)->n_swa, eng_kernel_name(kern),
                   eng_precision_name(prec), threads, cases);
@@ -267,33 +166,11 @@ static void off_grid_checkpoint_then_prefill_is_measured(void **state) {
     for (int ai = 0; ai < 3; ai++)
         for (int kern = 0; kern < 2; kern++) {
             eng_model *m = load(archs[ai], (eng_kernel)kern, ENG_PRECISION_FP32);
-            const int32_t V = eng_model_get_info(m)->n_vocab, C = 64, n = 200;
-            eng_prefill_params pp = eng_prefill_params_default();
-            pp.chunk = C;
-            eng_seq *cold = eng_seq_new(m, NT), *s = eng_seq_new(m, NT);
-            float *lc = malloc(sizeof(float) * V), *l = malloc(sizeof(float) * V);
-            assert_int_equal(eng_prefill(cold, g_toks, n, &pp, lc), ENG_OK);
-            int differ = 0, total = 0;
             const int32_t ks[] = {37, 70, 100, 150};
-            for (int i = 0; i < 4; i++) {
-                eng_seq_reset(s);
-                assert_int_equal(eng_prefill(s, g_toks, ks[i], &pp, NULL), ENG_OK);
-                eng_ckpt *c = eng_seq_checkpoint(s);  /* at ks[i], off the grid */
-                assert_int_equal(eng_decode(s, 9, NULL), ENG_OK);
-                assert_int_equal(eng_seq_restore(s, c), ENG_OK);
-                assert_int_equal(eng_prefill(s, g_toks + ks[i], n - ks[i], &pp, l), ENG_OK);
-                eng_seq_diff d;
-                assert_int_equal(eng_seq_compare(s, cold, &d), ENG_OK);
-                const bool same = !memcmp(l, lc, sizeof(float) * V) && d.equal;
-                differ += !same;
-                total++;
-                if (kern == ENG_KERNEL_REF) assert_true(same);
-                eng_ckpt_free(c);
-            }
+            const int differ = sc_off_grid_differences(m, g_toks, 200, ks, 4), total = 4;
+            if (kern == ENG_KERNEL_REF) assert_int_equal(differ, 0);
             print_message("%s %s: off-grid checkpoint + shifted chunks differ from cold on %d of %d splits\n",
                           g_arch[archs[ai]], eng_kernel_name((eng_kernel)kern), differ, total);
-            free(lc); free(l);
-            eng_seq_free(cold); eng_seq_free(s);
             eng_model_free(m);
         }
 }

@@ -58,7 +58,7 @@ typedef struct eng_loader {
 /* "{arch}.suffix" as an integer in [lo, hi]; def when absent (def < 0: required).
  * ENG_OK or ENG_ERR_FORMAT (message names the key). */
 int eng_ld_int(eng_loader *ld, const char *suffix, int64_t def, int64_t lo, int64_t hi, int32_t *out);
-/* A positive float; def when absent. */
+/* A positive float; def when absent (def < 0: required). */
 int eng_ld_float(eng_loader *ld, const char *suffix, double def, float *out);
 /* "{arch}.suffix" as a per-layer array of n integers (an array, or a scalar
  * repeated), as llama.cpp's get_key_or_arr. ENG_ERR_NOT_FOUND when absent. */

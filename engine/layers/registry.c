@@ -9,6 +9,7 @@
 
 #include "attn.h"
 #include "mamba2.h"
+#include "rwkv7.h"
 #include "status.h"
 #include "swa.h"
 
@@ -16,6 +17,7 @@ const eng_layer_ops *const eng_layer_kinds[] = {
     &eng_kind_attn,
     &eng_kind_swa,
     &eng_kind_mamba2,
+    &eng_kind_rwkv7,
     NULL,
 };
 
