@@ -1,8 +1,9 @@
 /*
  * tests/test_hybrid.c: memory kinds beyond full attention, end to end
- * through the public API: sliding-window attention (kvreplay-swa),
- * Mamba-2 (mamba2) and the hybrid of both with full attention
- * (granitehybrid), tiny synthetic models.
+ * through the public API: sliding-window attention (cohere2, and
+ * kvreplay-swa, the older synthetic architecture, still read), Mamba-2
+ * (mamba2) and the hybrid of both with full attention (granitehybrid),
+ * tiny synthetic models.
  *
  *   - the bit-exactness invariant with checkpoints: prefill k tokens (and a
  *     few more that the next request does not share), restore the newest
@@ -42,8 +43,8 @@
 #include "seqcheck.h"
 #include "synth.h"
 
-enum { A_SWA, A_SWA_WIDE, A_REC, A_HYB, A_HYB2, N_MODELS };
-static const char *const g_arch[N_MODELS] = {"swa", "swa", "recurrent", "hybrid", "hybrid"};
+enum { A_SWA, A_SWA_WIDE, A_REC, A_HYB, A_HYB2, A_SWA_OLD, N_MODELS };
+static const char *const g_arch[N_MODELS] = {"swa", "swa", "recurrent", "hybrid", "hybrid", "kvreplay-swa"};
 static char g_dir[64], g_path[N_MODELS][128];
 enum { NT = 256 };
 static int32_t g_toks[NT];
@@ -109,6 +110,7 @@ static void grid_checkpoint_restore_is_bit_identical_to_cold_swa(void **state) {
         for (int p = 0; p < 2; p++) {
             invariant(A_SWA, (eng_kernel)k, (eng_precision)p);
             invariant(A_SWA_WIDE, (eng_kernel)k, (eng_precision)p);
+            invariant(A_SWA_OLD, (eng_kernel)k, (eng_precision)p);
         }
 }
 
@@ -330,14 +332,22 @@ static void info_reports_layer_kinds_and_memory_sizes(void **state) {
     assert_int_equal(in->kv_bytes_per_token, 2 * 2 * 4 * (in->n_head_kv * in->head_dim));
     assert_int_equal(in->rec_state_bytes, 2 * 4 * (4 * 16 * 32 + 3 * (128 + 32)));
     eng_model_free(m);
-    m = load(A_SWA, ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
-    in = eng_model_get_info(m);
-    assert_string_equal(in->arch, "kvreplay-swa");
-    assert_int_equal(in->n_swa, 40);
-    assert_int_equal(eng_model_layer_kind(m, 0), ENG_LAYER_ATTN_SWA);
-    assert_int_equal(eng_model_layer_kind(m, 1), ENG_LAYER_ATTN);
-    assert_int_equal(in->swa_bytes_per_token, 2 * 4 * (in->n_head_kv * in->head_dim));
-    eng_model_free(m);
+    for (int a = A_SWA; a <= A_SWA_OLD; a += A_SWA_OLD - A_SWA) {
+        m = load(a, ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
+        in = eng_model_get_info(m);
+        assert_string_equal(in->arch, a == A_SWA ? "cohere2" : "kvreplay-swa");
+        assert_int_equal(in->n_swa, 40);
+        assert_int_equal(eng_model_layer_kind(m, 0), ENG_LAYER_ATTN_SWA);
+        assert_int_equal(eng_model_layer_kind(m, 1), ENG_LAYER_ATTN);
+        assert_string_equal(eng_model_layer_kind_name(m, 0), "swa");
+        assert_int_equal(in->swa_bytes_per_token, 2 * 4 * (in->n_head_kv * in->head_dim));
+        if (a == A_SWA) {  /* layer norm, no ffn_norm, the head tied to token_embd */
+            assert_true(in->norm_eps == 1e-5f);
+            const int64_t D = in->n_embd, F = in->n_ff, GE = in->n_head_kv * in->head_dim;
+            assert_int_equal(in->n_params, in->n_vocab * D + D + 2 * (D + D * (D + 2 * GE) + D * D + 3 * D * F));
+        }
+        eng_model_free(m);
+    }
     m = load(A_REC, ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
     in = eng_model_get_info(m);
     assert_string_equal(in->arch, "mamba2");
@@ -521,12 +531,12 @@ static void assert_shape(const eng_gguf *g, const char *name, int64_t ne0, int64
     assert_int_equal(t->type, ENG_GGML_TYPE_F32);
 }
 
-/* llama.cpp's mamba2 and granitehybrid keys and tensor shapes, kvreplay-swa's
- * window keys; the same params give the same bytes. */
+/* llama.cpp's cohere2, mamba2 and granitehybrid keys and tensor shapes,
+ * kvreplay-swa's window keys; the same params give the same bytes. */
 static void synthetic_archs_carry_the_documented_keys_and_shapes(void **state) {
     (void)state;
-    for (int a = A_SWA; a <= A_HYB; a++) {
-        if (a == A_SWA_WIDE) continue;
+    for (int a = A_SWA; a <= A_SWA_OLD; a++) {
+        if (a == A_SWA_WIDE || a == A_HYB2) continue;
         eng_synth_params p = eng_synth_preset_arch(g_arch[a], "tiny");
         assert_true(p.ok);
         p.seed = 9;
@@ -543,10 +553,27 @@ static void synthetic_archs_carry_the_documented_keys_and_shapes(void **state) {
         size_t len;
         assert_int_equal(eng_gguf_get_str(g, "general.architecture", &arch, &len), ENG_OK);
         if (a == A_SWA) {
+            assert_int_equal(len, strlen("cohere2"));
+            assert_memory_equal(arch, "cohere2", len);
+            assert_int_equal(kv_int(g, "cohere2.attention.sliding_window"), 40);
+            assert_int_equal(kv_int(g, "cohere2.attention.sliding_window_pattern"), 2);
+            double v = 0;
+            assert_int_equal(eng_gguf_get_float(g, "cohere2.attention.layer_norm_epsilon", &v), ENG_OK);
+            assert_true((float)v == 1e-5f);
+            assert_int_equal(eng_gguf_get_float(g, "cohere2.logit_scale", &v), ENG_OK);
+            assert_true((float)v == 0.25f);  /* 2 / sqrt(64) */
+            assert_int_equal(eng_gguf_find_key(g, "cohere2.attention.layer_norm_rms_epsilon"), -1);
+            assert_shape(g, "blk.0.attn_q.weight", 64, 64);
+            assert_shape(g, "blk.1.ffn_gate.weight", 64, 176);
+            assert_null(eng_gguf_find_tensor(g, "blk.0.ffn_norm.weight"));  /* FFN reads the attention norm */
+            assert_null(eng_gguf_find_tensor(g, "output.weight"));          /* tied */
+        } else if (a == A_SWA_OLD) {
             assert_int_equal(len, strlen("kvreplay-swa"));
             assert_int_equal(kv_int(g, "kvreplay-swa.attention.sliding_window"), 40);
             assert_int_equal(kv_int(g, "kvreplay-swa.attention.sliding_window_pattern"), 2);
             assert_shape(g, "blk.0.attn_q.weight", 64, 64);
+            assert_non_null(eng_gguf_find_tensor(g, "blk.0.ffn_norm.weight"));
+            assert_non_null(eng_gguf_find_tensor(g, "output.weight"));
         } else {
             const char *pre = a == A_REC ? "mamba2" : "granitehybrid";
             char key[96];
@@ -636,6 +663,45 @@ static void granitehybrid_without_rope_is_refused_naming_the_key(void **state) {
     free(b);
 }
 
+/* cohere2's head is token_embd: llama.cpp refuses a file with an
+ * output.weight (an extra tensor), and so does the engine, naming it. */
+static void cohere2_with_an_output_tensor_is_refused_naming_it(void **state) {
+    (void)state;
+    eng_synth_params p = eng_synth_preset_arch("swa", "tiny");
+    p.seed = 4;
+    char err[256] = "";
+    /* the synthetic file, and a copy with output.weight added (token_embd's data) */
+    eng_gguf_writer *w = eng_gguf_writer_new(3, 32);
+    eng_gguf *g;
+    char path[160];
+    snprintf(path, sizeof path, "%s/cohere2.gguf", g_dir);
+    assert_int_equal(eng_synth_write(&p, path, err, sizeof err), ENG_OK);
+    assert_int_equal(eng_gguf_open(path, &g, err, sizeof err), ENG_OK);
+    assert_int_equal(eng_gguf_writer_copy_kv(w, g, ""), ENG_OK);
+    for (int64_t i = 0; i < eng_gguf_n_tensors(g); i++) {
+        const eng_gguf_tensor *t = eng_gguf_tensor_at(g, i);
+        assert_int_equal(eng_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), ENG_OK);
+    }
+    const eng_gguf_tensor *te = eng_gguf_find_tensor(g, "token_embd.weight");
+    assert_int_equal(eng_gguf_writer_add_tensor(w, "output.weight", te->type, te->n_dims, te->ne, te->data, te->nbytes),
+                     ENG_OK);
+    char path2[160];
+    snprintf(path2, sizeof path2, "%s/cohere2-out.gguf", g_dir);
+    assert_int_equal(eng_gguf_writer_write(w, path2, err, sizeof err), ENG_OK);
+    eng_gguf_writer_free(w);
+    eng_gguf_close(g);
+    eng_numerics num = eng_numerics_default();
+    eng_model *m = NULL;
+    assert_int_equal(eng_model_load(path, &num, &m, err, sizeof err), ENG_OK);
+    eng_model_free(m);
+    m = NULL;
+    assert_int_equal(eng_model_load(path2, &num, &m, err, sizeof err), ENG_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err, "output.weight"));
+    unlink(path);
+    unlink(path2);
+}
+
 // ----------------------------------------------------------------------------
 // The CLI
 
@@ -722,6 +788,7 @@ int main(void) {
         cmocka_unit_test(prefill_flops_count_the_new_layers),
         cmocka_unit_test(synthetic_archs_carry_the_documented_keys_and_shapes),
         cmocka_unit_test(granitehybrid_without_rope_is_refused_naming_the_key),
+        cmocka_unit_test(cohere2_with_an_output_tensor_is_refused_naming_it),
         cmocka_unit_test(model_info_reports_memory_kinds_and_sizes),
         cmocka_unit_test(bench_checkpoints_reports_save_and_restore_against_memcpy),
     };

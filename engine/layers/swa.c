@@ -3,8 +3,10 @@
  * (ENG_LAYER_ATTN_SWA): the ring of window cells, its truncation and window
  * rules, the banded attention kernel (see swa.h for their contract), the
  * kind's table, and the architectures with sliding-window layers:
- * `kvreplay-swa` (llama layers with a window, kvreplay's own, read for old
- * files) and their synthetic writers.
+ * `cohere2` (llama.cpp's Command R7B architecture, what `model synth --arch
+ * swa` writes) and `kvreplay-swa` (llama layers with a window, kvreplay's
+ * own before cohere2, still read and written for old files), with their
+ * synthetic writers.
  *
  * Determinism: as kernels.c. Every output element is a fixed sequence of
  * float operations on its inputs; KV heads are split across threads with
@@ -502,6 +504,44 @@ static int kvreplay_swa_hparams(eng_loader *ld, eng_model *m) {
 }
 
 // ----------------------------------------------------------------------------
+// cohere2: llama.cpp's LLM_ARCH_COHERE2 (Command R7B), the sliding-window
+// architecture llama.cpp reads: layer norm without bias, attention and FFN
+// in parallel from one norm (x = (x + ffn(n)) + attn(n)), sliding-window
+// layers with RoPE and full-attention layers without (NoPE), the head tied
+// to token_embd, logits times logit_scale.
+
+static int cohere2_hparams(eng_loader *ld, eng_model *m) {
+    eng_model_info *in = &m->info;
+    int rc;
+    if ((rc = eng_ld_float(ld, "attention.layer_norm_epsilon", -1, &in->norm_eps)) != ENG_OK) return rc;
+    if ((rc = eng_attn_hparams(ld, m, NULL)) != ENG_OK) return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%s.logit_scale", ld->arch);
+    double scale;
+    rc = eng_gguf_get_float(ld->g, key, &scale);
+    if (rc != ENG_OK || !isfinite(scale)) {
+        eng_errf(ld->err, ld->errlen, "%s: metadata: %s: %s", ld->path, key,
+                 rc == ENG_ERR_NOT_FOUND ? "missing" : "expected a finite float");
+        return ENG_ERR_FORMAT;
+    }
+    m->logit_scale = scale != 0.0 ? (float)scale : 1.0f;  /* llama.cpp scales only when non-zero */
+    m->norm = ENG_NORM_LAYER;
+    m->tie_output = true;
+    bool *is_swa = calloc((size_t)in->n_layer, sizeof(bool));
+    if (!is_swa) return ENG_ERR_NOMEM;
+    rc = swa_pattern(ld, m, 4, is_swa);  /* llama.cpp's default period for cohere2 */
+    for (int32_t il = 0; rc == ENG_OK && il < in->n_layer; il++) {
+        eng_layer *L = &m->layers[il];
+        L->ops = is_swa[il] ? &eng_kind_swa : &eng_kind_attn;
+        L->has_ffn = true;
+        L->parallel = true;
+        L->rope = is_swa[il];  /* cohere2 ropes only its sliding-window layers */
+    }
+    free(is_swa);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
 // Synthetic sliding-window models
 
 static int swa_synth_check(synth_ctx *c) {
@@ -538,8 +578,40 @@ static int kvreplay_swa_synth_layer(synth_ctx *c, int32_t il) {
     return rc ? rc : eng_synth_ffn_tensors(c, il, true);
 }
 
+/* cohere2: llama's keys with the layer-norm epsilon instead of the RMS one,
+ * the window keys, and logit_scale = K / sqrt(D): the head is token_embd
+ * (N(0, 1) rows), so the scaled logits have the N(0, K^2) law of the other
+ * archs' output.weight. */
+static int cohere2_synth_meta(synth_ctx *c) {
+    int rc = eng_synth_attn_meta(c, true, false);
+    if (!rc) rc = swa_synth_window_keys(c);
+    if (rc) return rc;
+    rc = eng_gguf_writer_set_f32(c->w, sy_key(c, "attention.layer_norm_epsilon"), c->p.rms_eps);
+    if (!rc) rc = eng_gguf_writer_set_f32(c->w, sy_key(c, "logit_scale"),
+                                          (float)(SYNTH_OUTPUT_K / sqrt((double)c->p.n_embd)));
+    return rc ? sy_nomem(c, "metadata") : ENG_OK;
+}
+
+/* attn_norm (a layer-norm weight), attn_q/k/v/output, ffn_gate/up/down (no ffn_norm). */
+static int cohere2_synth_layer(synth_ctx *c, int32_t il) {
+    int rc = eng_synth_attn_tensors(c, il);
+    return rc ? rc : eng_synth_ffn_tensors(c, il, false);
+}
+
+static const eng_synth_arch cohere2_synth = {
+    .name = "swa", .groups = SY_HEADS | SY_FF | SY_SWA | SY_EVERY, .tied = true,
+    .check = swa_synth_check, .meta = cohere2_synth_meta, .layer = cohere2_synth_layer,
+    .presets = {
+        {.D = 64, .L = 2, .H = 4, .G = 2, .F = 176, .ctx = 4096, .W = 40, .every = 2},
+        {.D = 256, .L = 4, .H = 8, .G = 4, .F = 704, .ctx = 16384, .W = 512, .every = 4},
+        {.D = 1024, .L = 12, .H = 16, .G = 8, .F = 2816, .ctx = 8192, .W = 1024, .every = 6},
+    },
+};
+
+/* kvreplay-swa, the pre-cohere2 synthetic SWA architecture: kept so that
+ * old files and results can be made again (`--arch kvreplay-swa`). */
 static const eng_synth_arch kvreplay_swa_synth = {
-    .name = "swa", .groups = SY_HEADS | SY_FF | SY_SWA | SY_EVERY,
+    .name = "kvreplay-swa", .groups = SY_HEADS | SY_FF | SY_SWA | SY_EVERY,
     .check = swa_synth_check, .meta = kvreplay_swa_synth_meta, .layer = kvreplay_swa_synth_layer,
     .presets = {
         {.D = 64, .L = 2, .H = 4, .G = 2, .F = 176, .ctx = 4096, .W = 40, .every = 2},
@@ -551,7 +623,8 @@ static const eng_synth_arch kvreplay_swa_synth = {
 static const eng_arch kvreplay_swa_arch = {
     .name = "kvreplay-swa", .hparams = kvreplay_swa_hparams, .synth = &kvreplay_swa_synth,
 };
-static const eng_arch *const swa_archs[] = {&kvreplay_swa_arch, NULL};
+static const eng_arch cohere2_arch = {.name = "cohere2", .hparams = cohere2_hparams, .synth = &cohere2_synth};
+static const eng_arch *const swa_archs[] = {&cohere2_arch, &kvreplay_swa_arch, NULL};
 
 const eng_layer_ops eng_kind_swa = {
     .name = "swa",
