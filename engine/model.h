@@ -75,7 +75,7 @@ typedef struct eng_model eng_model;
 typedef enum eng_layer_kind {
     ENG_LAYER_ATTN      = 0,  /* full causal attention: KV truncatable to any length */
     ENG_LAYER_ATTN_SWA  = 1,  /* sliding-window attention (window n_swa) */
-    ENG_LAYER_RECURRENT = 2,  /* Mamba-2-style selective SSM: not truncatable */
+    ENG_LAYER_RECURRENT = 2,  /* recurrent state (Mamba-2, RWKV-7): not truncatable */
 } eng_layer_kind;
 
 typedef struct eng_model_info {
@@ -114,9 +114,10 @@ typedef struct eng_model_info {
     int32_t wkv_head_size;       /* S: RWKV-7 head size (wkv.head_size); heads D / S */
 } eng_model_info;
 
-/* Loads a GGUF model: general.architecture "llama", "mamba2" and
- * "granitehybrid" (llama.cpp's) or "kvreplay-swa" (docs/engine.md, the
- * subset of each). Tensors are converted to the compute precision at load.
+/* Loads a GGUF model: general.architecture "llama", "cohere2", "mamba2",
+ * "granitehybrid", "rwkv7" (llama.cpp's) or "kvreplay-swa" (kvreplay's
+ * own): the architectures of the registered layer kinds (docs/engine.md,
+ * the subset of each). Tensors are converted to the compute precision at load.
  * Returns ENG_OK, ENG_ERR_IO,
  * ENG_ERR_FORMAT (missing/misshaped tensor: message names it),
  * ENG_ERR_UNSUPPORTED, ENG_ERR_ARG or ENG_ERR_NOMEM. */
@@ -220,7 +221,8 @@ int eng_seq_compare(const eng_seq *a, const eng_seq *b, eng_seq_diff *out);
 // nothing but n_tokens (size 0 payload): truncation alone restores it.
 // Payload bytes (eng_ckpt_size), summed over layers: full attention 0;
 // sliding window 2 * min(n, n_swa) * G*E * 4 (K then V rows of the window);
-// recurrent 4 * (NH*N*P + (K-1)*(I + 2*NG*N)) (recurrent state, conv state).
+// Mamba-2 4 * (NH*N*P + (K-1)*(I + 2*NG*N)) (recurrent state, conv state);
+// RWKV-7 4 * (2*D + H*S*S) (the two token-shift rows, the wkv state).
 
 typedef struct eng_ckpt eng_ckpt;
 

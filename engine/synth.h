@@ -6,15 +6,19 @@
  * give a byte-identical file on every machine), and a tokenizer: either
  * every tokenizer.* key copied from a vocabulary GGUF, or a built-in
  * 259-token SentencePiece byte vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>).
- * Architectures are rows of a table in synth.c; the synth name (--arch) and
- * the GGUF general.architecture it writes:
- *   llama      "llama"          full attention (llama.cpp's llama)
- *   swa        "kvreplay-swa"   llama layers, every layer sliding-window
- *                               attention except every attn_every-th (kvreplay's own)
- *   recurrent  "mamba2"         Mamba-2 layers only, no FFN (llama.cpp's mamba2)
- *   hybrid     "granitehybrid"  Mamba-2 layers with a full-attention layer every
- *                               attn_every-th, SwiGLU FFN in every layer
- *                               (llama.cpp's granitehybrid, dense, no scaling)
+ * Architectures are registered by the layer kinds (engine/layers/); the
+ * synth name (--arch) and the GGUF general.architecture it writes:
+ *   llama        "llama"          full attention (llama.cpp's llama)
+ *   swa          "cohere2"        layer norm, attention and FFN in parallel,
+ *                                 sliding-window attention except every
+ *                                 attn_every-th layer (llama.cpp's cohere2)
+ *   kvreplay-swa "kvreplay-swa"   llama layers with the same window pattern
+ *                                 (kvreplay's own, the swa of earlier versions)
+ *   recurrent    "mamba2"         Mamba-2 layers only, no FFN (llama.cpp's mamba2)
+ *   hybrid       "granitehybrid"  Mamba-2 layers with a full-attention layer every
+ *                                 attn_every-th, SwiGLU FFN in every layer
+ *                                 (llama.cpp's granitehybrid, dense, no scaling)
+ *   rwkv7        "rwkv7"          RWKV-7 layers (llama.cpp's rwkv7)
  * docs/gguf.md lists every key and tensor of each.
  *
  * Usage:
@@ -32,7 +36,8 @@
 
 typedef struct eng_synth_params {
     bool        ok;             /* set by eng_synth_preset: false for an unknown preset name */
-    char        arch[16];       /* synth architecture: "llama", "swa", "recurrent", "hybrid" */
+    char        arch[16];       /* synth architecture: "llama", "swa", "kvreplay-swa", "recurrent",
+                                   "hybrid", "rwkv7" */
     char        preset[16];     /* recorded in kvreplay.synth.preset ("custom" when none) */
     int32_t     n_vocab;        /* V: 0 = the vocabulary's token count (259 built-in);
                                    non-zero must equal it */
