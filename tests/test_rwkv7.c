@@ -313,10 +313,10 @@ static void converter_refuses_malformed_and_unsupported_files(void **state) {
     /* a tensor of the wrong shape: blocks.2.att.w1 [64, 32] declared [32, 64] */
     char *w1 = memmem(b, n, "blocks.2.att.w1", 15);
     assert_non_null(w1);
-    int32_t *shape = (int32_t *)(void *)(w1 - 8);
-    const int32_t s0 = shape[0];
-    shape[0] = shape[1];
-    shape[1] = s0;
+    int32_t shape[2];
+    memcpy(shape, w1 - 8, sizeof shape);  /* the two dims before the key */
+    const int32_t swapped[2] = {shape[1], shape[0]};
+    memcpy(w1 - 8, swapped, sizeof swapped);
     write_bytes(path, b, n);
     expect_refusal(path, ENG_ERR_FORMAT, "blocks.2.att.w1: shape [32, 64, 1], expected [64, 32, 1]");
     free(b);
