@@ -12,7 +12,7 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
-PKGS    := openblas gsl sqlite3 jansson libxxhash
+PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -ffp-contract=off -fno-fast-math -fopenmp -g $(OPT) $(SAN) \
            -Iengine -Iharness -Iharness/policies -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
