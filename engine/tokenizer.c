@@ -356,7 +356,7 @@ static const pre_def pre_defs[] = {
 
 /* tokenizer.ggml.pre names, as llama_vocab::impl::load maps them, with the
  * settings that come with the name. */
-enum { PF_IGNORE_MERGES = 1, PF_ADD_BOS = 2, PF_NO_BOS = 4, PF_ESCAPE_WS = 8 };
+enum { PF_IGNORE_MERGES = 1, PF_ADD_BOS = 2, PF_NO_BOS = 4, PF_ESCAPE_WS = 8, PF_UNSUPPORTED = 16 };
 
 typedef struct { const char *name, *type; int flags; } pre_name;
 
@@ -396,7 +396,9 @@ static const pre_name pre_names[] = {
     {"jina-v1-en", "GPT2", 0},
     {"jina-v2-code", "GPT2", 0},
     {"roberta-bpe", "GPT2", 0},
-    {"whitespace", "WHITESPACE", 0},
+    /* goes with tokenizer.ggml.model "whitespace" (jina-embeddings-v2-base-zh), which drops the spaces
+     * first; with "gpt2" llama.cpp aborts on any space (a merge part with a space), so it is refused */
+    {"whitespace", "WHITESPACE", PF_UNSUPPORTED},
     {"refact", "REFACT", 0},
     {"command-r", "COMMAND_R", 0},
     {"qwen2", "QWEN2", 0},
@@ -1123,9 +1125,10 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
         const pre_name *pn = NULL;
         for (int i = 0; i < N_PRE_NAMES && !pn; i++)
             if (strlen(pre_names[i].name) == pre_n && !memcmp(pre_names[i].name, pre, pre_n)) pn = &pre_names[i];
-        if (!pn) {
-            eng_errf(err, errlen, "%s: " KEY_PREFIX "pre: unsupported pre-tokenizer '%.*s'", path,
-                     (int)(pre_n > 64 ? 64 : pre_n), pre);
+        if (!pn || (pn->flags & PF_UNSUPPORTED)) {
+            eng_errf(err, errlen, "%s: " KEY_PREFIX "pre: unsupported pre-tokenizer '%.*s'%s", path,
+                     (int)(pre_n > 64 ? 64 : pre_n), pre,
+                     pn ? " (it goes with tokenizer model 'whitespace', which kvreplay does not read)" : "");
             rc = ENG_ERR_UNSUPPORTED;
             goto fail;
         }
@@ -1186,6 +1189,21 @@ int32_t eng_tokenizer_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->eos
 int32_t eng_tokenizer_eot(const eng_tokenizer *t) { ENG_ASSERT(t); return t->eot; }
 bool    eng_tokenizer_add_bos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->add_bos && t->bos >= 0; }
 bool    eng_tokenizer_add_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->add_eos && t->eos >= 0; }
+
+const char *eng_tokenizer_pre(const eng_tokenizer *t) { ENG_ASSERT(t); return t->pre_name; }
+
+const char *eng_tokenizer_pre_name_at(int i, const char **type, bool *supported) {
+    if (i < 0 || i >= N_PRE_NAMES) return NULL;
+    if (type) *type = pre_names[i].type;
+    if (supported) *supported = !(pre_names[i].flags & PF_UNSUPPORTED);
+    return pre_names[i].name;
+}
+
+const char *eng_tokenizer_pre_type_at(int i, const char *const **rx) {
+    if (i < 0 || i >= N_PRE_DEFS) return NULL;
+    if (rx) *rx = pre_defs[i].rx;
+    return pre_defs[i].type;
+}
 
 const char *eng_token_piece(const eng_tokenizer *t, int32_t id, size_t *len) {
     ENG_ASSERT(t);
