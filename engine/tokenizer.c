@@ -247,7 +247,7 @@ typedef struct {
 typedef struct {
     const char *type;                /* LLAMA_VOCAB_PRE_TYPE_<type> */
     bool        byte_encode;         /* false: words stay raw UTF-8 (GPT-2's byte map is not applied) */
-    const char *rx[MAX_STEPS];
+    const char *rx[MAX_STEPS + 1];   /* NULL-terminated */
 } pre_def;
 
 static const char RX00[] = "[\\p{P}\\$\\+<=>\\^~\\|]+";
@@ -1199,9 +1199,15 @@ const char *eng_tokenizer_pre_name_at(int i, const char **type, bool *supported)
     return pre_names[i].name;
 }
 
-const char *eng_tokenizer_pre_type_at(int i, const char *const **rx) {
+const char *eng_tokenizer_pre_type_at(int i, const char *const **rx, unsigned *hand) {
     if (i < 0 || i >= N_PRE_DEFS) return NULL;
     if (rx) *rx = pre_defs[i].rx;
+    if (hand) {
+        *hand = 0;
+        uint8_t d;
+        for (int k = 0; k < MAX_STEPS && pre_defs[i].rx[k]; k++)
+            if (custom_kind(pre_defs[i].rx[k], &d) != K_REGEX) *hand |= 1u << k;
+    }
     return pre_defs[i].type;
 }
 

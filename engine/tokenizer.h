@@ -80,8 +80,9 @@ const char *eng_tokenizer_pre_name_at(int i, const char **type, bool *supported)
 
 /* llama.cpp's LLAMA_VOCAB_PRE_TYPE_* (without the prefix), i = 0, 1, ... in
  * enum order (NULL past the end), with the regexes it splits by, in order
- * (*rx: up to 6, NULL-terminated). */
-const char *eng_tokenizer_pre_type_at(int i, const char *const **rx);
+ * (*rx: up to 6, NULL-terminated); bit k of *hand is set when regex k runs as
+ * a hand-written splitter (as in llama.cpp), clear when it runs through PCRE2. */
+const char *eng_tokenizer_pre_type_at(int i, const char *const **rx, unsigned *hand);
 
 /* The raw vocabulary piece of id (as stored, e.g. "▁time" or "<0x0A>"); NULL if out of range. */
 const char *eng_token_piece(const eng_tokenizer *t, int32_t id, size_t *len);
