@@ -19,10 +19,12 @@
  * cut there into independent segments and merged segment by segment: the
  * result is the same as llama.cpp's one priority queue over the whole text,
  * and each queue stays small (O(n log n) overall, even on 1 MB without spaces).
- * GPT-2: merges come from tokenizer.ggml.merges, ranked by their order
- * (first occurrence wins); words come from the pre-tokenizer, written by
- * hand over Unicode classes (tables below: letters \p{L}, numbers \p{N},
- * from Python's unicodedata 14.0, the way llama.cpp generates its own).
+ * BPE: merges come from tokenizer.ggml.merges, ranked by their order
+ * (first occurrence wins); words come from the pre-tokenizer that
+ * tokenizer.ggml.pre names (every one of llama.cpp's; see "Pre-tokenizers"
+ * below): llama.cpp's hand-written splitters are hand-written here, over
+ * the Unicode 15.1 classes of engine/tokenizer_unicode.c; its std::regex
+ * ones run through PCRE2 on the same collapsed text and regex.
  *
  * Invalid UTF-8 is tokenized as llama.cpp does: SPM groups bytes by their
  * lead byte and falls back to <0xNN> tokens (exact bytes kept); GPT-2
@@ -31,11 +33,13 @@
  *
  * Special tokens follow llama.cpp's tokenizer_st_partition: CONTROL and
  * UNKNOWN texts are matched only with parse_special, USER_DEFINED ones
- * always; SPM puts the dummy-prefix space again after every special token.
+ * always, with the attributes llama.cpp adds at load (end-of-generation and
+ * FIM texts become CONTROL; LSTRIP/RSTRIP for phi-3 and a few others); SPM
+ * puts the dummy-prefix space again after every special token.
  * Decoding is the exact inverse of tokenizing (no clean_spaces pass), except
  * where the input is not kept: SPM reads U+2581 as a space, GPT-2 replaces
  * invalid UTF-8. eng_tokenize returns INT32_MIN (TOK_FAIL) when memory runs
- * out or len exceeds INT32_MAX / 4.
+ * out, PCRE2 fails (its match or JIT-stack limits) or len exceeds INT32_MAX / 4.
  *
  * A tokenizer is immutable after load; every call allocates its own scratch,
  * so one tokenizer can serve many threads at once.
@@ -43,8 +47,8 @@
 #define XXH_INLINE_ALL
 #include "tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 32
 #include <math.h>
+#define PCRE2_CODE_UNIT_WIDTH 32   /* regexes run over code points (or collapsed units), one unit each */
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -235,7 +239,7 @@ static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint3
 
 #define MAX_STEPS 6
 
-enum { K_GPT2, K_LLAMA3, K_QWEN35, K_KIMI_K2, K_AFMOE_DIGITS, K_NEWLINES, K_REGEX };
+enum { K_GPT2, K_LLAMA3, K_QWEN35, K_KIMI_K2, K_AFMOE_DIGITS, K_NEWLINES, K_DIGITS3_FROM_RIGHT, K_REGEX };
 
 typedef struct {
     uint8_t     kind;      /* K_* */
@@ -471,6 +475,10 @@ static int custom_kind(const char *rx, uint8_t *digits) {
     if (rx == RX_KIMI_K2) return K_KIMI_K2;
     if (rx == RX_AFMOE_DIGITS || rx == RX_TINY_AYA_DIGITS) return K_AFMOE_DIGITS;
     if (rx == RX_NEWLINES) return K_NEWLINES;
+    /* superbpe's (?=(\d{3})+(?!\d)): llama.cpp runs it through std::regex, where each
+     * position scans the digit run ahead (quadratic on long runs); split_digits3
+     * gives the same cuts in one pass */
+    if (!strcmp(rx, "(?=(\\d{3})+(?!\\d))")) return K_DIGITS3_FROM_RIGHT;
     return K_REGEX;
 }
 
@@ -1406,6 +1414,22 @@ static size_t split_afmoe_digits(const uint32_t *cp, const uint8_t *cls, size_t 
     return nw;
 }
 
+/* (?=(\d{3})+(?!\d)) as std::regex_iterator uses it: an empty match (a cut)
+ * wherever an ASCII digit run reaching to its end has a length that is a
+ * multiple of 3 (\d is ASCII only there, as here). */
+static size_t split_digits3(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends) {
+    (void)cls;
+    size_t nw = 0, prev = 0, pos = 0;
+    while (pos < n) {
+        if (cp[pos] < '0' || cp[pos] > '9') { pos++; continue; }
+        size_t a = pos;
+        while (pos < n && cp[pos] >= '0' && cp[pos] <= '9') pos++;
+        for (size_t c = a + (pos - a) % 3; c + 3 <= pos; c += 3) ADD(c);
+    }
+    ADD(n);
+    return nw;
+}
+
 /* [^\n]+|[\n]+ */
 static size_t split_newlines(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends) {
     (void)cls;
@@ -1433,7 +1457,7 @@ typedef struct { int64_t off, len; int32_t tok; } frag;           /* tok >= 0: a
 
 typedef struct {
     const eng_tokenizer *t;
-    bool      spm, oom;
+    bool      spm, oom;                    /* oom: out of memory, or PCRE2 failed: the call fails */
     int32_t  *ids, *offs;                  /* output (n, cap) */
     size_t    n, cap;
     uint8_t  *buf;                         /* SPM: escaped text; BPE: a word's encoded text */
@@ -1808,6 +1832,7 @@ static const int32_t *pre_split(session *s, size_t nc, size_t *np) {
             case K_KIMI_K2:      m = split_kimi_k2(cp, cl, b - a, out); break;
             case K_AFMOE_DIGITS: m = split_afmoe_digits(cp, cl, b - a, out); break;
             case K_NEWLINES:     m = split_newlines(cp, cl, b - a, out); break;
+            case K_DIGITS3_FROM_RIGHT: m = split_digits3(cp, cl, b - a, out); break;
             default:
                 if (!split_regex(s, st, s->sub + a, b - a, out, &m)) { s->oom = true; return NULL; }
             }

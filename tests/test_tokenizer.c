@@ -1279,6 +1279,36 @@ static void a_vocabulary_split_by_another_familys_rules_is_caught(void **state) 
     free(buf);
 }
 
+static const char *long_run_pre;
+static void set_pre_long_run(eng_gguf_writer *w, const eng_gguf *g) {
+    (void)g;
+    assert_int_equal(eng_gguf_writer_set_str(w, "tokenizer.ggml.pre", long_run_pre), ENG_OK);
+}
+
+/* 200 KB runs of one character class through the PCRE2 families (and
+ * superbpe's digit rule, quadratic as a regex) tokenize and round-trip. */
+static void regex_families_handle_long_runs(void **state) {
+    (void)state;
+    static const char *pres[] = {"tekken", "gpt-4o", "deepseek-coder", "exaone-moe", "superbpe", "jais-2"};
+    static const char fill[] = {'A', 'a', '7', '!', ' ', '\n'};
+    size_t len = 200000;
+    char *s = malloc(len);
+    for (size_t p = 0; p < sizeof pres / sizeof pres[0]; p++) {
+        long_run_pre = pres[p];
+        size_t n;
+        void *buf = vocab_copy(VOCAB_GPT2, set_pre_long_run, &n);
+        eng_tokenizer *t;
+        assert_int_equal(load_buffer(buf, n, &t, NULL, 0), ENG_OK);
+        for (size_t f = 0; f < sizeof fill; f++) {
+            memset(s, fill[f], len);
+            assert_true(round_trips(t, s, len));
+        }
+        eng_tokenizer_free(t);
+        free(buf);
+    }
+    free(s);
+}
+
 // ----------------------------------------------------------------------------
 // The generated table of docs/tokenizers.md
 
@@ -1326,8 +1356,9 @@ static void docs_table(eng_buf *b) {
         eng_buf_printf(b, " |\n");
     }
     eng_buf_printf(b, "\nEach type's splits, applied in order (each splits the pieces the previous ones left); "
-                      "**H** marks a hand-written splitter (llama.cpp's own code for that regex), the others run "
-                      "through PCRE2 on the collapsed text (see above).\n\n"
+                      "**H** marks a hand-written splitter (llama.cpp's own code for that regex; superbpe's "
+                      "digit rule, a std::regex there, is written by hand here because as a regex it is quadratic), "
+                      "the others run through PCRE2 on the collapsed text (see above).\n\n"
                       "| `LLAMA_VOCAB_PRE_TYPE_` | names | splits |\n| --- | --- | --- |\n");
     const char *const *rx;
     unsigned hand;
@@ -1624,6 +1655,7 @@ int main(void) {
         cmocka_unit_test(phi3_special_tokens_eat_the_whitespace_after_them),
         cmocka_unit_test(every_pre_tokenizer_name_gives_llama_cpp_ids_on_a_trained_vocabulary),
         cmocka_unit_test(a_vocabulary_split_by_another_familys_rules_is_caught),
+        cmocka_unit_test(regex_families_handle_long_runs),
         cmocka_unit_test(docs_pre_tokenizer_table_matches_the_engine),
         cmocka_unit_test(too_small_output_buffer_returns_minus_the_count),
         cmocka_unit_test(detokenize_reports_minus_the_count_when_the_buffer_is_too_small),
