@@ -2007,6 +2007,20 @@ static int hexval(char c) {
     return -1;
 }
 
+/* Appends txt[j..tl) to out (when it fits in cap; *total counts every byte), U+2581 as ' '. */
+static void put_unescaped(char *out, size_t cap, size_t *total, const char *txt, size_t j, size_t tl) {
+    while (j < tl) {
+        const char *u = memmem(txt + j, tl - j, "\xE2\x96\x81", 3);
+        size_t stop = u ? (size_t)(u - txt) : tl, k = stop - j + (u ? 1 : 0);
+        if (*total + k <= cap) {
+            memcpy(out + *total, txt + j, stop - j);
+            if (u) out[*total + stop - j] = ' ';
+        }
+        *total += k;
+        j = stop + (u ? 3 : 0);
+    }
+}
+
 int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bool render_special, char *out,
                        size_t cap) {
     ENG_ASSERT(t);
@@ -2027,6 +2041,18 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
             strip = spm && t->add_space_prefix;
             continue;
         }
+        bool byte_tok = (at & A_BYTE) && tl == 6 && !memcmp(txt, "<0x", 3) && txt[5] == '>' &&
+                        hexval(txt[3]) >= 0 && hexval(txt[4]) >= 0;
+        if (!spm && !t->byte_encode) {   /* raw UTF-8 BPE: <0xNN> bytes, U+2581 back to spaces when escaped */
+            if (byte_tok) {
+                uint8_t b = (uint8_t)(hexval(txt[3]) * 16 + hexval(txt[4]));
+                PUT(&b, 1);
+                continue;
+            }
+            if (t->escape_ws) put_unescaped(out, cap, &total, txt, 0, tl);
+            else PUT(txt, tl);
+            continue;
+        }
         if (!spm) {   /* GPT-2: undo the byte-to-unicode map */
             for (size_t j = 0; j < tl;) {
                 size_t l;
@@ -2041,8 +2067,7 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
             }
             continue;
         }
-        if ((at & A_BYTE) && tl == 6 && !memcmp(txt, "<0x", 3) && txt[5] == '>' && hexval(txt[3]) >= 0 &&
-            hexval(txt[4]) >= 0) {
+        if (byte_tok) {
             uint8_t b = (uint8_t)(hexval(txt[3]) * 16 + hexval(txt[4]));
             PUT(&b, 1);
             strip = false;
@@ -2051,13 +2076,7 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
         size_t j = 0;
         if (strip && tl >= 3 && !memcmp(txt, "\xE2\x96\x81", 3)) j = 3;
         strip = false;
-        while (j < tl) {   /* U+2581 -> ' ' */
-            const char *u = memmem(txt + j, tl - j, "\xE2\x96\x81", 3);
-            size_t stop = u ? (size_t)(u - txt) : tl;
-            PUT(txt + j, stop - j);
-            j = stop;
-            if (u) { PUT(" ", 1); j += 3; }
-        }
+        put_unescaped(out, cap, &total, txt, j, tl);
     }
 #undef PUT
     if (total < cap) out[total] = '\0';

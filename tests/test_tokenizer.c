@@ -1279,6 +1279,57 @@ static void a_vocabulary_split_by_another_familys_rules_is_caught(void **state) 
     free(buf);
 }
 
+/* A tiny raw-UTF-8 BPE vocabulary (tokenizer.ggml.model "gemma4"): the 256
+ * <0xNN> byte tokens, then a few characters and merges over U+2581 spaces. */
+static void *tiny_gemma4(size_t *n) {
+    static const char *extra[] = {"\xE2\x96\x81", "h", "e", "l", "o", "w", "r", "d", "\n", "\n\n", "he", "hel", "hell",
+                                  "hello", "\xE2\x96\x81w", "\xE2\x96\x81wo", "\xE2\x96\x81wor", "\xE2\x96\x81worl",
+                                  "\xE2\x96\x81world"};
+    static const char *merges[] = {"h e", "he l", "hel l", "hell o", "\xE2\x96\x81 w", "\xE2\x96\x81w o",
+                                   "\xE2\x96\x81wo r", "\xE2\x96\x81wor l", "\xE2\x96\x81worl d"};
+    int ne = (int)(sizeof extra / sizeof extra[0]), nt = 256 + ne;
+    char **tok = malloc((size_t)nt * sizeof *tok);
+    int32_t *ty = malloc((size_t)nt * sizeof *ty);
+    for (int i = 0; i < nt; i++) {
+        tok[i] = malloc(16);
+        if (i < 256) { snprintf(tok[i], 16, "<0x%02X>", i); ty[i] = 6; }
+        else { snprintf(tok[i], 16, "%s", extra[i - 256]); ty[i] = 1; }
+    }
+    eng_gguf_writer *w = eng_gguf_writer_new(3, 0);
+    assert_int_equal(eng_gguf_writer_set_str(w, "general.architecture", "gemma4"), ENG_OK);
+    assert_int_equal(eng_gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4"), ENG_OK);
+    assert_int_equal(eng_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)nt, (const char *const *)tok, NULL), ENG_OK);
+    assert_int_equal(eng_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", ENG_GGUF_TYPE_INT32, (uint64_t)nt, ty), ENG_OK);
+    assert_int_equal(eng_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", sizeof merges / sizeof merges[0], merges, NULL), ENG_OK);
+    void *buf;
+    assert_int_equal(eng_gguf_writer_to_buffer(w, &buf, n), ENG_OK);
+    const char *dump = getenv("KVR_DUMP_GEMMA4_VOCAB");   /* to compute the expectations with llama.cpp */
+    if (dump) assert_int_equal(eng_gguf_writer_write(w, dump, NULL, 0), ENG_OK);
+    eng_gguf_writer_free(w);
+    for (int i = 0; i < nt; i++) free(tok[i]);
+    free(tok);
+    free(ty);
+    return buf;
+}
+
+/* gemma4: spaces become U+2581 before the split, pieces stay raw UTF-8 (no
+ * byte map), a character that is no token falls back to <0xNN>, a run of
+ * newlines that is a token is taken whole; decoding gives the text back. Ids
+ * from llama.cpp (August 2026) on this vocabulary. */
+static void gemma4_bpe_keeps_raw_utf8_and_escapes_spaces(void **state) {
+    (void)state;
+    size_t n;
+    void *buf = tiny_gemma4(&n);
+    eng_tokenizer *t;
+    assert_int_equal(load_buffer(buf, n, &t, NULL, 0), ENG_OK);
+    assert_string_equal(eng_tokenizer_pre(t), "gemma4");
+    const char *s = "hello world\n\nh\xC3\xA9 wow";
+    EXPECT_IDS(t, s, false, 269, 274, 265, 257, 195, 169, 271, 261);   /* hello ▁world \n\n h <0xC3><0xA9> ▁wo w */
+    assert_true(round_trips(t, s, strlen(s)));
+    eng_tokenizer_free(t);
+    free(buf);
+}
+
 static const char *long_run_pre;
 static void set_pre_long_run(eng_gguf_writer *w, const eng_gguf *g) {
     (void)g;
@@ -1656,6 +1707,7 @@ int main(void) {
         cmocka_unit_test(every_pre_tokenizer_name_gives_llama_cpp_ids_on_a_trained_vocabulary),
         cmocka_unit_test(a_vocabulary_split_by_another_familys_rules_is_caught),
         cmocka_unit_test(regex_families_handle_long_runs),
+        cmocka_unit_test(gemma4_bpe_keeps_raw_utf8_and_escapes_spaces),
         cmocka_unit_test(docs_pre_tokenizer_table_matches_the_engine),
         cmocka_unit_test(too_small_output_buffer_returns_minus_the_count),
         cmocka_unit_test(detokenize_reports_minus_the_count_when_the_buffer_is_too_small),
