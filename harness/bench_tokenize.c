@@ -27,7 +27,7 @@
 #include "tokenizer.h"
 #include "util.h"
 
-#define MAX_VOCABS 16
+#define MAX_VOCABS 64
 
 // ----------------------------------------------------------------------------
 // The agent-style text generator (seeded, deterministic)
