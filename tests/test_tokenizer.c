@@ -1,9 +1,12 @@
 /*
- * tests/test_tokenizer.c: the SPM and GPT-2 tokenizers against llama.cpp's
- * own test vectors (every line of both .inp/.out pairs), stories260K's
- * vocabulary, round trips on seeded random text, hostile bytes, special
- * tokens, buffer contracts, offsets, loading from synthetic GGUF files, and
- * the `kvreplay tokenize` command line.
+ * tests/test_tokenizer.c: the SPM and BPE tokenizers against llama.cpp's
+ * own test vectors (every line of every .inp/.out pair in ../shared/data/vocab),
+ * every pre-tokenizer name on a vocabulary trained to show where the families
+ * cut (ids from llama.cpp), the absent-key default, phi-3's and gemma4's rules,
+ * stories260K's vocabulary, round trips on seeded random text, hostile bytes,
+ * special tokens, buffer contracts, offsets, loading from synthetic GGUF files,
+ * the generated table of docs/tokenizers.md, and the `kvreplay tokenize`
+ * command line.
  *
  * Needs ../shared/data/vocab/ and ../shared/data/models/stories260K.gguf
  * (tests skip when they are absent) and, for the CLI tests, $BUILD/kvreplay
