@@ -12,7 +12,7 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
-PKGS    := openblas gsl sqlite3 jansson libxxhash
+PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
 # The harness is every .c below harness/, in any sub-folder (no list to keep);
 # every harness folder is on the include path, so a header is included by its name.
 ENGINE_SRC  := $(wildcard engine/*.c)

@@ -81,7 +81,7 @@ typedef struct hx_int_list {
     int32_t n;
 } hx_int_list;
 
-#define HX_STR_LIST_MAX 16
+#define HX_STR_LIST_MAX 64
 typedef struct hx_str_list {
     const char *v[HX_STR_LIST_MAX];
     int32_t     n;
