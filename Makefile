@@ -12,18 +12,21 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
-PKGS    := openblas gsl sqlite3 jansson libxxhash
+PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
+# The harness is every .c below harness/, in any sub-folder (no list to keep);
+# every harness folder is on the include path, so a header is included by its name.
+ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
+HARNESS_DIRS := $(shell find harness -type d | LC_ALL=C sort)
+HARNESS_SRC := $(filter-out harness/cli/main.c,$(shell find harness -name '*.c' | LC_ALL=C sort))
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -ffp-contract=off -fno-fast-math -fopenmp -g $(OPT) $(SAN) \
-           -Iengine -Iengine/layers -Iharness -Iharness/policies -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+           -Iengine -Iengine/layers $(addprefix -I,$(HARNESS_DIRS)) -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
 TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 CFLAGS  += -DKVR_GIT_REV=\"$(GIT_REV)\"
 
-ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
-HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c harness/policies/*.c))
 LIB_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(ENGINE_SRC) $(HARNESS_SRC))
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -41,7 +44,7 @@ $(BUILD)/libkvreplay.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kvreplay: $(BUILD)/obj/harness/main.o $(BUILD)/libkvreplay.a
+$(BUILD)/kvreplay: $(BUILD)/obj/harness/cli/main.o $(BUILD)/libkvreplay.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(BUILD)/libkvreplay.a

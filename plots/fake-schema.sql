@@ -1,7 +1,7 @@
 -- plots/fake-schema.sql: the results schema of docs/sqlite.md (schema
 -- version 1), for the synthetic databases of plots/fake.sh only.
 --
--- The real store (harness/store.c) creates these tables itself, possibly
+-- The real store (harness/store/store.c) creates these tables itself, possibly
 -- with more columns; the figure queries use only the columns documented in
 -- docs/sqlite.md, which are the ones below.
 PRAGMA user_version = 1;

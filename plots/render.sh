@@ -20,7 +20,7 @@
 # figures all succeeded; its stale NAME-* figures are then removed.
 #
 # Environment (defaults): RESULTS_DIR (results), FIG_DIR ($RESULTS_DIR/figures),
-# EXPERIMENTS ("seed000 seed001 seed002 seed003 seed004"), SQLITE3 (sqlite3),
+# EXPERIMENTS (every experiments/NAME.json), SQLITE3 (sqlite3),
 # GNUPLOT (gnuplot); report.sh also reads KVREPLAY (build/kvreplay).
 # results/bench.json is not rendered.
 #
@@ -30,10 +30,11 @@ set -eu
 
 RESULTS_DIR=${RESULTS_DIR:-results}
 FIG_DIR=${FIG_DIR:-$RESULTS_DIR/figures}
-EXPERIMENTS=${EXPERIMENTS:-"seed000 seed001 seed002 seed003 seed004"}
 SQLITE3=${SQLITE3:-sqlite3}
 GNUPLOT=${GNUPLOT:-gnuplot}
 PLOTS=$(cd "$(dirname "$0")" && pwd)
+# every experiment spec by default, experiments/NAME.json, in name order
+EXPERIMENTS=${EXPERIMENTS:-$(cd "$PLOTS/../experiments" && for s in *.json; do echo "${s%.json}"; done)}
 export RESULTS_DIR FIG_DIR EXPERIMENTS SQLITE3
 
 die() { echo "plots/render.sh: $*" >&2; exit 1; }

@@ -16,7 +16,7 @@
 # over REPORT.md, so a reader never sees a partial one.
 #
 # Environment (defaults): RESULTS_DIR (results), FIG_DIR ($RESULTS_DIR/figures),
-# EXPERIMENTS ("seed000 seed001 seed002 seed003 seed004"), SQLITE3 (sqlite3),
+# EXPERIMENTS (every experiments/NAME.json), SQLITE3 (sqlite3),
 # KVREPLAY (build/kvreplay).
 # Exit status: 0 on success; 1 with a message when a query fails or the
 # report cannot be written.
@@ -24,10 +24,11 @@ set -eu
 
 RESULTS_DIR=${RESULTS_DIR:-results}
 FIG_DIR=${FIG_DIR:-$RESULTS_DIR/figures}
-EXPERIMENTS=${EXPERIMENTS:-"seed000 seed001 seed002 seed003 seed004"}
 SQLITE3=${SQLITE3:-sqlite3}
 KVREPLAY=${KVREPLAY:-build/kvreplay}
 PLOTS=$(cd "$(dirname "$0")" && pwd)
+# every experiment spec by default, experiments/NAME.json, in name order
+EXPERIMENTS=${EXPERIMENTS:-$(cd "$PLOTS/../experiments" && for s in *.json; do echo "${s%.json}"; done)}
 
 die() { echo "plots/report.sh: $*" >&2; exit 1; }
 

@@ -107,8 +107,8 @@ static int64_t replay(const char *model, const char *tr, const char *db, const c
     o.decode_n = 4;
     o.normalize = "anthropic-cch";
     o.quirks = quirk ? quirk : "";
-    o.cache_ram = cache_ram;
-    o.checkpoint_every = every;
+    hx_policy_args_set_num(&o.policy_args, "--cache-ram", cache_ram);
+    hx_policy_args_set_num(&o.policy_args, "--checkpoint-every", every);
     o.quiet = true;
     hx_replay_summary sum;
     assert_int_equal(hx_replay_run(&o, NULL, &sum), 0);

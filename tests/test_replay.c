@@ -324,10 +324,11 @@ static void disk_anchor_quirk_stays_on_the_waypoint_and_the_fix_returns_to_the_a
     q.policy = fx.policy = "disk-anchor";
     q.normalize = fx.normalize = "anthropic-cch";
     q.decode_n = fx.decode_n = 1;
-    q.waypoint_every = fx.waypoint_every = 1536;
+    hx_policy_args_set_num(&q.policy_args, "--waypoint-every", 1536);
+    hx_policy_args_set_num(&fx.policy_args, "--waypoint-every", 1536);
     q.quirks = "anchor-cold-only";
-    q.cache_dir = cache_q;
-    fx.cache_dir = cache_f;
+    hx_policy_args_set(&q.policy_args, "--cache-dir", cache_q);
+    hx_policy_args_set(&fx.policy_args, "--cache-dir", cache_f);
     replay_ok(&q);
     replay_ok(&fx);
     /* some fresh session hit the waypoint below a changed block (the precondition) */

@@ -1,0 +1,17 @@
+/*
+ * harness/bench/bench.h: benchmark entry points that `kvreplay bench` dispatches to.
+ * `kvreplay bench -m M [--threads T --chunk C ...]`  engine prefill (cmd_bench.c)
+ * `kvreplay bench --tokenizer -m VOCAB.gguf`          tokenizer MB/s (bench_tokenize.c)
+ * `kvreplay bench --checkpoints -m M ...`             checkpoint save/restore vs memcpy, prefill
+ *                                                     tok/s at 2K/8K/32K (bench_checkpoints.c)
+ * `kvreplay bench --disk-cache ...`                   disk checkpoint files (bench_diskcache.c)
+ * Each takes the subcommand's argv (argv[0] == "bench") and returns an exit code.
+ */
+#ifndef HX_BENCH_H
+#define HX_BENCH_H
+
+int hx_bench_tokenizer(int argc, char **argv);
+int hx_bench_disk_cache(int argc, char **argv);
+int hx_bench_checkpoints(int argc, char **argv);
+
+#endif /* HX_BENCH_H */

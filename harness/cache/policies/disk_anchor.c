@@ -1,0 +1,283 @@
+/*
+ * harness/cache/policies/disk_anchor.c: ds4-server-style disk KV checkpoints
+ * (seeds/000_*), on top of cache/diskcache (files) and cache/anchor
+ * (placement rules).
+ *
+ * Per request:
+ *   1. live cache: the in-memory sequence of the previous request is reused
+ *      when the new prompt extends that request's whole prompt (a "live hit");
+ *      any other overlap is a live miss (ds4: "live kv cache miss ...
+ *      reason=token-mismatch");
+ *   2. otherwise disk: the longest checkpoint file whose token prefix
+ *      matches the prompt (at most n - 1 tokens, so one token is prefilled);
+ *      its payload is an eng_seq_serialize blob, restored with
+ *      eng_seq_deserialize (a corrupt file is quarantined and is a miss);
+ *   3. during the prefill of the rest, checkpoints are written at the
+ *      positions hx_anchor_plan gives for (n, cached): continued waypoints
+ *      every --waypoint-every tokens, and the anchor at the end of the stable
+ *      prefix (system + tools, or --anchor N), floored to the grid. By
+ *      default the anchor is written whenever the hit lies below it (the
+ *      report's fix); with --quirk anchor-cold-only only when nothing was
+ *      cached (the reported bug).
+ * Every checkpoint lies on the grid: the policy requires --align chunk.
+ */
+#include "policy.h"
+
+#include <dirent.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "anchor.h"
+#include "diskcache.h"
+#include "status.h"
+#include "store.h"
+#include "util.h"
+
+// ----------------------------------------------------------------------------
+// Options and quirks (kvreplay replay --help lists them)
+
+typedef struct da_opts {
+    const char *cache_dir;       /* checkpoint directory */
+    int64_t     cache_budget;    /* bytes, LRU eviction */
+    int32_t     waypoint_every;  /* tokens (multiple of C) */
+    int32_t     anchor_tokens;   /* fixed anchor position, or -1: end of system + tools (stable_end) */
+    bool        fresh_cache;     /* delete cache_dir's checkpoint files first (not with resume) */
+} da_opts;
+
+static const da_opts da_defaults = {
+    .cache_dir = "results/cache/kv", .cache_budget = (int64_t)4 << 30, .waypoint_every = 2048, .anchor_tokens = -1,
+};
+
+static void parse_anchor(const char *flag, const char *v, void *field) {
+    *(int32_t *)field = strcmp(v, "auto") ? (int32_t)hx_parse_int(flag, v, 0, 1 << 24) : -1;
+}
+
+static const hx_option da_options[] = {
+    {"--cache-dir", NULL, "DIR", "checkpoint directory (default results/cache/kv)", HX_OPT_STRING,
+     offsetof(da_opts, cache_dir), 0, 0, NULL},
+    {"--cache-budget", NULL, "MIB", "byte budget, LRU eviction (default 4096)", HX_OPT_MIB,
+     offsetof(da_opts, cache_budget), 1, 1 << 24, NULL},
+    {"--waypoint-every", NULL, "N", "tokens between waypoints (default 2048; ds4: 20480)", HX_OPT_INT,
+     offsetof(da_opts, waypoint_every), 1, 1 << 24, NULL},
+    {"--anchor", NULL, "N|auto", "anchor position (default auto: end of system + tools)", HX_OPT_CUSTOM,
+     offsetof(da_opts, anchor_tokens), 0, 0, parse_anchor},
+    {"--fresh-cache", NULL, NULL, "delete the checkpoint files in --cache-dir first\n"
+     "(ignored with --resume, which needs them)", HX_OPT_FLAG, offsetof(da_opts, fresh_cache), 0, 0, NULL},
+    {0},
+};
+
+/* Bit k of hx_policy_config.quirks is da_quirks[k]. */
+enum { Q_ANCHOR_COLD_ONLY = 1u << 0 };
+static const hx_quirk da_quirks[] = {
+    {"anchor-cold-only", "the anchor is written only when nothing was cached", "seeds/000"},
+    {0},
+};
+
+static void da_record(const void *opts, hx_run_meta *meta) {
+    const da_opts *o = opts;
+    meta->waypoint_every = o->waypoint_every;
+    meta->anchor = o->anchor_tokens < 0 ? "auto" : "fixed";
+    meta->cache_dir = o->cache_dir;
+    meta->cache_budget = o->cache_budget;
+}
+
+/* Deletes dir's checkpoint files (*.kv) and everything in dir/quarantine. */
+static void clear_cache_dir(const char *dir) {
+    char path[4096];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) snprintf(path, sizeof path, "%s/quarantine", dir);
+        else snprintf(path, sizeof path, "%s", dir);
+        DIR *d = opendir(path);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (e->d_name[0] == '.' || (!pass && (n < 3 || strcmp(e->d_name + n - 3, ".kv")))) continue;
+            char f[4352];
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// State
+
+typedef struct da_state {
+    hx_policy_config cfg;
+    da_opts          o;
+    hx_diskcache    *dc;
+    eng_seq         *seq;          /* the live sequence */
+    int32_t          live_prompt;  /* prompt length of the request the live sequence served */
+    hx_anchor_params ap;
+    hx_anchor_ckpt  *plan;         /* positions to write during the current prefill */
+    int32_t          n_plan, next;
+    const int32_t   *tokens;       /* the current prompt (valid during the request) */
+    void            *blob;         /* serialization buffer */
+    size_t           blob_cap;
+    int32_t          n_stored;
+    int64_t          bytes_stored;
+    double           store_ms;
+    double           anchor_ms;
+    int32_t          anchor_pos;   /* anchor written this request, or 0 */
+} da_state;
+
+static void da_destroy(void *state) {
+    da_state *st = state;
+    if (!st) return;
+    hx_diskcache_close(st->dc);
+    eng_seq_free(st->seq);
+    free(st->plan);
+    free(st->blob);
+    free(st);
+}
+
+static int da_create(const hx_policy_config *cfg, void **state, char *err, size_t errlen) {
+    if (cfg->pp.align != ENG_ALIGN_CHUNK) {
+        eng_errf(err, errlen, "--policy disk-anchor: checkpoints lie on the grid; it needs --align chunk");
+        return ENG_ERR_ARG;
+    }
+    const da_opts *o = cfg->opts;
+    if (!o->cache_dir || !*o->cache_dir) {
+        eng_errf(err, errlen, "--policy disk-anchor: --cache-dir is required");
+        return ENG_ERR_ARG;
+    }
+    da_state *st = calloc(1, sizeof *st);
+    if (!st) return ENG_ERR_NOMEM;
+    *state = st;
+    st->cfg = *cfg;
+    st->o = *o;
+    st->ap = hx_anchor_params_default();
+    st->ap.chunk = cfg->pp.chunk;
+    st->ap.waypoint_every = o->waypoint_every;
+    st->ap.quirk_anchor_cold_only = (cfg->quirks & Q_ANCHOR_COLD_ONLY) != 0;
+    if (o->waypoint_every % cfg->pp.chunk != 0) {
+        eng_errf(err, errlen, "--waypoint-every: %d is not a multiple of the chunk %d", o->waypoint_every,
+                 cfg->pp.chunk);
+        return ENG_ERR_ARG;
+    }
+    if (o->fresh_cache && !cfg->resume) clear_cache_dir(o->cache_dir);
+    int rc = hx_diskcache_open(o->cache_dir, o->cache_budget, &st->dc, err, errlen);
+    if (rc != ENG_OK) return rc;
+    st->seq = eng_seq_new(cfg->model, cfg->n_ctx);
+    if (!st->seq) return ENG_ERR_NOMEM;
+    return ENG_OK;
+}
+
+static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
+    da_state *st = state;
+    memset(out, 0, sizeof *out);
+    out->seq = st->seq;
+    out->slot = -1;
+    st->tokens = tokens;
+    st->n_stored = 0;
+    st->bytes_stored = 0;
+    st->store_ms = 0;
+    st->anchor_ms = 0;
+    st->anchor_pos = 0;
+    char err[256];
+
+    int32_t nl = eng_seq_n_tokens(st->seq);
+    int32_t lcp = hx_lcp(eng_seq_tokens(st->seq), nl, tokens, n);
+    out->lcp = lcp;
+    out->best = eng_seq_tokens(st->seq);
+    out->n_best = nl;
+    int32_t cached = 0;
+    if (nl > 0 && lcp >= st->live_prompt) {                     /* 1. live hit */
+        cached = hx_policy_reuse_len(&st->cfg, lcp, st->live_prompt, n);
+        eng_seq_truncate(st->seq, cached);
+        snprintf(out->note, sizeof out->note, "live kv cache hit: %d tokens", cached);
+    } else {                                                   /* 2. disk */
+        hx_diskcache_hit hit = {0};
+        int rc = hx_diskcache_lookup(st->dc, eng_model_fingerprint(st->cfg.model), tokens, n, n - 1, &hit, err,
+                                     sizeof err);
+        eng_seq_reset(st->seq);
+        if (rc == ENG_OK && hit.n_tokens > 0 &&
+            eng_seq_deserialize(st->seq, hit.payload, hit.payload_size) == ENG_OK &&
+            eng_seq_n_tokens(st->seq) == hit.n_tokens) {
+            cached = hit.n_tokens;
+            out->bytes_restored = (int64_t)hit.payload_size;
+            snprintf(out->note, sizeof out->note, "live kv cache miss live=%d prompt=%d common=%d; "
+                     "disk kv cache hit tokens=%d", nl, n, lcp, cached);
+        } else {
+            eng_seq_reset(st->seq);
+            snprintf(out->note, sizeof out->note, "live kv cache miss live=%d prompt=%d common=%d; disk miss",
+                     nl, n, lcp);
+        }
+        hx_diskcache_hit_free(&hit);
+    }
+    out->n_reused = cached;
+
+    int32_t anchor_at = st->o.anchor_tokens >= 0 ? st->o.anchor_tokens : (stable_end > 0 ? stable_end : 0);
+    st->ap.anchor = hx_anchor_position(anchor_at, st->cfg.pp.chunk);
+    if (st->ap.anchor < 0) st->ap.anchor = 0;
+    int32_t cap = hx_anchor_plan_max(&st->ap, n);
+    hx_anchor_ckpt *plan = realloc(st->plan, sizeof *plan * (size_t)(cap > 0 ? cap : 1));
+    if (!plan) return ENG_ERR_NOMEM;
+    st->plan = plan;
+    st->next = 0;
+    if (hx_anchor_plan(&st->ap, n, cached, st->plan, cap, &st->n_plan, err, sizeof err) != ENG_OK) {
+        eng_errf(out->note, sizeof out->note, "anchor plan: %s", err);
+        st->n_plan = 0;
+    }
+    return ENG_OK;
+}
+
+static void da_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
+    da_state *st = state;
+    while (st->next < st->n_plan && st->plan[st->next].pos < n_tokens) st->next++;
+    if (st->next >= st->n_plan || st->plan[st->next].pos != n_tokens) return;
+    const hx_anchor_ckpt *ck = &st->plan[st->next++];
+    double t0 = eng_now_s();
+    size_t need = eng_seq_serialized_size(s), got = 0;
+    if (need > st->blob_cap) {
+        void *b = realloc(st->blob, need);
+        if (!b) return;
+        st->blob = b;
+        st->blob_cap = need;
+    }
+    if (eng_seq_serialize(s, st->blob, st->blob_cap, &got) != ENG_OK) return;
+    size_t written = 0;
+    int rc = hx_diskcache_store(st->dc, eng_model_fingerprint(st->cfg.model), eng_seq_tokens(s), n_tokens, st->blob,
+                                got, &written, NULL, 0);
+    double ms = 1e3 * (eng_now_s() - t0);
+    if (rc == HX_DISKCACHE_STORED) {
+        st->n_stored++;
+        st->bytes_stored += (int64_t)written;
+    }
+    st->store_ms += ms;
+    if (ck->kind & HX_ANCHOR_KIND_ANCHOR) {
+        st->anchor_ms += ms;
+        st->anchor_pos = n_tokens;
+    }
+}
+
+static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
+    da_state *st = state;
+    st->live_prompt = n_prompt;
+    out->n_stored = st->n_stored;
+    out->bytes_stored = st->bytes_stored;
+    out->store_ms = st->store_ms;
+    out->anchor_ms = st->anchor_ms;
+    out->anchor_pos = st->anchor_pos;
+    st->tokens = NULL;
+    return ENG_OK;
+}
+
+const hx_policy_ops hx_policy_disk_anchor = {
+    .name = "disk-anchor",
+    .options = da_options,
+    .defaults = &da_defaults,
+    .opts_size = sizeof(da_opts),
+    .quirks = da_quirks,
+    .record = da_record,
+    .create = da_create,
+    .acquire = da_acquire,
+    .on_chunk = da_on_chunk,
+    .release = da_release,
+    .destroy = da_destroy,
+};

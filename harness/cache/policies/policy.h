@@ -1,0 +1,172 @@
+/*
+ * harness/cache/policies/policy.h: the cache policy interface: the system under test.
+ *
+ * A policy decides, for each incoming request, what state to reuse and what
+ * to keep afterwards. The replay loop drives it in this order per request:
+ *
+ *   acquire(tokens)  -> a sequence holding a reusable prefix of the prompt
+ *                       (n_reused tokens), owned by the policy;
+ *   on_chunk(...)    -> called by eng_prefill at each chunk end while the
+ *                       rest of the prompt is prefilled into that sequence
+ *                       (policies take grid checkpoints here);
+ *   release(n_prompt)-> after the prompt, the greedy decode (rolled back) and
+ *                       the teacher-forced recorded response: the sequence
+ *                       holds prompt + response; the policy keeps what it keeps.
+ *
+ * Policies mirror real servers (DESIGN.md): cold, slot-lcp (llama.cpp slots
+ * with context checkpoints), disk-anchor (ds4-server disk checkpoints). A bug
+ * from an issue report is a named quirk of its policy, off by default.
+ *
+ * A new policy is one file under cache/policies/ that defines its
+ * hx_policy_ops (with its options and quirks) and one line in the registry
+ * of policy.c (docs/where-does-my-change-go.md).
+ *
+ * Reuse rules shared by every policy (hx_policy_reuse_len): with align
+ * chunk the reuse boundary is floored to the grid and, with cap_prompt,
+ * capped at the cached entry's prompt length (tokens written by decode are
+ * off the grid); at least one prompt token is always prefilled so the last
+ * prompt token's logits exist. With align none the boundary is the raw
+ * common prefix (llama.cpp), still leaving one token to prefill.
+ */
+#ifndef HX_POLICY_H
+#define HX_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "model.h"
+
+/* A quirk: a bug from an issue report, switched on by name (--quirk NAME).
+ * A policy lists its quirks in its own file; the quirk at index k of that
+ * list is bit (1u << k) of hx_policy_config.quirks. */
+typedef struct hx_quirk {
+    const char *name;    /* "full-reprocess" */
+    const char *help;    /* what it does, one line */
+    const char *source;  /* the report it reproduces, e.g. "seeds/002" */
+} hx_quirk;
+
+/* Parses a comma-separated quirk list for policy; unknown names or quirks of
+ * another policy are ENG_ERR_ARG with a message naming them. "" -> 0. */
+int         hx_quirks_parse(const char *policy, const char *list, unsigned *out, char *err, size_t errlen);
+/* Canonical comma-separated names of policy's quirk bits in q (static buffer). */
+const char *hx_quirks_str(const char *policy, unsigned q);
+
+/* Policy options given on the command line (or set by a program), by name,
+ * until the policy that declares them is created. A policy ignores the
+ * options of other policies, so one command line can name them all. Each
+ * name holds one value (a later one replaces an earlier one). */
+#define HX_POLICY_ARGS_MAX 32
+typedef struct hx_policy_arg {
+    const char *name;   /* "--cache-ram" */
+    const char *text;   /* as given ("256"), or NULL when set as a number */
+    int64_t     num;    /* set as a number: in the field's own unit (bytes for a MiB option) */
+} hx_policy_arg;
+typedef struct hx_policy_args {
+    int32_t       n;
+    hx_policy_arg a[HX_POLICY_ARGS_MAX];
+} hx_policy_args;
+
+/* If argv[*i] is an option of any registered policy, checks its value
+ * (exit 2 naming the flag), records it in args (a later one replaces an
+ * earlier one), advances *i past the value and returns true. */
+bool hx_policy_args_parse(hx_policy_args *args, int argc, char **argv, int *i);
+/* For programs and tests: sets option name (a policy's "--name") to text, as
+ * if given on the command line (checked when the policy is created), or to a
+ * number in its field's own unit (bytes for a MiB option). ENG_ERR_ARG when
+ * no policy declares name or args is full. text is not copied. */
+int  hx_policy_args_set(hx_policy_args *args, const char *name, const char *text);
+int  hx_policy_args_set_num(hx_policy_args *args, const char *name, int64_t num);
+/* Writes the value of option name, as the first policy that declares it
+ * parses it, into field (its type); false (field untouched) when not given. */
+bool hx_policy_args_read(const hx_policy_args *args, const char *name, void *field);
+
+typedef struct hx_policy_config {
+    const eng_model   *model;
+    eng_prefill_params pp;            /* chunk, align, ubatch */
+    bool               cap_prompt;    /* cap reuse at the cached prompt's length */
+    int32_t            n_ctx;         /* positions per sequence */
+    unsigned           quirks;        /* bits of the policy's own quirk list */
+    bool               resume;        /* the run completes an interrupted one (keep stored state) */
+    const void        *opts;          /* the policy's own options struct (its defaults, then the
+                                         hx_policy_args that name its options); set by hx_policy_create */
+} hx_policy_config;
+
+/* What acquire reports about the reuse decision (all figures stored per request). */
+typedef struct hx_acquire {
+    eng_seq       *seq;          /* positioned at n_reused tokens; owned by the policy */
+    int32_t        n_reused;     /* prompt tokens whose state came from the cache */
+    int32_t        lcp;          /* longest common prefix with the best cached entry */
+    const int32_t *best;         /* that entry's tokens (valid until release), or NULL */
+    int32_t        n_best;
+    int32_t        slot;         /* slot index, -1 when not applicable */
+    double         sim;          /* llama.cpp's sim_best: lcp / n_prompt */
+    double         f_keep;       /* llama.cpp's f_keep: lcp / n_cached */
+    int64_t        bytes_restored;  /* bytes copied/read to restore state */
+    int32_t        n_checkpoints;   /* checkpoints the entry holds */
+    char           note[256];    /* why the reuse was what it was, e.g. a quirk's log line */
+} hx_acquire;
+
+/* What release reports. */
+typedef struct hx_release {
+    int32_t n_stored;      /* checkpoints/files written for this request */
+    int64_t bytes_stored;
+    double  store_ms;
+    double  anchor_ms;     /* disk-anchor: time spent writing the anchor (0 when none) */
+    int32_t anchor_pos;    /* disk-anchor: position of the anchor written, 0 when none */
+} hx_release;
+
+typedef struct hx_policy hx_policy;
+struct hx_run_meta;  /* store.h */
+
+/* A policy: one file under cache/policies/ defines one of these, and one line
+ * of policy.c's registry lists it. Its options and quirks appear in
+ * `kvreplay replay --help` and are parsed by the replay options. */
+typedef struct hx_policy_ops {
+    const char *name;             /* --policy NAME */
+    const hx_option *options;     /* its options ({0}-terminated), fields of its own struct; or NULL */
+    const void *defaults;         /* that struct with every default (opts_size bytes) */
+    size_t      opts_size;
+    const hx_quirk *quirks;       /* its quirks ({0}-terminated, at most 32), or NULL */
+    /* Records its settings in the run's columns (threshold, n_slots, cache_dir, ...); or NULL. */
+    void (*record)(const void *opts, struct hx_run_meta *meta);
+    int  (*create)(const hx_policy_config *cfg, void **state, char *err, size_t errlen);
+    /* stable_end: token position where the stable prefix (system + tools) ends, or -1. */
+    int  (*acquire)(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out);
+    void (*on_chunk)(void *state, eng_seq *s, int32_t n_tokens);
+    int  (*release)(void *state, eng_seq *s, int32_t n_prompt, hx_release *out);
+    void (*destroy)(void *state);
+} hx_policy_ops;
+
+struct hx_policy {
+    const hx_policy_ops *ops;
+    void                *state;
+    hx_policy_config     cfg;
+    void                *opts;    /* the policy's options struct (cfg.opts), owned */
+};
+
+/* Creates the policy named name ("cold", "slot-lcp", "disk-anchor"), its
+ * options being its defaults overridden by the args that name them (args may
+ * be NULL; cfg->opts is ignored). Returns ENG_OK, ENG_ERR_ARG (unknown name
+ * or bad config, message in err) or ENG_ERR_NOMEM. */
+int  hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_policy_args *args, hx_policy **out,
+                      char *err, size_t errlen);
+void hx_policy_destroy(hx_policy *p);  /* accepts NULL */
+/* Records p's settings in meta's policy columns (nothing for a policy without any). */
+void hx_policy_record(const hx_policy *p, struct hx_run_meta *meta);
+const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor" (static) */
+/* The registered policies, in registry order, NULL-terminated. */
+extern const hx_policy_ops *const hx_policies[];
+/* --help lines from the registry: every policy's options ("slot-lcp: ..."),
+ * and --quirk with every quirk (name, policy, source, what it does). */
+void hx_policy_help(FILE *f);
+void hx_policy_quirks_help(FILE *f);
+
+/* Shared reuse rule (see the file comment). lcp: common prefix with the
+ * cached entry; n_cached_prompt: that entry's prompt length; n: new prompt length. */
+int32_t hx_policy_reuse_len(const hx_policy_config *cfg, int32_t lcp, int32_t n_cached_prompt, int32_t n);
+/* Length of the common prefix of two token arrays. */
+int32_t hx_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb);
+
+
+#endif /* HX_POLICY_H */

@@ -1,0 +1,432 @@
+/*
+ * harness/cache/policies/slot_lcp.c: llama.cpp-style server slots.
+ *
+ * Each slot holds a live sequence (prompt + teacher-forced response of the
+ * last request it served), the length of that prompt, and up to
+ * ctx_checkpoints context checkpoints taken on the grid during prefill.
+ * Optionally a host prompt cache (cache_ram bytes, like llama.cpp's
+ * --cache-ram) keeps full-state snapshots at checkpoint positions.
+ *
+ * Slot selection (llama.cpp's get_available_slot): the slot with the best
+ * similarity sim = lcp / n_prompt above sim_threshold; otherwise the least
+ * recently used slot. f_keep = lcp / n_cached is logged as llama.cpp does.
+ *
+ * Restoring the reuse target r (hx_policy_reuse_len):
+ *   1. the live memory can be truncated to r (full attention, or sliding
+ *      window cells still present): truncate;
+ *   2. otherwise the host prompt cache: the longest snapshot of at most r
+ *      tokens whose tokens match the prompt (the "similarity fallback"),
+ *      unless a context checkpoint reaches as far. A prompt whose full state
+ *      (at its last grid point) exceeds cache_ram is not cached at all;
+ *   3. otherwise the context checkpoints: the newest one whose n_tokens does
+ *      not exceed r (seed 002's proposed fix), restored plus truncation of
+ *      the full-attention KV; checkpoints past the reuse point are erased;
+ *   4. otherwise full re-processing from an empty state.
+ * Quirks (off by default) reproduce the issue reports:
+ *   full-reprocess (seed 002): memory that cannot be truncated forces full
+ *     re-processing, checkpoints never consulted;
+ *   swa-threshold (seed 004): step 3 applies the sliding-window threshold
+ *     to recurrent memory: pos_min_thold = max(0, n_past - max(1, n_swa))
+ *     compared against the live memory's pos_min, which for recurrent state
+ *     is the whole sequence: no checkpoint qualifies, n_past is reset to 0
+ *     and every checkpoint past it is erased. Only the prompt cache (step 2)
+ *     still works, while its snapshots fit cache_ram: so reuse survives at
+ *     short context and fails at long context;
+ *   offgrid-checkpoint: the checkpoint is taken at the prompt's end rather
+ *     than its last grid point, and restores from it are not floored to the
+ *     grid, so the suffix is prefilled in shifted chunks (diverges with blas).
+ */
+#include "policy.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "store.h"
+#include "util.h"
+
+// ----------------------------------------------------------------------------
+// Options and quirks (kvreplay replay --help lists them)
+
+typedef struct slot_opts {
+    int32_t n_slots;           /* slots (llama.cpp --parallel) */
+    double  sim_threshold;     /* llama.cpp --slot-prompt-similarity */
+    int32_t ctx_checkpoints;   /* max context checkpoints per slot (llama.cpp --ctx-checkpoints) */
+    int32_t checkpoint_every;  /* tokens between prefill checkpoints (multiple of C), 0 = only the last grid point */
+    int64_t cache_ram;         /* host prompt-cache budget in bytes (llama.cpp --cache-ram), 0 = off */
+} slot_opts;
+
+static const slot_opts slot_defaults = {.n_slots = 1, .sim_threshold = 0.1, .ctx_checkpoints = 8};
+
+static const hx_option slot_options[] = {
+    {"--slots", NULL, "N", "slots (default 1)", HX_OPT_INT, offsetof(slot_opts, n_slots), 1, 64, NULL},
+    {"--sim-threshold", NULL, "X", "LCP similarity threshold (default 0.1)", HX_OPT_DOUBLE,
+     offsetof(slot_opts, sim_threshold), 0, 1, NULL},
+    {"--ctx-checkpoints", NULL, "N", "checkpoints kept per slot (default 8)", HX_OPT_INT,
+     offsetof(slot_opts, ctx_checkpoints), 0, 4096, NULL},
+    {"--checkpoint-every", NULL, "N", "checkpoint every N prefill tokens (multiple of C; default 0:\n"
+     "only the last grid point of each prompt)", HX_OPT_INT, offsetof(slot_opts, checkpoint_every), 0, 1 << 24, NULL},
+    {"--cache-ram", NULL, "MIB", "host prompt-cache budget in MiB (default 0: off); a\n"
+     "prompt whose full state exceeds it is not cached at all", HX_OPT_MIB, offsetof(slot_opts, cache_ram), 0,
+     1 << 20, NULL},
+    {0},
+};
+
+/* Bit k of hx_policy_config.quirks is slot_quirks[k]. */
+enum { Q_FULL_REPROCESS = 1u << 0, Q_SWA_THRESHOLD = 1u << 1, Q_OFFGRID_CHECKPOINT = 1u << 2 };
+static const hx_quirk slot_quirks[] = {
+    {"full-reprocess", "memory that cannot be truncated forces full re-processing", "seeds/002"},
+    {"swa-threshold", "the SWA pos_min threshold applied to recurrent memory: no checkpoint qualifies",
+     "seeds/004"},
+    {"offgrid-checkpoint", "the checkpoint at the prompt's end, off the grid (diverges with blas)",
+     "llama.cpp's context checkpoints"},
+    {0},
+};
+
+static void slot_record(const void *opts, hx_run_meta *meta) {
+    const slot_opts *o = opts;
+    meta->threshold = o->sim_threshold;
+    meta->n_slots = o->n_slots;
+    meta->ctx_checkpoints = o->ctx_checkpoints;
+    meta->checkpoint_every = o->checkpoint_every;
+    meta->cache_ram = o->cache_ram;
+}
+
+// ----------------------------------------------------------------------------
+// State
+
+typedef struct snapshot {      /* host prompt-cache entry */
+    int32_t *tokens;           /* (n_tokens) */
+    int32_t  n_tokens;
+    void    *blob;             /* eng_seq_serialize at n_tokens */
+    size_t   size;
+    uint64_t last_used;
+    uint64_t request;          /* the request during which it was stored */
+} snapshot;
+
+typedef struct slot {
+    eng_seq   *seq;
+    int32_t    n_prompt;       /* prompt length of the request it last served */
+    uint64_t   last_used;
+    eng_ckpt **ckpts;          /* ascending n_tokens, at most ctx_checkpoints */
+    int32_t    n_ckpts;
+} slot;
+
+typedef struct slot_state {
+    hx_policy_config cfg;
+    slot_opts o;
+    slot     *slots;
+    int32_t   n_slots;
+    snapshot *snaps;
+    int32_t   n_snaps;
+    int64_t   snap_bytes;
+    uint64_t  clock;
+    uint64_t  request;         /* counts acquires */
+    slot     *active;          /* the slot being filled, between acquire and release */
+    int32_t   prompt_end;      /* n_prompt of the active request (offgrid-checkpoint quirk) */
+    double    store_ms;        /* time spent storing during the active request */
+    int32_t   n_stored;
+    int64_t   bytes_stored;
+} slot_state;
+
+static void slot_clear_ckpts(slot *sl, int32_t keep_upto) {
+    int32_t w = 0;
+    for (int32_t i = 0; i < sl->n_ckpts; i++) {
+        if (eng_ckpt_n_tokens(sl->ckpts[i]) <= keep_upto) sl->ckpts[w++] = sl->ckpts[i];
+        else eng_ckpt_free(sl->ckpts[i]);
+    }
+    sl->n_ckpts = w;
+}
+
+static int slot_create(const hx_policy_config *cfg, void **state, char *err, size_t errlen) {
+    slot_state *st = calloc(1, sizeof *st);
+    if (!st) return ENG_ERR_NOMEM;
+    st->cfg = *cfg;
+    st->o = *(const slot_opts *)cfg->opts;
+    if (st->o.n_slots < 1) st->o.n_slots = 1;
+    if (st->o.ctx_checkpoints < 0) st->o.ctx_checkpoints = 0;
+    if (st->o.checkpoint_every < 0 ||
+        (st->o.checkpoint_every > 0 && st->o.checkpoint_every % st->cfg.pp.chunk != 0)) {
+        eng_errf(err, errlen, "--checkpoint-every: %d is not a multiple of the chunk %d",
+                 st->o.checkpoint_every, st->cfg.pp.chunk);
+        free(st);
+        return ENG_ERR_ARG;
+    }
+    st->n_slots = st->o.n_slots;
+    st->slots = calloc((size_t)st->n_slots, sizeof *st->slots);
+    if (!st->slots) { free(st); return ENG_ERR_NOMEM; }
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        st->slots[i].seq = eng_seq_new(cfg->model, cfg->n_ctx);
+        st->slots[i].ckpts = calloc((size_t)st->o.ctx_checkpoints + 1, sizeof(eng_ckpt *));
+        if (!st->slots[i].seq || !st->slots[i].ckpts) {
+            eng_errf(err, errlen, "slot-lcp: cannot allocate slot %d (%d positions)", i, cfg->n_ctx);
+            *state = st;
+            return ENG_ERR_NOMEM;  /* caller destroys */
+        }
+    }
+    *state = st;
+    return ENG_OK;
+}
+
+static void snap_free(snapshot *s) {
+    free(s->tokens);
+    free(s->blob);
+}
+
+static void slot_destroy(void *state) {
+    slot_state *st = state;
+    if (!st) return;
+    for (int32_t i = 0; st->slots && i < st->n_slots; i++) {
+        eng_seq_free(st->slots[i].seq);
+        if (st->slots[i].ckpts) slot_clear_ckpts(&st->slots[i], -1);
+        free(st->slots[i].ckpts);
+    }
+    for (int32_t i = 0; i < st->n_snaps; i++) snap_free(&st->snaps[i]);
+    free(st->snaps);
+    free(st->slots);
+    free(st);
+}
+
+// ----------------------------------------------------------------------------
+// Host prompt cache: full-state snapshots under a byte budget, LRU eviction
+
+static void snap_evict_until(slot_state *st, int64_t need) {
+    while (st->n_snaps > 0 && st->snap_bytes + need > st->o.cache_ram) {
+        int32_t lru = 0;
+        for (int32_t i = 1; i < st->n_snaps; i++)
+            if (st->snaps[i].last_used < st->snaps[lru].last_used) lru = i;
+        st->snap_bytes -= (int64_t)st->snaps[lru].size;
+        snap_free(&st->snaps[lru]);
+        st->snaps[lru] = st->snaps[--st->n_snaps];
+    }
+}
+
+static void snap_store(slot_state *st, const eng_seq *s) {
+    size_t size = eng_seq_serialized_size(s);
+    if (st->o.cache_ram <= 0 || (int64_t)size > st->o.cache_ram) return;
+    int32_t n = eng_seq_n_tokens(s);
+    for (int32_t i = 0; i < st->n_snaps; i++)  /* already cached: touch */
+        if (st->snaps[i].n_tokens == n && !memcmp(st->snaps[i].tokens, eng_seq_tokens(s), sizeof(int32_t) * (size_t)n)) {
+            st->snaps[i].last_used = ++st->clock;
+            return;
+        }
+    snap_evict_until(st, (int64_t)size);
+    snapshot sn = {0};
+    sn.tokens = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    sn.blob = malloc(size);
+    snapshot *grown = realloc(st->snaps, sizeof *st->snaps * (size_t)(st->n_snaps + 1));
+    if (!sn.tokens || !sn.blob || !grown) { snap_free(&sn); if (grown) st->snaps = grown; return; }
+    st->snaps = grown;
+    memcpy(sn.tokens, eng_seq_tokens(s), sizeof(int32_t) * (size_t)n);
+    sn.n_tokens = n;
+    size_t written = 0;
+    if (eng_seq_serialize(s, sn.blob, size, &written) != ENG_OK) { snap_free(&sn); return; }
+    sn.size = written;
+    sn.last_used = ++st->clock;
+    sn.request = st->request;
+    st->snaps[st->n_snaps++] = sn;
+    st->snap_bytes += (int64_t)written;
+    st->n_stored++;
+    st->bytes_stored += (int64_t)written;
+}
+
+/* A prompt whose full state exceeds cache_ram is not cached at all, as
+ * llama.cpp's prompt cache skips a prompt larger than its limit: the
+ * snapshots stored while prefilling it are dropped again. */
+static void snap_drop_request(slot_state *st, uint64_t request) {
+    for (int32_t i = 0; i < st->n_snaps;) {
+        if (st->snaps[i].request != request) { i++; continue; }
+        st->snap_bytes -= (int64_t)st->snaps[i].size;
+        st->n_stored--;
+        st->bytes_stored -= (int64_t)st->snaps[i].size;
+        snap_free(&st->snaps[i]);
+        st->snaps[i] = st->snaps[--st->n_snaps];
+    }
+}
+
+/* The longest snapshot of at most r tokens that is a prefix of the prompt. */
+static snapshot *snap_find(slot_state *st, const int32_t *tokens, int32_t n, int32_t r) {
+    snapshot *best = NULL;
+    for (int32_t i = 0; i < st->n_snaps; i++) {
+        snapshot *sn = &st->snaps[i];
+        if (sn->n_tokens > r || sn->n_tokens > n || (best && sn->n_tokens <= best->n_tokens)) continue;
+        if (!memcmp(sn->tokens, tokens, sizeof(int32_t) * (size_t)sn->n_tokens)) best = sn;
+    }
+    return best;
+}
+
+// ----------------------------------------------------------------------------
+// Acquire: pick a slot, restore the reusable prefix
+
+/* The newest context checkpoint whose n_tokens does not exceed r. */
+static eng_ckpt *newest_ckpt_upto(const slot *sl, int32_t r) {
+    for (int32_t i = sl->n_ckpts - 1; i >= 0; i--)
+        if (eng_ckpt_n_tokens(sl->ckpts[i]) <= r) return sl->ckpts[i];
+    return NULL;
+}
+
+static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, double *sim_out) {
+    slot *best = NULL;
+    double sim_best = 0.0;
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        slot *sl = &st->slots[i];
+        int32_t nc = eng_seq_n_tokens(sl->seq);
+        if (nc == 0) continue;
+        double sim = (double)hx_lcp(eng_seq_tokens(sl->seq), nc, tokens, n) / (double)n;
+        if (sim > sim_best && sim > st->o.sim_threshold) { best = sl; sim_best = sim; }
+    }
+    *sim_out = sim_best;
+    if (best) return best;
+    slot *lru = &st->slots[0];  /* least recently used; empty slots have last_used 0 */
+    for (int32_t i = 1; i < st->n_slots; i++)
+        if (st->slots[i].last_used < lru->last_used) lru = &st->slots[i];
+    return lru;
+}
+
+static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
+    slot_state *st = state;
+    memset(out, 0, sizeof *out);
+    double sim = 0.0;
+    slot *sl = select_slot(st, tokens, n, &sim);
+    st->active = sl;
+    st->request++;
+    st->prompt_end = n;
+    st->store_ms = 0.0;
+    st->n_stored = 0;
+    st->bytes_stored = 0;
+    sl->last_used = ++st->clock;
+
+    eng_seq *s = sl->seq;
+    int32_t nc = eng_seq_n_tokens(s);
+    int32_t lcp = hx_lcp(eng_seq_tokens(s), nc, tokens, n);
+    out->seq = s;
+    out->slot = (int32_t)(sl - st->slots);
+    out->lcp = lcp;
+    out->best = eng_seq_tokens(s);
+    out->n_best = nc;
+    out->sim = (double)lcp / (double)n;
+    out->f_keep = nc > 0 ? (double)lcp / (double)nc : 0.0;
+    out->n_checkpoints = sl->n_ckpts;
+
+    hx_policy_config cfg = st->cfg;
+    if (st->cfg.quirks & Q_OFFGRID_CHECKPOINT) cfg.pp.align = ENG_ALIGN_NONE; /* restores not floored */
+    int32_t r = hx_policy_reuse_len(&cfg, lcp, sl->n_prompt, n);
+
+    if (r > 0 && eng_seq_can_truncate(s, r)) {           /* 1. live memory */
+        eng_seq_truncate(s, r);
+        slot_clear_ckpts(sl, r);
+        out->n_reused = r;
+        snprintf(out->note, sizeof out->note, "live: n_past = %d", r);
+        return ENG_OK;
+    }
+    if (r > 0 && (st->cfg.quirks & Q_FULL_REPROCESS)) {
+        snprintf(out->note, sizeof out->note, "memory only supports full sequence removal: "
+                 "forcing full prompt re-processing");
+        goto reset;
+    }
+    /* 2. host prompt cache, unless a context checkpoint reaches as far
+     * (restoring a checkpoint moves less: the attention KV is truncated) */
+    snapshot *sn = r > 0 ? snap_find(st, tokens, n, r) : NULL;
+    if (sn && !(st->cfg.quirks & Q_SWA_THRESHOLD)) {
+        const eng_ckpt *c = newest_ckpt_upto(sl, r);
+        if (c && eng_ckpt_n_tokens(c) >= sn->n_tokens) sn = NULL;
+    }
+    if (sn && eng_seq_deserialize(s, sn->blob, sn->size) == ENG_OK) {
+        sn->last_used = ++st->clock;
+        slot_clear_ckpts(sl, sn->n_tokens);
+        out->n_reused = sn->n_tokens;
+        out->bytes_restored = (int64_t)sn->size;
+        snprintf(out->note, sizeof out->note, "prompt cache: restored %d tokens (%zu bytes)", sn->n_tokens,
+                 sn->size);
+        return ENG_OK;
+    }
+    if (r > 0 && (st->cfg.quirks & Q_SWA_THRESHOLD)) {  /* 3 with the quirk */
+        const eng_model_info *mi = eng_model_get_info(st->cfg.model);
+        int32_t n_swa = mi->n_swa > 1 ? mi->n_swa : 1;
+        int32_t pos_min = nc - 1;  /* recurrent memory reports the whole sequence */
+        int32_t thold = r - n_swa > 0 ? r - n_swa : 0;
+        snprintf(out->note, sizeof out->note, "n_past = %d, pos_min = %d, n_swa = %d: no checkpoint "
+                 "with pos_min < %d; erased %d checkpoints; forcing full prompt re-processing",
+                 r, pos_min, n_swa, thold, sl->n_ckpts);
+        goto reset;
+    }
+    if (r > 0) {                                         /* 3. context checkpoints */
+        eng_ckpt *c = newest_ckpt_upto(sl, r);
+        if (c && eng_seq_restore(s, c) == ENG_OK) {
+            int32_t got = eng_ckpt_n_tokens(c);
+            slot_clear_ckpts(sl, got);
+            out->n_reused = got;
+            out->bytes_restored = (int64_t)eng_ckpt_size(c);
+            snprintf(out->note, sizeof out->note, "restored context checkpoint at %d tokens (%zu bytes)",
+                     got, eng_ckpt_size(c));
+            return ENG_OK;
+        }
+        snprintf(out->note, sizeof out->note, "no checkpoint at or below n_past = %d: full re-processing", r);
+    }
+reset:                                                   /* 4. full re-processing */
+    eng_seq_reset(s);
+    slot_clear_ckpts(sl, -1);
+    out->n_reused = 0;
+    return ENG_OK;
+}
+
+// ----------------------------------------------------------------------------
+// Checkpoints during prefill, and release
+
+static void push_ckpt(slot_state *st, slot *sl, eng_seq *s) {
+    int32_t n = eng_seq_n_tokens(s);
+    if (st->o.ctx_checkpoints <= 0) return;
+    if (sl->n_ckpts > 0 && eng_ckpt_n_tokens(sl->ckpts[sl->n_ckpts - 1]) >= n) return;
+    double t0 = eng_now_s();
+    eng_ckpt *c = eng_seq_checkpoint(s);
+    if (!c) return;
+    if (sl->n_ckpts == st->o.ctx_checkpoints) {  /* keep the newest N */
+        eng_ckpt_free(sl->ckpts[0]);
+        memmove(sl->ckpts, sl->ckpts + 1, sizeof(eng_ckpt *) * (size_t)(sl->n_ckpts - 1));
+        sl->n_ckpts--;
+    }
+    sl->ckpts[sl->n_ckpts++] = c;
+    st->n_stored++;
+    st->bytes_stored += (int64_t)eng_ckpt_size(c);
+    snap_store(st, s);
+    st->store_ms += 1e3 * (eng_now_s() - t0);
+}
+
+static void slot_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
+    slot_state *st = state;
+    slot *sl = st->active;
+    if (!sl) return;
+    int32_t C = st->cfg.pp.chunk, end = st->prompt_end;
+    bool offgrid = (st->cfg.quirks & Q_OFFGRID_CHECKPOINT) != 0;
+    bool at_last_grid = offgrid ? n_tokens == end : n_tokens == (end / C) * C;
+    bool periodic = st->o.checkpoint_every > 0 && n_tokens % st->o.checkpoint_every == 0 && n_tokens % C == 0;
+    if (at_last_grid || periodic) push_ckpt(st, sl, s);
+    if (at_last_grid && st->o.cache_ram > 0 && (int64_t)eng_seq_serialized_size(s) > st->o.cache_ram)
+        snap_drop_request(st, st->request);
+}
+
+static int slot_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
+    slot_state *st = state;
+    if (st->active) st->active->n_prompt = n_prompt;
+    out->n_stored = st->n_stored;
+    out->bytes_stored = st->bytes_stored;
+    out->store_ms = st->store_ms;
+    st->active = NULL;
+    return ENG_OK;
+}
+
+const hx_policy_ops hx_policy_slot_lcp = {
+    .name = "slot-lcp",
+    .options = slot_options,
+    .defaults = &slot_defaults,
+    .opts_size = sizeof(slot_opts),
+    .quirks = slot_quirks,
+    .record = slot_record,
+    .create = slot_create,
+    .acquire = slot_acquire,
+    .on_chunk = slot_on_chunk,
+    .release = slot_release,
+    .destroy = slot_destroy,
+};

@@ -1,0 +1,269 @@
+/*
+ * harness/cli/cmd_bench.c: `kvreplay bench`: engine prefill throughput against
+ * the machine's sgemm peak, measured in the same run at the same thread
+ * count.
+ *
+ *   peak:    square sgemms (M = N = K = --peak-size, default 1024, X . W^T
+ *            like the engine's products), sampled before every timed
+ *            prefill (sustained GFLOP/s over >= 0.25 s per sample): the
+ *            median sample.
+ *   prefill: median time of R cold prefills of N seeded random tokens at
+ *            chunk C (after one untimed warm-up), as tokens/s and as GFLOP/s
+ *            of the engine's cost model (eng_model_prefill_flops_params).
+ *   ratio:   prefill GFLOP/s / peak GFLOP/s.
+ * --sweep-chunks measures several C in one run; --compare-kernels measures
+ * ref and blas side by side. --tokenizer, --disk-cache and --checkpoints
+ * dispatch to the other benchmarks of bench/bench.h.
+ */
+#include "cli.h"
+
+#include <cblas.h>
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "bench.h"
+#include "model.h"
+#include "status.h"
+#include "util.h"
+
+#define MAX_CHUNKS HX_INT_LIST_MAX
+
+static const char k_usage[] =
+    "usage: kvreplay bench -m MODEL.gguf [OPTIONS]\n"
+    "       kvreplay bench --tokenizer ...    (tokenizer throughput; see --tokenizer --help)\n"
+    "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
+    "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
+    "\n"
+    "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
+    "\n";
+
+typedef struct bench_args {
+    const char  *model;
+    eng_numerics num;
+    int32_t      chunk, n_tok, reps, peak_n;
+    int64_t      seed;
+    hx_int_list  chunks;
+    bool         compare, json;
+} bench_args;
+
+#define OPT(field) offsetof(bench_args, field)
+static const hx_option k_options[] = {
+    {"--model", "-m", "FILE", "GGUF model (required)", HX_OPT_STRING, OPT(model), 0, 0, NULL},
+    HX_OPTS_ENGINE(bench_args),
+    {"--tokens", NULL, "N", "prompt tokens per prefill (default 1024)", HX_OPT_INT, OPT(n_tok), 1, 1 << 22, NULL},
+    {"--reps", NULL, "R", "timed repetitions, medians reported (default 3)", HX_OPT_INT, OPT(reps), 1, 1000, NULL},
+    {"--peak-size", NULL, "S", "square sgemm size for the peak (default 1024)", HX_OPT_INT, OPT(peak_n), 16, 8192,
+     NULL},
+    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--sweep-chunks", NULL, "LIST", "comma-separated chunk sizes, e.g. 16,32,64,128,256", HX_OPT_LIST, OPT(chunks),
+     1, 1 << 20, NULL},
+    {"--compare-kernels", NULL, NULL, "measure ref and blas side by side", HX_OPT_FLAG, OPT(compare), 0, 0, NULL},
+    {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
+    {0},
+};
+
+static int exit_for(int rc) {
+    return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
+}
+
+// ----------------------------------------------------------------------------
+// The sgemm peak, sampled between prefill repetitions so that both see the
+// same machine (a shared machine's load drifts)
+
+typedef struct peak_ctx {
+    int32_t n;
+    float  *a, *b, *c;
+    double *samples;
+    int     n_samples, cap;
+    double  best;   /* fastest single call, GFLOP/s */
+} peak_ctx;
+
+static void peak_init(peak_ctx *p, int32_t n, int cap) {
+    p->n = n;
+    p->a = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    p->b = malloc(sizeof(float) * (size_t)n * (size_t)n);
+    p->c = calloc((size_t)n * (size_t)n, sizeof(float));
+    p->samples = malloc(sizeof(double) * (size_t)cap);
+    p->n_samples = 0;
+    p->cap = cap;
+    p->best = 0.0;
+    if (!p->a || !p->b || !p->c || !p->samples) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    hx_random_floats(1, p->a, (int64_t)n * n);
+    hx_random_floats(2, p->b, (int64_t)n * n);
+}
+
+static void peak_free(peak_ctx *p) {
+    free(p->a); free(p->b); free(p->c); free(p->samples);
+}
+
+/* One sample: sustained GFLOP/s of back-to-back square sgemms (X . W^T,
+ * like the engine's products) over at least PEAK_SAMPLE_S seconds and 3
+ * calls, at `threads` OpenBLAS threads. Sustained, not best-of: a prefill
+ * lasts seconds, so both figures see the machine's load the same way. The
+ * fastest single call is kept too (peak_best). */
+#define PEAK_SAMPLE_S 0.25
+
+static void peak_sample(peak_ctx *p, int32_t threads) {
+    const int32_t n = p->n;
+    const double flops = 2.0 * n * (double)n * n;
+    openblas_set_num_threads(threads);
+    double t_start = eng_now_s(), t_end = t_start;
+    int calls = 0;
+    while (calls < 3 || t_end - t_start < PEAK_SAMPLE_S) {
+        double t0 = eng_now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
+        t_end = eng_now_s();
+        if (flops / (t_end - t0) / 1e9 > p->best) p->best = flops / (t_end - t0) / 1e9;
+        calls++;
+    }
+    if (p->n_samples < p->cap) p->samples[p->n_samples++] = flops * calls / (t_end - t_start) / 1e9;
+}
+
+// ----------------------------------------------------------------------------
+// Prefill measurements
+
+typedef struct run {
+    eng_kernel kernel;
+    int32_t    chunk;
+    double     seconds;   /* median */
+    double     tok_s;
+    double     gflops;
+    double     ratio;
+} run;
+
+/* R timed prefills (after a warm-up), a peak sample before each. */
+static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t chunk, int reps, peak_ctx *pk, run *out) {
+    eng_seq *s = eng_seq_new(m, n);
+    float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    eng_prefill_params pp = eng_prefill_params_default();
+    pp.chunk = chunk;
+    const int32_t threads = eng_model_get_numerics(m)->n_threads;
+    for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
+        if (r >= 0) peak_sample(pk, threads);
+        eng_seq_reset(s);
+        double t0 = eng_now_s();
+        int rc = eng_prefill(s, toks, n, &pp, logits);
+        double dt = eng_now_s() - t0;
+        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: prefill failed: %s", eng_status_str(rc));
+        if (r >= 0) t[r] = dt;
+        if (eng_stderr_is_tty())
+            fprintf(stderr, "\rbench: %s C=%d rep %d/%d: %.3f s   ", eng_kernel_name(eng_model_get_numerics(m)->kernel),
+                    chunk, r + 1, reps, dt);
+    }
+    if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
+    out->kernel = eng_model_get_numerics(m)->kernel;
+    out->chunk = chunk;
+    out->seconds = hx_median(t, reps);
+    out->tok_s = n / out->seconds;
+    out->gflops = eng_model_prefill_flops_params(m, 0, n, &pp) / out->seconds / 1e9;
+    free(t);
+    free(logits);
+    eng_seq_free(s);
+}
+
+int hx_cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
+        if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
+        if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
+    }
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
+    bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024};
+    for (int i = 1; i < argc; i++)
+        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench", argv[i]);
+    const char *model = a.model;
+    eng_numerics num = a.num;
+    int64_t chunk = a.chunk, n_tok = a.n_tok, reps = a.reps, peak_n = a.peak_n, seed = a.seed;
+    int32_t *chunks = a.chunks.v;
+    int n_chunks = a.chunks.n;
+    bool json = a.json, compare = a.compare;
+    if (!model) hx_die(HX_EXIT_USAGE, "bench: -m MODEL.gguf is required (see --help)");
+    if (n_chunks == 0) chunks[n_chunks++] = (int32_t)chunk;
+
+    /* Models: the requested kernel, or both (ref first) with --compare-kernels. */
+    eng_kernel kernels[2] = {num.kernel, num.kernel};
+    int n_kernels = 1;
+    if (compare) { kernels[0] = ENG_KERNEL_REF; kernels[1] = ENG_KERNEL_BLAS; n_kernels = 2; }
+    eng_model *models[2] = {NULL, NULL};
+    for (int k = 0; k < n_kernels; k++) {
+        eng_numerics nk = num;
+        nk.kernel = kernels[k];
+        char err[512] = "";
+        int rc = eng_model_load(model, &nk, &models[k], err, sizeof err);
+        if (rc != ENG_OK) hx_die(exit_for(rc), "%s", err[0] ? err : eng_status_str(rc));
+    }
+    const eng_model_info *in = eng_model_get_info(models[0]);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_tok);
+    if (!toks) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    hx_random_tokens((uint64_t)seed, toks, n_tok, in->n_vocab);
+
+    peak_ctx pk;
+    peak_init(&pk, (int32_t)peak_n, n_chunks * n_kernels * (int)reps);
+    run runs[2 * MAX_CHUNKS];
+    int n_runs = 0;
+    for (int c = 0; c < n_chunks; c++)
+        for (int k = 0; k < n_kernels; k++)
+            measure(models[k], toks, (int32_t)n_tok, chunks[c], (int)reps, &pk, &runs[n_runs++]);
+    const double peak = hx_median(pk.samples, pk.n_samples);
+    for (int r = 0; r < n_runs; r++) runs[r].ratio = runs[r].gflops / peak;
+
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "model", json_string(model));
+        json_object_set_new(o, "model_sha256", json_string(in->sha256));
+        json_object_set_new(o, "threads", json_integer(num.n_threads));
+        json_object_set_new(o, "precision", json_string(eng_precision_name(num.precision)));
+        json_object_set_new(o, "n_tokens", json_integer(n_tok));
+        json_object_set_new(o, "reps", json_integer(reps));
+        json_object_set_new(o, "peak_size", json_integer(peak_n));
+        json_object_set_new(o, "peak_gflops", json_real(peak));
+        json_object_set_new(o, "peak_samples", json_integer(pk.n_samples));
+        json_object_set_new(o, "peak_best_gflops", json_real(pk.best));
+        json_object_set_new(o, "blas", json_string(eng_blas_info()));
+        /* Top level: the first run (the only one without a sweep or comparison). */
+        json_object_set_new(o, "chunk", json_integer(runs[0].chunk));
+        json_object_set_new(o, "kernel", json_string(eng_kernel_name(runs[0].kernel)));
+        json_object_set_new(o, "prefill_s", json_real(runs[0].seconds));
+        json_object_set_new(o, "prefill_tok_s", json_real(runs[0].tok_s));
+        json_object_set_new(o, "gflops", json_real(runs[0].gflops));
+        json_object_set_new(o, "ratio", json_real(runs[0].ratio));
+        json_t *arr = json_array();
+        for (int r = 0; r < n_runs; r++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "chunk", json_integer(runs[r].chunk));
+            json_object_set_new(e, "kernel", json_string(eng_kernel_name(runs[r].kernel)));
+            json_object_set_new(e, "prefill_s", json_real(runs[r].seconds));
+            json_object_set_new(e, "prefill_tok_s", json_real(runs[r].tok_s));
+            json_object_set_new(e, "gflops", json_real(runs[r].gflops));
+            json_object_set_new(e, "ratio", json_real(runs[r].ratio));
+            json_array_append_new(arr, e);
+        }
+        json_object_set_new(o, "runs", arr);
+        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+        if (!txt) hx_die(HX_EXIT_INTERNAL, "bench: JSON encoding failed");
+        puts(txt);
+        free(txt);
+        json_decref(o);
+    } else {
+        printf("model %s: D %d, L %d, H %d, G %d, F %d, V %d; %lld tokens, %d threads, %s, median of %lld\n", model,
+               in->n_embd, in->n_layer, in->n_head, in->n_head_kv, in->n_ff, in->n_vocab, (long long)n_tok,
+               num.n_threads, eng_precision_name(num.precision), (long long)reps);
+        printf("sgemm peak (%lld^3, sustained, median of %d samples taken between the prefills): %.1f GFLOP/s "
+               "(fastest call %.1f)\n", (long long)peak_n, pk.n_samples, peak, pk.best);
+        printf("%-6s %6s %10s %12s %10s %7s\n", "kernel", "chunk", "prefill_s", "tok/s", "GFLOP/s", "ratio");
+        for (int r = 0; r < n_runs; r++)
+            printf("%-6s %6d %10.4f %12.1f %10.2f %7.3f\n", eng_kernel_name(runs[r].kernel), runs[r].chunk,
+                   runs[r].seconds, runs[r].tok_s, runs[r].gflops, runs[r].ratio);
+    }
+    free(toks);
+    peak_free(&pk);
+    for (int k = 0; k < n_kernels; k++) eng_model_free(models[k]);
+    return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
+}

@@ -1,0 +1,329 @@
+/*
+ * harness/cli/cmd_experiment.c: `kvreplay experiment SPEC.json --db OUT.sqlite [--scale demo|full]`.
+ *
+ * An experiment spec (experiments/NAME.json, documented in docs/experiments.md)
+ * names its inputs and its runs:
+ *   vars:        {"demo": {NAME: VALUE, ...}, "full": {...}}: ${NAME} in any
+ *                string below is replaced by the value for the chosen scale;
+ *   models:      {ID: {"path": FILE} | {"synth": [model synth args]}};
+ *   transcripts: {ID: {"path": FILE} | {"synth": [synth-transcript args]}
+ *                    | {"import": [import args]}};
+ *   runs:        [{"variant": NAME, "model": ID, "transcript": ID,
+ *                  "args": [replay flags], "sweep": {"name": N, "values": [...]}}]
+ *                 with a sweep, ${N} takes each value in turn (in args, and in
+ *                 the model/transcript generator args), and runs.sweep_name /
+ *                 sweep_value record it, so a plot is one query.
+ * Generated models and transcripts are cached under results/cache/ by a hash
+ * of their generator arguments. Every run shares one cold-result cache: the
+ * cold run of an identical prompt under identical numerics is computed once.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include "cli.h"
+#include "replay.h"
+#include "status.h"
+#include "util.h"
+
+#define MAX_ARGS 96
+
+int hx_cmd_model_synth(int argc, char **argv);
+
+typedef struct xctx {
+    const char *spec_path;
+    json_t     *vars;        /* the chosen scale's vars (borrowed) */
+    const char *sweep_name;  /* current sweep variable, or NULL */
+    char        sweep_val[64];
+    const char *cache_root;
+} xctx;
+
+static const char k_usage[] =
+    "usage: kvreplay experiment experiments/NAME.json --db results/NAME.sqlite [OPTIONS]\n\n"
+    "Runs every variant of an experiment spec into one database (runs.experiment,\n"
+    "runs.variant and runs.sweep_* name them).\n\n"
+    "options:\n";
+
+typedef struct exp_args {
+    const char *db, *scale, *cache_root;
+    int32_t     threads;
+    hx_str_list only;
+    int64_t     cold_mib;
+    bool        resume, dry;
+} exp_args;
+
+#define OPT(field) offsetof(exp_args, field)
+static const hx_option k_options[] = {
+    {"--db", NULL, "FILE", "results database (required)", HX_OPT_STRING, OPT(db), 0, 0, NULL},
+    {"--scale", NULL, "demo|full", "the spec's scaled-down default, or the issue report's scale (default demo)",
+     HX_OPT_STRING, OPT(scale), 0, 0, NULL},
+    {"--threads", NULL, "T", "thread count for every run (default: the spec's, else 1)", HX_OPT_INT, OPT(threads), 1,
+     256, NULL},
+    {"--only", NULL, "VARIANT", "run only this variant (repeatable prefix match)", HX_OPT_STRINGS, OPT(only), 0, 0,
+     NULL},
+    {"--resume", NULL, NULL, "complete interrupted runs instead of starting new ones", HX_OPT_FLAG, OPT(resume), 0, 0,
+     NULL},
+    {"--cold-cache-mib", NULL, "N", "budget of the shared cold-result cache (default 2048)", HX_OPT_INT64,
+     OPT(cold_mib), 0, 1 << 20, NULL},
+    {"--cache-root", NULL, "DIR", "where generated models and transcripts are cached (default results/cache)",
+     HX_OPT_STRING, OPT(cache_root), 0, 0, NULL},
+    {"--dry-run", NULL, NULL, "print the replay command lines and stop", HX_OPT_FLAG, OPT(dry), 0, 0, NULL},
+    {0},
+};
+
+/* Substitutes ${name} from the sweep variable, then the scale's vars. */
+static int substitute(const xctx *x, const char *in, char *out, size_t cap, char *err, size_t errlen) {
+    size_t o = 0;
+    for (const char *p = in; *p;) {
+        if (p[0] == '$' && p[1] == '{') {
+            const char *end = strchr(p, '}');
+            if (!end) { eng_errf(err, errlen, "%s: unterminated ${ in '%s'", x->spec_path, in); return ENG_ERR_FORMAT; }
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(end - p - 2), p + 2);
+            char val[256];
+            json_t *v;
+            if (x->sweep_name && !strcmp(name, x->sweep_name)) snprintf(val, sizeof val, "%s", x->sweep_val);
+            else if (x->vars && (v = json_object_get(x->vars, name))) {
+                if (json_is_string(v)) snprintf(val, sizeof val, "%s", json_string_value(v));
+                else if (json_is_integer(v)) snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+                else if (json_is_real(v)) snprintf(val, sizeof val, "%g", json_real_value(v));
+                else { eng_errf(err, errlen, "%s: vars.%s: expected a string or number", x->spec_path, name); return ENG_ERR_FORMAT; }
+            } else { eng_errf(err, errlen, "%s: '%s': unknown variable ${%s}", x->spec_path, in, name); return ENG_ERR_FORMAT; }
+            size_t k = strlen(val);
+            if (o + k >= cap) return ENG_ERR_RANGE;
+            memcpy(out + o, val, k);
+            o += k;
+            p = end + 1;
+        } else {
+            if (o + 1 >= cap) return ENG_ERR_RANGE;
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    return ENG_OK;
+}
+
+/* Expands a JSON array of strings/numbers into argv (strings are malloc'd). */
+static int expand_args(const xctx *x, json_t *arr, const char *field, char **argv, int *argc, char *err, size_t errlen) {
+    if (!json_is_array(arr)) { eng_errf(err, errlen, "%s: %s: expected an array", x->spec_path, field); return ENG_ERR_FORMAT; }
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) {
+        if (*argc >= MAX_ARGS - 2) { eng_errf(err, errlen, "%s: %s: too many arguments", x->spec_path, field); return ENG_ERR_RANGE; }
+        char raw[512], buf[1024];
+        if (json_is_string(v)) snprintf(raw, sizeof raw, "%s", json_string_value(v));
+        else if (json_is_integer(v)) snprintf(raw, sizeof raw, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v)) snprintf(raw, sizeof raw, "%g", json_real_value(v));
+        else { eng_errf(err, errlen, "%s: %s[%zu]: expected a string or number", x->spec_path, field, i); return ENG_ERR_FORMAT; }
+        int rc = substitute(x, raw, buf, sizeof buf, err, errlen);
+        if (rc) return rc;
+        argv[(*argc)++] = strdup(buf);
+    }
+    return ENG_OK;
+}
+
+static void free_args(char **argv, int argc) {
+    for (int i = 0; i < argc; i++) free(argv[i]);
+}
+
+static int mkdirs(const char *path) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        mkdir(buf, 0755);
+        *p = '/';
+    }
+    return mkdir(buf, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && st.st_size > 0;
+}
+
+/* Resolves a model or transcript input to a file path, generating it when needed;
+ * *seed (when seed is not NULL) gets the generator's --seed, -1 without one. */
+static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const char *id, char *path, size_t cap,
+                         int64_t *seed, char *err, size_t errlen) {
+    if (seed) *seed = -1;
+    json_t *e = json_object_get(inputs, id);
+    if (!e) { eng_errf(err, errlen, "%s: %s: no %s named '%s'", x->spec_path, kind, kind, id); return ENG_ERR_FORMAT; }
+    json_t *p = json_object_get(e, "path");
+    if (p) {
+        if (!json_is_string(p)) { eng_errf(err, errlen, "%s: %s.%s.path: expected a string", x->spec_path, kind, id); return ENG_ERR_FORMAT; }
+        return substitute(x, json_string_value(p), path, cap, err, errlen);
+    }
+    const char *gen = json_object_get(e, "synth") ? "synth" : json_object_get(e, "import") ? "import" : NULL;
+    if (!gen) { eng_errf(err, errlen, "%s: %s.%s: expected path, synth or import", x->spec_path, kind, id); return ENG_ERR_FORMAT; }
+    char *argv[MAX_ARGS];
+    int argc = 0;
+    int is_model = !strcmp(kind, "models");
+    argv[argc++] = strdup(is_model ? "synth" : !strcmp(gen, "synth") ? "synth-transcript" : "import");
+    char field[160];
+    snprintf(field, sizeof field, "%s.%s.%s", kind, id, gen);
+    int rc = expand_args(x, json_object_get(e, gen), field, argv, &argc, err, errlen);
+    if (rc) { free_args(argv, argc); return rc; }
+    for (int i = 1; i + 1 < argc; i++)  /* the generator's seed, recorded in the run */
+        if (seed && !strcmp(argv[i], "--seed")) *seed = strtoll(argv[i + 1], NULL, 10);
+    /* cache key: the generator and its expanded arguments */
+    XXH64_hash_t h = 0;
+    for (int i = 0; i < argc; i++) h = XXH64(argv[i], strlen(argv[i]) + 1, h);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", x->cache_root, is_model ? "models" : "transcripts");
+    mkdirs(dir);
+    snprintf(path, cap, "%s/%s-%016llx.%s", dir, id, (unsigned long long)h, is_model ? "gguf" : "jsonl");
+    if (!file_exists(path)) {
+        argv[argc++] = strdup("-o");
+        argv[argc++] = strdup(path);
+        if (eng_stderr_is_tty()) fprintf(stderr, "kvreplay: generating %s\n", path);
+        int code = is_model ? hx_cmd_model_synth(argc, argv)
+                 : !strcmp(gen, "synth") ? hx_cmd_synth_transcript(argc, argv) : hx_cmd_import(argc, argv);
+        if (code != HX_EXIT_OK) {
+            eng_errf(err, errlen, "%s: %s.%s: generator failed (exit %d)", x->spec_path, kind, id, code);
+            free_args(argv, argc);
+            return ENG_ERR_FORMAT;
+        }
+    }
+    free_args(argv, argc);
+    return ENG_OK;
+}
+
+int hx_cmd_experiment(int argc, char **argv) {
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
+    exp_args a = {.scale = "demo", .cache_root = "results/cache", .cold_mib = 2048};
+    const char *spec_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (hx_options_parse(k_options, &a, argc, argv, &i)) continue;
+        if (argv[i][0] != '-' && !spec_path) spec_path = argv[i];
+        else hx_bad_arg("experiment", argv[i]);
+    }
+    const char *db = a.db, *scale = a.scale, *const *only = a.only.v, *cache_root = a.cache_root;
+    int n_only = a.only.n, threads = a.threads, dry = a.dry, resume = a.resume;
+    int64_t cold_mib = a.cold_mib;
+    if (!spec_path) hx_die(HX_EXIT_USAGE, "experiment: the spec file is required (see --help)");
+    if (!db) hx_die(HX_EXIT_USAGE, "experiment: --db is required");
+    if (strcmp(scale, "demo") && strcmp(scale, "full")) hx_die(HX_EXIT_USAGE, "--scale: expected demo or full, got '%s'", scale);
+
+    json_error_t je;
+    json_t *spec = json_load_file(spec_path, JSON_REJECT_DUPLICATES, &je);
+    if (!spec) hx_die(HX_EXIT_USAGE, "%s:%d: %s", spec_path, je.line, je.text);
+    json_t *name = json_object_get(spec, "name"), *runs = json_object_get(spec, "runs");
+    if (!json_is_string(name)) hx_die(HX_EXIT_USAGE, "%s: name: expected a string", spec_path);
+    if (!json_is_array(runs)) hx_die(HX_EXIT_USAGE, "%s: runs: expected an array", spec_path);
+    json_t *models = json_object_get(spec, "models"), *transcripts = json_object_get(spec, "transcripts");
+    if (!json_is_object(models) || !json_is_object(transcripts))
+        hx_die(HX_EXIT_USAGE, "%s: models and transcripts: expected objects", spec_path);
+    xctx x = {.spec_path = spec_path, .cache_root = cache_root};
+    json_t *vars = json_object_get(spec, "vars");
+    x.vars = vars ? json_object_get(vars, scale) : NULL;
+
+    hx_coldcache *cold = hx_coldcache_new(cold_mib << 20);
+    char err[1024] = "";
+    int code = HX_EXIT_OK, n_runs = 0;
+    double t0 = eng_now_s();
+    size_t ri;
+    json_t *run;
+    json_array_foreach(runs, ri, run) {
+        json_t *variant = json_object_get(run, "variant"), *mid = json_object_get(run, "model"),
+               *tid = json_object_get(run, "transcript"), *sweep = json_object_get(run, "sweep");
+        if (!json_is_string(variant) || !json_is_string(mid) || !json_is_string(tid))
+            hx_die(HX_EXIT_USAGE, "%s: runs[%zu]: variant, model and transcript must be strings", spec_path, ri);
+        int skip = n_only > 0;
+        for (int k = 0; k < n_only; k++)
+            if (!strncmp(json_string_value(variant), only[k], strlen(only[k]))) skip = 0;
+        if (skip) continue;
+        json_t *values = sweep ? json_object_get(sweep, "values") : NULL;
+        const char *sname = sweep ? json_string_value(json_object_get(sweep, "name")) : NULL;
+        if (sweep && (!sname || !values))
+            hx_die(HX_EXIT_USAGE, "%s: runs[%zu].sweep: expected name and values", spec_path, ri);
+        char sbuf[256];
+        if (values && json_is_string(values)) {  /* "${chunks}": a comma list from vars */
+            if (substitute(&x, json_string_value(values), sbuf, sizeof sbuf, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);
+            json_t *arr = json_array();
+            char *save = NULL;
+            for (char *tok = strtok_r(sbuf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                json_array_append_new(arr, json_string(tok));
+            values = arr;
+        } else if (values) json_incref(values);
+        size_t n_vals = values ? json_array_size(values) : 1;
+        for (size_t vi = 0; vi < n_vals; vi++) {
+            x.sweep_name = sname;
+            if (values) {
+                json_t *v = json_array_get(values, vi);
+                if (json_is_string(v)) snprintf(x.sweep_val, sizeof x.sweep_val, "%s", json_string_value(v));
+                else snprintf(x.sweep_val, sizeof x.sweep_val, "%g", json_number_value(v));
+            }
+            char model_path[1024], tr_path[1024];
+            int64_t tr_seed;
+            if (resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, NULL,
+                              err, sizeof err) ||
+                resolve_input(&x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path, &tr_seed,
+                              err, sizeof err)) {
+                fprintf(stderr, "kvreplay: %s\n", err);
+                code = HX_EXIT_USAGE;
+                goto out;
+            }
+            char *rargv[MAX_ARGS];
+            int rargc = 0;
+            rargv[rargc++] = strdup("replay");
+            char field[64];
+            snprintf(field, sizeof field, "runs[%zu].args", ri);
+            json_t *args = json_object_get(run, "args");
+            if (args && expand_args(&x, args, field, rargv, &rargc, err, sizeof err)) {
+                fprintf(stderr, "kvreplay: %s\n", err);
+                free_args(rargv, rargc);
+                code = HX_EXIT_USAGE;
+                goto out;
+            }
+            hx_replay_opts o;
+            hx_replay_opts_default(&o);
+            for (int i = 1; i < rargc; i++)
+                if (!hx_replay_opts_parse(rargc, rargv, &i, &o)) hx_bad_arg("experiment (spec args)", rargv[i]);
+            o.model_path = model_path;
+            o.transcript_path = tr_path;
+            o.db_path = db;
+            o.experiment = json_string_value(name);
+            o.variant = json_string_value(variant);
+            o.resume = resume;
+            o.quiet = !eng_stderr_is_tty();
+            if (threads) o.num.n_threads = threads;
+            if (o.seed < 0) o.seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
+            if (sname) { o.sweep_name = sname; o.sweep_value = strtod(x.sweep_val, NULL); }
+            if (dry) {
+                printf("kvreplay replay -m %s -t %s --db %s", model_path, tr_path, db);
+                for (int i = 1; i < rargc; i++) printf(" %s", rargv[i]);
+                printf("   # variant %s%s%s\n", o.variant, sname ? " " : "", sname ? x.sweep_val : "");
+                free_args(rargv, rargc);
+                continue;
+            }
+            if (eng_stderr_is_tty())
+                fprintf(stderr, "kvreplay: %s / %s%s%s%s\n", o.experiment, o.variant, sname ? " (" : "",
+                        sname ? sname : "", sname ? ")" : "");
+            hx_replay_summary sum;
+            int rc = hx_replay_run(&o, cold, &sum);
+            free_args(rargv, rargc);
+            if (rc != HX_EXIT_OK) { code = rc; goto out; }
+            n_runs++;
+        }
+        json_decref(values);
+    }
+out:
+    if (code == HX_EXIT_OK && !dry) {
+        hx_coldcache_stats cs = hx_coldcache_get_stats(cold);
+        fprintf(stderr, "kvreplay: experiment %s (%s scale): %d runs in %.1fs -> %s; shared cold cache: %lld hits, "
+                "%lld misses, %.1fs of cold prefill+decode not recomputed\n",
+                json_string_value(name), scale, n_runs, eng_now_s() - t0, db, (long long)cs.hits,
+                (long long)cs.misses, cs.saved_ms / 1e3);
+    }
+    hx_coldcache_free(cold);
+    json_decref(spec);
+    return code;
+}

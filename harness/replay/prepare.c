@@ -1,0 +1,169 @@
+/*
+ * harness/replay/prepare.c: normalize, render, tokenize (see prepare.h).
+ */
+#include "prepare.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "normalize.h"
+#include "status.h"
+
+struct hx_prepare_ctx {
+    const eng_tokenizer *tok;
+    hx_template          tmpl;
+    hx_normalize         norm;
+    char                 norm_names[128];
+};
+
+int hx_prepare_ctx_new(const eng_tokenizer *tok, const char *template_name, const char *chat_template_meta,
+                       const char *normalize, hx_prepare_ctx **out, char *err, size_t errlen) {
+    *out = NULL;
+    hx_prepare_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ENG_ERR_NOMEM;
+    c->tok = tok;
+    if (template_name) {
+        int t = hx_template_from_name(template_name);
+        if (t < 0) {
+            eng_errf(err, errlen, "--template: unknown template '%s' (known: chatml, llama2, llama3, raw)", template_name);
+            free(c);
+            return ENG_ERR_ARG;
+        }
+        c->tmpl = (hx_template)t;
+    } else {
+        c->tmpl = hx_template_guess(NULL, chat_template_meta && *chat_template_meta ? chat_template_meta : NULL);
+    }
+    if (hx_normalize_parse(normalize, &c->norm) != ENG_OK) {
+        eng_errf(err, errlen, "%s", c->norm.err);
+        free(c);
+        return ENG_ERR_ARG;
+    }
+    hx_normalize_names(&c->norm, c->norm_names, sizeof c->norm_names);
+    *out = c;
+    return ENG_OK;
+}
+
+void hx_prepare_ctx_free(hx_prepare_ctx *c) { free(c); }
+const char *hx_prepare_template_name(const hx_prepare_ctx *c) { return hx_template_name(c->tmpl); }
+const char *hx_prepare_normalize_names(const hx_prepare_ctx *c) { return c->norm_names; }
+
+/* Tokenizes text into malloc'd arrays (offsets may be NULL). */
+static int tokenize(const eng_tokenizer *tok, const char *text, size_t len, bool bos, int32_t **ids,
+                    int32_t **offsets, int32_t *n) {
+    int32_t cap = (int32_t)(len / 2 + 16);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        *ids = malloc(sizeof(int32_t) * (size_t)cap);
+        if (offsets) *offsets = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!*ids || (offsets && !*offsets)) goto oom;
+        int32_t k = eng_tokenize(tok, text, len, bos, false, true, *ids, cap, offsets ? *offsets : NULL);
+        if (k >= 0) { *n = k; return ENG_OK; }
+        free(*ids);
+        if (offsets) free(*offsets);
+        cap = -k;
+    }
+    return ENG_ERR_NOMEM;
+oom:
+    free(*ids);
+    if (offsets) free(*offsets);
+    *ids = NULL;
+    return ENG_ERR_NOMEM;
+}
+
+/* The response as the cache holds it after generation: the tokens that follow
+ * the prompt's tokens in tokenize(prompt + response), so they match how the
+ * next request's prompt (which contains both) tokenizes. When the joint
+ * tokenization does not start with the prompt's own tokens (a merge across
+ * the seam), the response is tokenized on its own instead. */
+static int response_tokens(hx_prepare_ctx *c, hx_prepared *out, const hx_render *resp) {
+    if (out->prompt.text) {
+        size_t n = out->text_len + resp->len;
+        char *joint = malloc(n + 1);
+        if (!joint) return ENG_ERR_NOMEM;
+        memcpy(joint, out->text, out->text_len);
+        memcpy(joint + out->text_len, resp->text, resp->len);
+        joint[n] = '\0';
+        int32_t *ids = NULL, m = 0;
+        int rc = tokenize(c->tok, joint, n, eng_tokenizer_add_bos(c->tok), &ids, NULL, &m);
+        free(joint);
+        if (rc != ENG_OK) return rc;
+        if (m > out->n && !memcmp(ids, out->tokens, sizeof(int32_t) * (size_t)out->n)) {
+            out->n_resp = m - out->n;
+            out->resp = malloc(sizeof(int32_t) * (size_t)out->n_resp);
+            if (!out->resp) { free(ids); return ENG_ERR_NOMEM; }
+            memcpy(out->resp, ids + out->n, sizeof(int32_t) * (size_t)out->n_resp);
+            free(ids);
+            return ENG_OK;
+        }
+        free(ids);
+    }
+    return tokenize(c->tok, resp->text, resp->len, false, &out->resp, NULL, &out->n_resp);
+}
+
+int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->req = r;
+    out->stable_end = -1;
+    out->text = "";
+    int k = hx_normalize_apply(&c->norm, r);
+    if (k < 0) return ENG_ERR_NOMEM;
+    out->n_normalized = k;
+    int rc;
+    if (r->tokens) {  /* pre-tokenized: used as is */
+        out->tokens = malloc(sizeof(int32_t) * (size_t)(r->n_tokens > 0 ? r->n_tokens : 1));
+        out->offsets = calloc((size_t)(r->n_tokens > 0 ? r->n_tokens : 1), sizeof(int32_t));
+        if (!out->tokens || !out->offsets) { rc = ENG_ERR_NOMEM; goto fail; }
+        int32_t V = eng_tokenizer_n_vocab(c->tok);
+        for (int32_t i = 0; i < r->n_tokens; i++) {
+            if (r->tokens[i] < 0 || r->tokens[i] >= V) {
+                eng_errf(err, errlen, "line %lld: tokens[%d]: id %d is outside the vocabulary [0, %d)",
+                         (long long)r->line, i, r->tokens[i], V);
+                rc = ENG_ERR_ARG;
+                goto fail;
+            }
+        }
+        memcpy(out->tokens, r->tokens, sizeof(int32_t) * (size_t)r->n_tokens);
+        out->n = r->n_tokens;
+    } else {
+        if ((rc = hx_render_prompt(c->tmpl, r, &out->prompt, err, errlen)) != ENG_OK) goto fail;
+        out->text = out->prompt.text;
+        out->text_len = out->prompt.len;
+        rc = tokenize(c->tok, out->text, out->text_len, eng_tokenizer_add_bos(c->tok), &out->tokens, &out->offsets,
+                      &out->n);
+        if (rc != ENG_OK) goto fail;
+        size_t sys_end = hx_render_system_end(&out->prompt);
+        if (sys_end > 0) {  /* the first token starting at or after the end of the system turn */
+            int32_t i = 0;
+            while (i < out->n && (size_t)out->offsets[i] < sys_end) i++;
+            out->stable_end = i;
+        }
+    }
+    if (out->n < 1) {
+        eng_errf(err, errlen, "line %lld: the prompt is empty (no tokens)", (long long)r->line);
+        rc = ENG_ERR_ARG;
+        goto fail;
+    }
+    hx_render resp = {0};
+    if ((rc = hx_render_response(c->tmpl, r, &resp, err, errlen)) != ENG_OK) goto fail;
+    if (resp.len > 0) rc = response_tokens(c, out, &resp);
+    hx_render_free(&resp);
+    if (rc != ENG_OK) goto fail;
+    return ENG_OK;
+fail:
+    hx_prepared_free(out);
+    return rc;
+}
+
+void hx_prepared_free(hx_prepared *p) {
+    if (!p) return;
+    hx_render_free(&p->prompt);
+    free(p->tokens);
+    free(p->offsets);
+    free(p->resp);
+    memset(p, 0, sizeof *p);
+}
+
+void hx_prepared_where(const hx_prepared *p, int64_t byte, char *buf, size_t cap) {
+    if (byte < 0 || !p->prompt.text) { snprintf(buf, cap, "pre-tokenized prompt"); return; }
+    hx_span_describe(hx_render_find(&p->prompt, (size_t)byte), p->req, buf, cap);
+}

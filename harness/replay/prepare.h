@@ -1,0 +1,61 @@
+/*
+ * harness/replay/prepare.h: a transcript request turned into what the engine eats:
+ * normalization rules applied, the chat template rendered (with the span map
+ * of which system block / tool / message / block each byte came from), the
+ * prompt tokenized with byte offsets, and the recorded response tokenized
+ * for teacher forcing.
+ *
+ * Tokenization: the model's BOS when its vocabulary adds one, special tokens
+ * parsed (chat templates emit them as text). The response is tokenized on
+ * its own, so at the prompt/response seam the tokens can differ from those
+ * of the next request's prompt, as they do in real servers.
+ */
+#ifndef HX_PREPARE_H
+#define HX_PREPARE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "template.h"
+#include "tokenizer.h"
+#include "transcript.h"
+
+typedef struct hx_prepared {
+    hx_render          prompt;       /* rendered prompt after normalization (text + span map) */
+    const hx_request  *req;          /* the request it came from (borrowed, for span names) */
+    const char        *text;         /* == prompt.text ("" for a pre-tokenized request) */
+    size_t             text_len;
+    int32_t           *tokens;       /* (n) prompt tokens */
+    int32_t           *offsets;      /* (n) byte offset in text where each token starts */
+    int32_t            n;
+    int32_t           *resp;         /* (n_resp) recorded response tokens (the template's continuation) */
+    int32_t            n_resp;
+    int32_t            stable_end;   /* token position where system + tools end; -1 when none */
+    int32_t            n_normalized; /* substitutions made by the normalization rules */
+} hx_prepared;
+
+typedef struct hx_prepare_ctx hx_prepare_ctx;
+
+/* template_name: "chatml", "llama2", "llama3", "raw", or NULL to pick from
+ * the model's tokenizer.chat_template text (chat_template_meta, may be NULL
+ * or ""). normalize: a comma-separated rule list ("" for none). Unknown
+ * names are ENG_ERR_ARG with a message naming the flag. tok is borrowed. */
+int  hx_prepare_ctx_new(const eng_tokenizer *tok, const char *template_name, const char *chat_template_meta,
+                        const char *normalize, hx_prepare_ctx **out, char *err, size_t errlen);
+void hx_prepare_ctx_free(hx_prepare_ctx *c);  /* accepts NULL */
+const char *hx_prepare_template_name(const hx_prepare_ctx *c);
+const char *hx_prepare_normalize_names(const hx_prepare_ctx *c);
+
+/* Prepares r: applies the normalization rules to r IN PLACE (the stored
+ * miss text then shows what the server saw), renders and tokenizes. r must
+ * outlive out. Returns ENG_OK, ENG_ERR_ARG (message names the transcript
+ * line) or ENG_ERR_NOMEM; out is zeroed on failure. */
+int  hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, size_t errlen);
+void hx_prepared_free(hx_prepared *p);  /* accepts NULL and zeroed */
+
+/* Describes where byte lies in p's rendered prompt: "system block 0",
+ * "tool 2 (Edit)", "message 3 (user) block 0 (tool_result)", ... */
+void hx_prepared_where(const hx_prepared *p, int64_t byte, char *buf, size_t cap);
+
+#endif /* HX_PREPARE_H */

@@ -1,0 +1,406 @@
+/*
+ * harness/transcripts/import.c: the importer registry and what every
+ * importer shares: line and JSON helpers, sessions by key with responses
+ * from the next request (anthropic, openai), the --system-file/--tools-file
+ * overrides and the entry points (rules in import.h, docs/transcripts.md).
+ *
+ * One importer per file under transcripts/importers/ (importer.h): it turns
+ * its input into hx_requests with the shared JSON rules of transcript.c
+ * (blocks, messages, tools).
+ * Invariants: output requests are in input order; turns count from 0 per
+ * session; nothing in the input can make an importer crash or loop.
+ */
+#include "import.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "importer.h"
+#include "normalize.h"
+#include "status.h"
+#include "util.h"
+
+// ----------------------------------------------------------------------------
+// The registry: one line per importer. X(id) names hx_importer_<id>, defined
+// in transcripts/importers/<id>.c; the order is --help's, and the first four
+// are the values of hx_import_format (import.h).
+
+#define HX_IMPORTER_LIST(X) \
+    X(anthropic)            \
+    X(openai)               \
+    X(claude_code)          \
+    X(swe_agent)            \
+    /* one line per importer, above this one */
+
+#define DECLARE(id) extern const hx_importer hx_importer_##id;
+#define ENTRY(id) &hx_importer_##id,
+HX_IMPORTER_LIST(DECLARE)
+const hx_importer *const hx_importers[] = {HX_IMPORTER_LIST(ENTRY) NULL};
+
+const hx_importer *hx_importer_at(int format) {
+    for (int i = 0; hx_importers[i]; i++)
+        if (i == format) return hx_importers[i];
+    return NULL;
+}
+
+int hx_import_format_from_name(const char *name) {
+    for (int i = 0; name && hx_importers[i]; i++)
+        if (!strcmp(name, hx_importers[i]->name)) return i;
+    return ENG_ERR_NOT_FOUND;
+}
+
+const char *hx_import_format_name(hx_import_format f) {
+    const hx_importer *imp = hx_importer_at((int)f);
+    return imp ? imp->name : "?";
+}
+
+void hx_imp_fieldf(char *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, HX_IMP_FIELD_MAX, fmt, ap);
+    va_end(ap);
+}
+
+// ----------------------------------------------------------------------------
+// Small helpers: lines, JSON, session names
+
+/* Next non-blank line of data: [*s, *s + *len) without "\r\n"; false at the end. */
+bool hx_imp_next_line(const char *data, size_t n, size_t *pos, int64_t *lineno, const char **s, size_t *len) {
+    while (*pos < n) {
+        const char *p = data + *pos;
+        const char *nl = memchr(p, '\n', n - *pos);
+        size_t l = nl ? (size_t)(nl - p) : n - *pos;
+        *pos += l + (nl ? 1 : 0);
+        (*lineno)++;
+        if (l > 0 && p[l - 1] == '\r') l--;
+        bool blank = true;
+        for (size_t i = 0; i < l && blank; i++)
+            if (p[i] != ' ' && p[i] != '\t') blank = false;
+        if (blank) continue;
+        *s = p;
+        *len = l;
+        return true;
+    }
+    return false;
+}
+
+json_t *hx_imp_load_line(const char *s, size_t len, const char *path, int64_t line, char *err, size_t errlen) {
+    json_error_t je;
+    json_t *j = json_loadb(s, len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        hx_errf_at(err, errlen, path, line, NULL, "invalid JSON at column %d: %s", je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        hx_errf_at(err, errlen, path, line, NULL, "expected a JSON object");
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* The file name of path without directories and without its last extension. */
+void hx_imp_base_name(const char *path, char *out, size_t n) {
+    const char *b = strrchr(path ? path : "", '/');
+    b = b ? b + 1 : (path ? path : "");
+    snprintf(out, n, "%s", *b ? b : "import");
+    char *dot = strrchr(out, '.');
+    if (dot && dot != out) *dot = '\0';
+}
+
+void hx_imp_free_blocks(hx_block *b, int32_t n) {
+    for (int32_t i = 0; i < n; i++) hx_block_free(&b[i]);
+    free(b);
+}
+
+void hx_imp_free_tools(hx_tool *t, int32_t n) {
+    for (int32_t i = 0; i < n; i++) hx_tool_free(&t[i]);
+    free(t);
+}
+
+int hx_imp_push_msg(hx_request *q, hx_message *m) {
+    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
+    if (!nm) return ENG_ERR_NOMEM;
+    q->messages = nm;
+    nm[q->n_messages++] = *m;
+    memset(m, 0, sizeof *m);
+    return ENG_OK;
+}
+
+/* Appends copies of src's blocks to dst. */
+int hx_imp_append_blocks(hx_message *dst, const hx_message *src) {
+    for (int32_t i = 0; i < src->n_blocks; i++) {
+        hx_block b;
+        if (hx_block_copy(&b, &src->blocks[i])) return ENG_ERR_NOMEM;
+        if (hx_message_push_block(dst, &b)) {
+            hx_block_free(&b);
+            return ENG_ERR_NOMEM;
+        }
+    }
+    return ENG_OK;
+}
+
+
+void hx_imp_standin_free(hx_imp_standin *s) {
+    hx_imp_free_blocks(s->system, s->n_system);
+    hx_imp_free_tools(s->tools, s->n_tools);
+    memset(s, 0, sizeof *s);
+}
+
+int hx_imp_standin_apply(const hx_imp_standin *s, hx_request *q, const char *req_id) {
+    if (s->n_system) {
+        if (!(q->system = calloc((size_t)s->n_system, sizeof *q->system))) return ENG_ERR_NOMEM;
+        for (int32_t i = 0; i < s->n_system; i++, q->n_system++)
+            if (hx_block_copy(&q->system[i], &s->system[i])) return ENG_ERR_NOMEM;
+        if (s->billing && req_id) {
+            char text[128];
+            uint64_t h = XXH3_64bits(req_id, strlen(req_id));
+            snprintf(text, sizeof text, "x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=%05llx;",
+                     (unsigned long long)(h >> 44));
+            free(q->system[0].text);
+            if (!(q->system[0].text = hx_strdup(text))) return ENG_ERR_NOMEM;
+        }
+    }
+    if (s->n_tools) {
+        if (!(q->tools = calloc((size_t)s->n_tools, sizeof *q->tools))) return ENG_ERR_NOMEM;
+        for (int32_t i = 0; i < s->n_tools; i++, q->n_tools++)
+            if (hx_tool_copy(&q->tools[i], &s->tools[i])) return ENG_ERR_NOMEM;
+    }
+    return ENG_OK;
+}
+
+// ----------------------------------------------------------------------------
+// Sessions by key, responses from the next request (anthropic, openai)
+
+static void key_block(eng_buf *k, const hx_block *b, int *rc) {
+    char *t = hx_strdup(b->text);
+    if (!t) { *rc = ENG_ERR_NOMEM; return; }
+    if (hx_normalize_cch_text(&t, 0) < 0) *rc = ENG_ERR_NOMEM;
+    if (eng_buf_printf(k, "%d\x1f%s\x1f%s\x1f%s\x1f%s\x1f%d\x1e", (int)b->type, t, b->id ? b->id : "",
+                       b->name ? b->name : "", b->input ? b->input : "", (int)b->is_error))
+        *rc = ENG_ERR_NOMEM;
+    free(t);
+}
+
+/* The session key of q: normalized system blocks + the first non-system message. */
+static char *session_key(const hx_request *q) {
+    eng_buf k = {0};
+    int rc = ENG_OK;
+    for (int32_t i = 0; i < q->n_system; i++) key_block(&k, &q->system[i], &rc);
+    if (eng_buf_append(&k, "\x1d", 1)) rc = ENG_ERR_NOMEM;
+    for (int32_t m = 0; m < q->n_messages; m++) {
+        if (q->messages[m].role == HX_ROLE_SYSTEM) continue;
+        if (eng_buf_printf(&k, "%d\x1d", (int)q->messages[m].role)) rc = ENG_ERR_NOMEM;
+        for (int32_t b = 0; b < q->messages[m].n_blocks; b++) key_block(&k, &q->messages[m].blocks[b], &rc);
+        break;
+    }
+    if (rc) {
+        eng_buf_free(&k);
+        return NULL;
+    }
+    return k.data;
+}
+
+typedef struct linker {
+    hx_strmap keys;      /* session key -> session index */
+    int32_t  *last;      /* (n) index in out->reqs of each session's latest request */
+    int32_t  *turns;     /* (n) next turn of each session */
+    int32_t   n;
+} linker;
+
+static void linker_free(linker *L) {
+    hx_strmap_free(&L->keys);
+    free(L->last);
+    free(L->turns);
+    memset(L, 0, sizeof *L);
+}
+
+static bool extends(const hx_request *prev, const hx_request *next) {
+    if (next->n_messages <= prev->n_messages) return false;
+    for (int32_t i = 0; i < prev->n_messages; i++)
+        if (!hx_message_equal(&prev->messages[i], &next->messages[i])) return false;
+    return next->messages[prev->n_messages].role == HX_ROLE_ASSISTANT;
+}
+
+/* Assigns q a session and turn, links the previous request's response, and
+ * pushes q onto out (taking it). */
+static int link_push(linker *L, hx_transcript *out, hx_request *q, const char *prefix) {
+    char *key = session_key(q);
+    if (!key) return ENG_ERR_NOMEM;
+    int64_t s;
+    int rc = ENG_OK;
+    if (!hx_strmap_get(&L->keys, key, &s)) {
+        int32_t *nl = realloc(L->last, (size_t)(L->n + 1) * sizeof *nl);
+        if (nl) L->last = nl;
+        int32_t *nt = realloc(L->turns, (size_t)(L->n + 1) * sizeof *nt);
+        if (nt) L->turns = nt;
+        if (!nl || !nt || hx_strmap_put(&L->keys, key, L->n)) {
+            free(key);
+            return ENG_ERR_NOMEM;
+        }
+        s = L->n++;
+        L->last[s] = -1;
+        L->turns[s] = 0;
+    }
+    free(key);
+    char name[512];
+    snprintf(name, sizeof name, "%s-%lld", prefix, (long long)s);
+    free(q->session);
+    if (!(q->session = hx_strdup(name))) return ENG_ERR_NOMEM;
+    q->turn = L->turns[s]++;
+    if (L->last[s] >= 0) {
+        hx_request *prev = &out->reqs[L->last[s]];
+        if (extends(prev, q)) {
+            hx_message_free(&prev->response);
+            if ((rc = hx_message_copy(&prev->response, &q->messages[prev->n_messages]))) return rc;
+        }
+    }
+    if ((rc = hx_transcript_push(out, q))) return rc;
+    L->last[s] = out->n - 1;
+    return ENG_OK;
+}
+
+int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
+                  int64_t *n_skipped, hx_imp_request_fn request, char *err, size_t errlen) {
+    char prefix[256];
+    if (o->session) snprintf(prefix, sizeof prefix, "%s", o->session);
+    else hx_imp_base_name(path, prefix, sizeof prefix);
+    linker L = {0};
+    size_t pos = 0;
+    int64_t lineno = 0;
+    const char *s;
+    size_t len;
+    int rc = ENG_OK;
+    while (hx_imp_next_line(data, n, &pos, &lineno, &s, &len)) {
+        json_t *j = hx_imp_load_line(s, len, path, lineno, err, errlen);
+        hx_request q;
+        rc = ENG_ERR_FORMAT;
+        if (j) {
+            rc = request(j, path, lineno, &q, err, errlen);
+            json_decref(j);
+        }
+        if (rc == ENG_ERR_FORMAT && o->skip_bad) {
+            (*n_skipped)++;
+            rc = ENG_OK;
+            continue;
+        }
+        if (rc) break;
+        if ((rc = link_push(&L, out, &q, prefix))) {
+            hx_request_free(&q);
+            break;
+        }
+    }
+    linker_free(&L);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// Overrides (--system-file, --tools-file) and entry points
+
+static int load_overrides(const hx_import_opts *o, hx_imp_standin *s, char *err, size_t errlen) {
+    char *data = NULL;
+    size_t n = 0;
+    int rc = ENG_OK;
+    if (o->system_file) {
+        if ((rc = eng_read_file(o->system_file, &data, &n, err, errlen))) return rc;
+        size_t i = 0;
+        while (i < n && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) i++;
+        json_error_t je;
+        json_t *j = (i < n && (data[i] == '[' || data[i] == '"')) ? json_loadb(data, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je) : NULL;
+        if (j) {
+            rc = hx_system_from_json(j, o->system_file, 0, "system", &s->system, &s->n_system, err, errlen);
+            json_decref(j);
+        } else if (memchr(data, '\0', n)) {
+            hx_errf_at(err, errlen, o->system_file, 0, NULL, "contains a NUL byte");
+            rc = ENG_ERR_FORMAT;
+        } else if (!(s->system = calloc(1, sizeof *s->system)) ||
+                   hx_block_init(&s->system[0], HX_BLOCK_TEXT, data, NULL, NULL, NULL, false)) {
+            rc = ENG_ERR_NOMEM;
+        } else {
+            s->n_system = 1;
+        }
+        free(data);
+        if (rc) return rc;
+    }
+    if (o->tools_file) {
+        if ((rc = eng_read_file(o->tools_file, &data, &n, err, errlen))) return rc;
+        json_error_t je;
+        json_t *j = json_loadb(data, n, JSON_REJECT_DUPLICATES, &je);
+        free(data);
+        if (!j) {
+            hx_errf_at(err, errlen, o->tools_file, je.line, NULL, "invalid JSON at column %d: %s", je.column, je.text);
+            return ENG_ERR_FORMAT;
+        }
+        rc = hx_tools_from_json(j, o->tools_file, 0, "tools", &s->tools, &s->n_tools, err, errlen);
+        json_decref(j);
+        if (rc) return rc;
+        if (s->n_tools == 0) s->tools = (free(s->tools), NULL);
+    }
+    return ENG_OK;
+}
+
+int hx_import_buffer(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
+                     int64_t *n_skipped, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    int64_t skipped_local = 0;
+    if (!n_skipped) n_skipped = &skipped_local;
+    *n_skipped = 0;
+    if (!path) path = "-";
+    hx_imp_standin si = {0};
+    int rc = load_overrides(o, &si, err, errlen);
+    if (rc) {
+        hx_imp_standin_free(&si);
+        return rc;
+    }
+    if (!(out->path = hx_strdup(path))) {
+        hx_imp_standin_free(&si);
+        return ENG_ERR_NOMEM;
+    }
+    const hx_importer *imp = hx_importer_at(o->format);
+    if (imp) {
+        rc = imp->import(o, path, data, n, out, n_skipped, &si, err, errlen);
+    } else {
+        eng_errf(err, errlen, "import: unknown format %d", (int)o->format);
+        rc = ENG_ERR_ARG;
+    }
+    /* overrides replace the system prompt / tools of formats that carry their own */
+    if (rc == ENG_OK && !imp->own_prefix && (o->system_file || o->tools_file)) {
+        for (int32_t i = 0; i < out->n && rc == ENG_OK; i++) {
+            hx_request *q = &out->reqs[i];
+            hx_imp_standin part = si;
+            if (o->system_file) {
+                hx_imp_free_blocks(q->system, q->n_system);
+                q->system = NULL, q->n_system = 0;
+            } else {
+                part.n_system = 0;
+            }
+            if (o->tools_file) {
+                hx_imp_free_tools(q->tools, q->n_tools);
+                q->tools = NULL, q->n_tools = 0;
+            } else {
+                part.n_tools = 0;
+            }
+            rc = hx_imp_standin_apply(&part, q, NULL);
+        }
+    }
+    hx_imp_standin_free(&si);
+    if (rc) hx_transcript_free(out);
+    return rc;
+}
+
+int hx_import_file(const hx_import_opts *o, const char *path, hx_transcript *out, int64_t *n_skipped, char *err,
+                   size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (n_skipped) *n_skipped = 0;
+    char *data = NULL;
+    size_t n = 0;
+    int rc = eng_read_file(path, &data, &n, err, errlen);
+    if (rc) return rc;
+    rc = hx_import_buffer(o, path, data, n, out, n_skipped, err, errlen);
+    free(data);
+    return rc;
+}

@@ -1,0 +1,194 @@
+/*
+ * harness/transcripts/transcript.h: kvreplay transcript format v1 (docs/transcripts.md).
+ *
+ * A transcript is JSONL, one request (one model call) per line, in replay
+ * order. Every line is self-contained: the whole prompt of that call (system
+ * blocks, tool definitions, messages) plus the recorded response, so a
+ * request can be rendered without looking at earlier lines. A line either
+ * has structured `messages` (rendered through a chat template), or a raw
+ * `prompt` string, or pre-tokenized `tokens`.
+ *
+ * Invariant after hx_transcript_read: every string field is non-NULL where
+ * documented below, block types are valid, tool_use inputs and tool schemas
+ * are canonical JSON (compact, keys sorted) so rendering is deterministic.
+ * All memory is owned by the hx_transcript and released by hx_transcript_free.
+ */
+#ifndef HX_TRANSCRIPT_H
+#define HX_TRANSCRIPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum hx_block_type {
+    HX_BLOCK_TEXT        = 0,  /* text */
+    HX_BLOCK_THINKING    = 1,  /* text = the thinking */
+    HX_BLOCK_TOOL_USE    = 2,  /* id, name, input (canonical JSON object) */
+    HX_BLOCK_TOOL_RESULT = 3,  /* id = tool_use_id, text = flattened content, is_error */
+    HX_BLOCK_IMAGE       = 4,  /* text = a placeholder such as "[image]" */
+} hx_block_type;
+
+typedef enum hx_role {
+    HX_ROLE_SYSTEM    = 0,
+    HX_ROLE_USER      = 1,
+    HX_ROLE_ASSISTANT = 2,
+    HX_ROLE_TOOL      = 3,  /* OpenAI-style tool message: one TOOL_RESULT block */
+} hx_role;
+
+typedef struct hx_block {
+    hx_block_type type;
+    char *text;      /* never NULL ("" when the type has none) */
+    char *id;        /* tool_use id / tool_result tool_use_id; NULL otherwise */
+    char *name;      /* tool_use name; NULL otherwise */
+    char *input;     /* tool_use input as canonical JSON; NULL otherwise */
+    bool  is_error;  /* tool_result only */
+} hx_block;
+
+typedef struct hx_message {
+    hx_role   role;
+    hx_block *blocks;
+    int32_t   n_blocks;
+} hx_message;
+
+typedef struct hx_tool {
+    char *name;         /* never NULL */
+    char *description;  /* never NULL ("" when absent) */
+    char *schema;       /* input schema as canonical JSON ("{}" when absent) */
+} hx_tool;
+
+typedef struct hx_request {
+    char      *session;      /* never NULL */
+    int32_t    turn;         /* >= 0, increasing within a session */
+    int64_t    line;         /* 1-based line in the source file (for messages) */
+    hx_block  *system;       /* system prompt blocks in order (TEXT), may be 0 */
+    int32_t    n_system;
+    hx_tool   *tools;
+    int32_t    n_tools;
+    hx_message *messages;    /* the conversation before the call */
+    int32_t    n_messages;
+    hx_message response;     /* the recorded assistant turn (role ASSISTANT); n_blocks may be 0 */
+    char      *prompt;       /* raw prompt text, or NULL */
+    int32_t   *tokens;       /* pre-tokenized prompt, or NULL */
+    int32_t    n_tokens;
+    char      *response_text; /* raw response text (with prompt/tokens), or NULL */
+} hx_request;
+
+typedef struct hx_transcript {
+    char       *path;
+    hx_request *reqs;
+    int32_t     n;
+} hx_transcript;
+
+/* Reads a transcript v1 file. A bad line is ENG_ERR_FORMAT with err
+ * "FILE:LINE: FIELD: what is wrong" unless skip_bad, in which case it is
+ * skipped and counted in *n_skipped (may be NULL). Returns ENG_OK,
+ * ENG_ERR_IO, ENG_ERR_FORMAT or ENG_ERR_NOMEM. *out is zeroed on failure. */
+int  hx_transcript_read(const char *path, bool skip_bad, hx_transcript *out, int64_t *n_skipped,
+                        char *err, size_t errlen);
+/* Parses one line (len bytes, no newline needed); same error contract, with
+ * path and line used in the message. */
+int  hx_request_parse(const char *json, size_t len, const char *path, int64_t line,
+                      hx_request *out, char *err, size_t errlen);
+/* Writes t as transcript v1, atomically (temp file, fsync, rename). */
+int  hx_transcript_write(const char *path, const hx_transcript *t, char *err, size_t errlen);
+void hx_transcript_free(hx_transcript *t);  /* accepts NULL and zeroed */
+void hx_request_free(hx_request *r);        /* accepts NULL */
+
+/* Appends r to t (takes ownership of r's contents; r is zeroed). */
+int  hx_transcript_push(hx_transcript *t, hx_request *r);
+
+/* ==========================================================================
+ * Additions by the transcript module (beyond the lead's contract above).
+ * They are shared with the importers (harness/transcripts/import.c), the synthetic
+ * generator (harness/transcripts/synth_transcript.c) and the templates.
+ * ======================================================================== */
+
+struct json_t;  /* jansson's json_t */
+
+/* What a request carries: structured messages (rendered by a chat template),
+ * a raw prompt string, or pre-tokenized ids. */
+typedef enum hx_request_kind {
+    HX_REQUEST_MESSAGES = 0,
+    HX_REQUEST_PROMPT   = 1,
+    HX_REQUEST_TOKENS   = 2,
+} hx_request_kind;
+
+hx_request_kind hx_request_kind_of(const hx_request *r);  /* r must not be NULL */
+
+/* Parses a whole transcript held in memory (data need not be NUL-terminated);
+ * same contract as hx_transcript_read, with path used in messages and copied
+ * into out->path (may be NULL: "-" is used). Blank lines are skipped. */
+int  hx_transcript_parse(const char *data, size_t n, const char *path, bool skip_bad,
+                         hx_transcript *out, int64_t *n_skipped, char *err, size_t errlen);
+/* Serializes t exactly as hx_transcript_write writes it: one canonical line
+ * per request, each ending in '\n'. *out is malloc'd (caller frees), *n its
+ * length. Returns ENG_OK, ENG_ERR_FORMAT (a string is not valid UTF-8; err
+ * names the request) or ENG_ERR_NOMEM. */
+int  hx_transcript_serialize(const hx_transcript *t, char **out, size_t *n, char *err, size_t errlen);
+
+/* Error message helper: "PATH:LINE: FIELD: <fmt>" ("PATH: FIELD: ..." when
+ * line <= 0, no "FIELD: " when field is NULL or empty). err may be NULL. */
+void hx_errf_at(char *err, size_t errlen, const char *path, int64_t line, const char *field,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* JSON -> structures, with the v1 rules (docs/transcripts.md), shared with
+ * the importers. `field` is the JSON path of j used in error messages
+ * (e.g. "messages[3].content[0]"). On failure *out is left zeroed/freed and
+ * ENG_ERR_FORMAT or ENG_ERR_NOMEM is returned with a message in err. */
+int  hx_block_from_json(const struct json_t *j, const char *path, int64_t line, const char *field,
+                        hx_block *out, char *err, size_t errlen);
+/* content: a string (one TEXT block) or an array of blocks. */
+int  hx_blocks_from_json(const struct json_t *content, const char *path, int64_t line,
+                         const char *field, hx_block **out, int32_t *n, char *err, size_t errlen);
+/* A message object {"role","content"} (role tool: see docs). */
+int  hx_message_from_json(const struct json_t *j, const char *path, int64_t line, const char *field,
+                          hx_message *out, char *err, size_t errlen);
+/* system: a string (one TEXT block), an array of text blocks, or null (none). */
+int  hx_system_from_json(const struct json_t *j, const char *path, int64_t line, const char *field,
+                         hx_block **out, int32_t *n, char *err, size_t errlen);
+/* tools: an array of {"name","description","input_schema"}; also accepts the
+ * OpenAI shape {"type":"function","function":{"name","description","parameters"}}. */
+int  hx_tools_from_json(const struct json_t *j, const char *path, int64_t line, const char *field,
+                        hx_tool **out, int32_t *n, char *err, size_t errlen);
+/* Canonical JSON text of j (compact, keys sorted, UTF-8 kept): malloc'd, NULL on OOM. */
+char *hx_json_canonical(const struct json_t *j);
+/* Canonicalizes a JSON text: parses it (must be valid JSON of any type) and
+ * returns hx_json_canonical of it, or NULL when invalid or out of memory. */
+char *hx_json_canonical_text(const char *json, size_t len);
+
+/* Structure helpers. Copies are deep; *_free accept NULL and zeroed values
+ * and leave the object zeroed. All return ENG_OK or ENG_ERR_NOMEM unless noted. */
+char *hx_strdup(const char *s);  /* NULL when s is NULL or out of memory */
+/* Fills b with copies of the strings (NULL id/name/input allowed; text NULL
+ * means ""). For TOOL_USE, input is canonicalized (NULL means "{}"), and an
+ * input that is not a JSON object gives ENG_ERR_FORMAT. */
+int  hx_block_init(hx_block *b, hx_block_type type, const char *text, const char *id,
+                   const char *name, const char *input, bool is_error);
+int  hx_block_copy(hx_block *dst, const hx_block *src);
+void hx_block_free(hx_block *b);
+int  hx_message_copy(hx_message *dst, const hx_message *src);
+void hx_message_free(hx_message *m);
+/* Appends *b to m, taking ownership of its strings (b is zeroed). */
+int  hx_message_push_block(hx_message *m, hx_block *b);
+bool hx_block_equal(const hx_block *a, const hx_block *b);
+bool hx_message_equal(const hx_message *a, const hx_message *b);
+int  hx_tool_copy(hx_tool *dst, const hx_tool *src);
+void hx_tool_free(hx_tool *t);
+int  hx_request_copy(hx_request *dst, const hx_request *src);
+/* Deep equality of everything a request renders from plus session and turn
+ * (the source line is ignored). */
+bool hx_request_equal(const hx_request *a, const hx_request *b);
+const char *hx_role_name(hx_role r);              /* "user", ...; "?" when out of range */
+const char *hx_block_type_name(hx_block_type t);  /* "text", ...; "?" when out of range */
+
+/* A small string -> int64 hash map (open addressing, keys copied). */
+typedef struct hx_strmap {
+    char   **keys;  /* (cap) NULL = empty slot */
+    int64_t *vals;  /* (cap) */
+    size_t   cap, n;
+} hx_strmap;
+int  hx_strmap_put(hx_strmap *m, const char *key, int64_t val);  /* insert or overwrite */
+bool hx_strmap_get(const hx_strmap *m, const char *key, int64_t *val);  /* val may be NULL */
+void hx_strmap_free(hx_strmap *m);
+
+#endif /* HX_TRANSCRIPT_H */
