@@ -75,6 +75,11 @@ const char *eng_synth_arch_name(int32_t i) {
     return NULL;
 }
 
+unsigned eng_synth_arch_groups(const char *arch) {
+    const eng_synth_arch *a = eng_synth_arch_find(arch, NULL);
+    return a ? a->groups : 0;
+}
+
 const char *eng_synth_gguf_arch(const char *arch) {
     const char *g = NULL;
     return eng_synth_arch_find(arch, &g) ? g : NULL;
@@ -373,7 +378,7 @@ int eng_synth_to_buffer(const eng_synth_params *in, void **buf, size_t *n, char 
     preset_label(p, label, sizeof label);
     if (p->name) snprintf(name, sizeof name, "%s", p->name);
     else if (!strcmp(arch->name, "llama")) snprintf(name, sizeof name, "kvreplay-synth-%s", label);
-    else snprintf(name, sizeof name, "kvreplay-synth-%s-%s", arch->name, label);
+    else snprintf(name, sizeof name, "kvreplay-synth-%s-%s", arch->label ? arch->label : arch->name, label);
     eng_gguf_writer *w = c.w;
     rc = eng_gguf_writer_set_str(w, "general.architecture", c.gguf_arch);
     if (!rc) rc = eng_gguf_writer_set_str(w, "general.name", name);

@@ -93,6 +93,19 @@ extern const char *const eng_synth_preset_names[];
 /* The i-th synth architecture name (registered by the layer kinds), NULL past the last. */
 const char *eng_synth_arch_name(int32_t i);
 
+/* Parameter groups of eng_synth_params an architecture uses; eng_synth_to_buffer
+ * zeroes the others (and `model synth` refuses their flags). */
+enum eng_synth_group {
+    ENG_SYNTH_HEADS = 1 << 0,  /* n_head, n_head_kv, n_rot */
+    ENG_SYNTH_FF    = 1 << 1,  /* n_ff */
+    ENG_SYNTH_SWA   = 1 << 2,  /* n_swa */
+    ENG_SYNTH_EVERY = 1 << 3,  /* attn_every */
+    ENG_SYNTH_SSM   = 1 << 4,  /* ssm_* */
+    ENG_SYNTH_WKV   = 1 << 5,  /* wkv_head_size, lora_* */
+};
+/* The groups of synth architecture arch (a mask of eng_synth_group), 0 when unknown. */
+unsigned eng_synth_arch_groups(const char *arch);
+
 /* Builds the model into a malloc'd buffer (caller frees *buf). Returns ENG_OK,
  * ENG_ERR_ARG (bad params: err names the field), ENG_ERR_UNSUPPORTED (arch),
  * ENG_ERR_IO / ENG_ERR_FORMAT / ENG_ERR_NOT_FOUND (the vocabulary file) or

@@ -36,15 +36,14 @@ struct synth_ctx {
 };
 typedef struct synth_ctx synth_ctx;
 
-/* Parameter groups an architecture uses; the others are zeroed (and a
- * flag setting them is a usage error in the CLI). */
+/* Parameter groups an architecture uses (synth.h's eng_synth_group). */
 enum {
-    SY_HEADS = 1 << 0,  /* n_head, n_head_kv, n_rot */
-    SY_FF    = 1 << 1,  /* n_ff */
-    SY_SWA   = 1 << 2,  /* n_swa */
-    SY_EVERY = 1 << 3,  /* attn_every */
-    SY_SSM   = 1 << 4,  /* ssm_* */
-    SY_WKV   = 1 << 5,  /* wkv_head_size, lora_* */
+    SY_HEADS = ENG_SYNTH_HEADS,
+    SY_FF    = ENG_SYNTH_FF,
+    SY_SWA   = ENG_SYNTH_SWA,
+    SY_EVERY = ENG_SYNTH_EVERY,
+    SY_SSM   = ENG_SYNTH_SSM,
+    SY_WKV   = ENG_SYNTH_WKV,
 };
 
 /* The shape of one preset of an architecture. */
@@ -57,6 +56,7 @@ typedef struct eng_synth_shape {
 
 struct eng_synth_arch {
     const char *name;      /* --arch */
+    const char *label;     /* the arch in general.name when not name (NULL: name) */
     unsigned    groups;    /* SY_* */
     bool        tied;      /* no output.weight: the head is token_embd */
     bool        ln_bias;   /* output_norm.bias, token_embd_norm.weight/.bias (layer-norm archs) */

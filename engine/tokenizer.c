@@ -2077,6 +2077,23 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
     return rc;
 }
 
+int32_t *eng_tokenize_alloc(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                            bool parse_special, int32_t *n) {
+    int32_t cap = len < (size_t)INT32_MAX / 8 ? (int32_t)len + 16 : INT32_MAX / 2;
+    for (;;) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) return NULL;
+        const int32_t k = eng_tokenize(t, text, len, add_bos, add_eos, parse_special, ids, cap, NULL);
+        if (k >= 0) {
+            *n = k;
+            return ids;
+        }
+        free(ids);
+        if (k == TOK_FAIL) return NULL;
+        cap = -k;
+    }
+}
+
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;

@@ -65,6 +65,11 @@ bool    eng_tokenizer_add_eos(const eng_tokenizer *t);
 int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool add_bos,
                      bool add_eos, bool parse_special, int32_t *out, int32_t cap, int32_t *offsets);
 
+/* eng_tokenize into a malloc'd array of the right size (caller frees): the
+ * ids, their count in *n. NULL when memory runs out or tokenizing fails. */
+int32_t *eng_tokenize_alloc(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                            bool parse_special, int32_t *n);
+
 /* Decodes ids to text: the exact inverse of eng_tokenize without BOS/EOS
  * where one exists (SPM strips the dummy-prefix space of the first piece).
  * Control tokens are rendered as their text when render_special, else omitted.

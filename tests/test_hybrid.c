@@ -40,6 +40,7 @@
 #include "swa.h"
 #include "model.h"
 #include "status.h"
+#include "runcli.h"
 #include "seqcheck.h"
 #include "synth.h"
 
@@ -705,21 +706,15 @@ static void cohere2_with_an_output_tensor_is_refused_naming_it(void **state) {
 // ----------------------------------------------------------------------------
 // The CLI
 
-static const char *kvreplay_bin(void) {
-    static char bin[256];
-    const char *b = getenv("BUILD");
-    snprintf(bin, sizeof bin, "%s/kvreplay", b ? b : "build");
-    return access(bin, X_OK) == 0 ? bin : NULL;
-}
+#define kvreplay_bin kvr_bin
 
 static json_t *run_json(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
+    char *out = NULL;
+    assert_int_equal(kvr_run(cmd, &out, NULL), 0);
     json_error_t je;
-    json_t *o = json_loadf(f, 0, &je);
-    int st = pclose(f);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    json_t *o = json_loads(out ? out : "", 0, &je);
     if (!o) fail_msg("%s: not JSON: %s", cmd, je.text);
+    free(out);
     return o;
 }
 

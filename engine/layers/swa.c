@@ -609,9 +609,10 @@ static const eng_synth_arch cohere2_synth = {
 };
 
 /* kvreplay-swa, the pre-cohere2 synthetic SWA architecture: kept so that
- * old files and results can be made again (`--arch kvreplay-swa`). */
+ * old files and results can be made again, byte for byte (`--arch
+ * kvreplay-swa`; general.name keeps "swa" as those files have it). */
 static const eng_synth_arch kvreplay_swa_synth = {
-    .name = "kvreplay-swa", .groups = SY_HEADS | SY_FF | SY_SWA | SY_EVERY,
+    .name = "kvreplay-swa", .label = "swa", .groups = SY_HEADS | SY_FF | SY_SWA | SY_EVERY,
     .check = swa_synth_check, .meta = kvreplay_swa_synth_meta, .layer = kvreplay_swa_synth_layer,
     .presets = {
         {.D = 64, .L = 2, .H = 4, .G = 2, .F = 176, .ctx = 4096, .W = 40, .every = 2},
