@@ -313,12 +313,7 @@ static bool attn_compare(const eng_model *m, int32_t il, const void *va, const v
         const float *rb = part ? mb->v : mb->k;
         for (int32_t p = 0; p < n; p++) {
             const int64_t i = eng_first_diff(ra + p * ge, rb + p * ge, ge);
-            if (i >= 0) {
-                out->part = part ? ENG_SEQ_PART_V : ENG_SEQ_PART_K;
-                out->pos = p;
-                out->index = i;
-                return true;
-            }
+            if (i >= 0) return eng_diff_found(out, part ? ENG_SEQ_PART_V : ENG_SEQ_PART_K, p, i);
         }
     }
     return false;

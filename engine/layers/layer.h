@@ -216,4 +216,12 @@ int eng_grow(float **buf, int64_t *cap, int64_t n);
 /* First differing float (by bytes) of two arrays of n floats, or -1. */
 int64_t eng_first_diff(const float *a, const float *b, int64_t n);
 
+/* A compare op's finding: fills out (part, pos, index) and returns true. */
+static inline bool eng_diff_found(eng_seq_diff *out, eng_seq_part part, int32_t pos, int64_t index) {
+    out->part = part;
+    out->pos = pos;
+    out->index = index;
+    return true;
+}
+
 #endif /* ENG_LAYER_H */

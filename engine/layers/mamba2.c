@@ -588,10 +588,7 @@ static bool mamba2_compare(const eng_model *m, int32_t il, const void *va, const
     const int64_t ns = eng_ssm_state_floats_ssm(hp), nc = eng_ssm_state_floats_conv(hp);
     int64_t i = eng_first_diff(a->ssm, b->ssm, ns);
     if (i < 0 && (i = eng_first_diff(a->conv, b->conv, nc)) >= 0) i += ns;
-    if (i < 0) return false;
-    out->part = ENG_SEQ_PART_STATE;
-    out->index = i;
-    return true;
+    return i >= 0 && eng_diff_found(out, ENG_SEQ_PART_STATE, -1, i);
 }
 
 /* Serialised and checkpointed alike: the recurrent state, then the conv state. */

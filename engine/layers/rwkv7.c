@@ -607,10 +607,7 @@ static bool rwkv7_compare(const eng_model *m, int32_t il, const void *va, const 
     const int64_t i = eng_first_diff(((const eng_rwkv7_state *)va)->shift_att,
                                      ((const eng_rwkv7_state *)vb)->shift_att,
                                      (int64_t)(state_bytes(m, il) / sizeof(float)));
-    if (i < 0) return false;
-    out->part = ENG_SEQ_PART_STATE;
-    out->index = i;
-    return true;
+    return i >= 0 && eng_diff_found(out, ENG_SEQ_PART_STATE, -1, i);
 }
 
 static size_t rwkv7_state_size(const eng_model *m, int32_t il, const void *v, int32_t n) { return state_bytes(m, il); }

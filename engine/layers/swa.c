@@ -428,12 +428,7 @@ static bool swa_compare(const eng_model *m, int32_t il, const void *va, const vo
             const float *ra = part ? eng_swa_v(wa, p) : eng_swa_k(wa, p);
             const float *rb = part ? eng_swa_v(wb, p) : eng_swa_k(wb, p);
             const int64_t i = eng_first_diff(ra, rb, ge);
-            if (i >= 0) {
-                out->part = part ? ENG_SEQ_PART_V : ENG_SEQ_PART_K;
-                out->pos = p;
-                out->index = i;
-                return true;
-            }
+            if (i >= 0) return eng_diff_found(out, part ? ENG_SEQ_PART_V : ENG_SEQ_PART_K, p, i);
         }
     return false;
 }
