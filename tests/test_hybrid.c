@@ -568,8 +568,13 @@ static void synthetic_archs_carry_the_documented_keys_and_shapes(void **state) {
             assert_shape(g, "blk.1.ffn_gate.weight", 64, 176);
             assert_null(eng_gguf_find_tensor(g, "blk.0.ffn_norm.weight"));  /* FFN reads the attention norm */
             assert_null(eng_gguf_find_tensor(g, "output.weight"));          /* tied */
-        } else if (a == A_SWA_OLD) {
+        } else if (a == A_SWA_OLD) {  /* as the swa of earlier versions wrote it, name included */
             assert_int_equal(len, strlen("kvreplay-swa"));
+            const char *nm;
+            size_t nl;
+            assert_int_equal(eng_gguf_get_str(g, "general.name", &nm, &nl), ENG_OK);
+            assert_int_equal(nl, strlen("kvreplay-synth-swa-tiny"));
+            assert_memory_equal(nm, "kvreplay-synth-swa-tiny", nl);
             assert_int_equal(kv_int(g, "kvreplay-swa.attention.sliding_window"), 40);
             assert_int_equal(kv_int(g, "kvreplay-swa.attention.sliding_window_pattern"), 2);
             assert_shape(g, "blk.0.attn_q.weight", 64, 64);

@@ -49,8 +49,8 @@
  *     of one token (decode) uses the recurrence.
  *
  * bf16: every op rounds its output (the fused element-wise groups above
- * round once each: the lerps, w, a, the mixed v, kk, the new k, b, the wkv
- * output, the group norm with its affine, o + v*rk, o * g, the squared
+ * round once each: sx, each lerp, w, a, the mixed v, kk, the new k, b, the
+ * wkv output, the group norm with its affine, o + v*rk, o * g, the squared
  * relu); the state stays fp32.
  *
  * State per layer and sequence: the two shift rows [D] (time mix, channel
