@@ -41,6 +41,14 @@
  * invalid UTF-8. eng_tokenize returns INT32_MIN (TOK_FAIL) when memory runs
  * out, PCRE2 fails (its match or JIT-stack limits) or len exceeds INT32_MAX / 4.
  *
+ * RWKV (llama.cpp's llm_tokenizer_rwkv): token texts are stored escaped
+ * (\t \n \r \xHH, \ before any other character) and unescaped at load
+ * (llama_unescape_rwkv_token, quirks included); a raw fragment is cut
+ * greedily into the longest token that starts each remaining position. A
+ * position no token starts with gives the unknown token, or fails the call
+ * (INT32_MIN) when the vocabulary has none (llama.cpp would emit an invalid
+ * id there). Decoding concatenates the unescaped texts.
+ *
  * A tokenizer is immutable after load; every call allocates its own scratch,
  * so one tokenizer can serve many threads at once.
  */
@@ -547,7 +555,8 @@ static inline uint32_t wide_cp(uint32_t c, uint8_t cls) { return c >= 0x80 && cl
 typedef struct { uint64_t h; int32_t id; } smap_slot;   /* id == -1: empty */
 
 struct eng_tokenizer {
-    int      type;               /* ENG_VOCAB_SPM or ENG_VOCAB_BPE */
+    int      type;               /* ENG_VOCAB_SPM, ENG_VOCAB_BPE or ENG_VOCAB_RWKV */
+    int32_t  max_tok_len;        /* RWKV: the longest token text (bytes) */
     const pre_def *pre;          /* BPE pre-tokenizer (NULL for SPM) */
     char     pre_name[64];       /* tokenizer.ggml.pre as read ("" when absent) */
     split_step steps[MAX_STEPS]; /* the pre-tokenizer's splits, applied in order */
@@ -1033,6 +1042,37 @@ static void auto_attrs(eng_tokenizer *t, const eng_gguf *g) {
     }
 }
 
+/* llama.cpp's llama_unescape_rwkv_token: "\\t" "\\n" "\\r" map to their bytes,
+ * "\\xHH" to byte HH (digits read as c >= 'a' ? c - 'a' + 10 : c - '0', as
+ * llama.cpp does), a backslash before anything else to that character.
+ * Writes at most n bytes to out and returns their count. */
+static size_t rwkv_unescape(const char *s, size_t n, char *out) {
+    size_t o = 0;
+    bool escaping = false;
+    int hex_left = 0;
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (hex_left) {
+            acc = (uint8_t)((acc << 4) + (c >= 'a' ? c - 'a' + 10 : c - '0'));
+            if (--hex_left == 0) { out[o++] = (char)acc; acc = 0; }
+            continue;
+        }
+        if (escaping) {
+            escaping = false;
+            if (c == 't') out[o++] = '\t';
+            else if (c == 'n') out[o++] = '\n';
+            else if (c == 'r') out[o++] = '\r';
+            else if (c == 'x') hex_left = 2;
+            else out[o++] = c;
+            continue;
+        }
+        if (c == '\\') { escaping = true; continue; }
+        out[o++] = c;
+    }
+    return o;
+}
+
 int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t errlen) {
     ENG_ASSERT(g && out);
     *out = NULL;
@@ -1053,8 +1093,9 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     bool gemma4 = model_n == 6 && !memcmp(model, "gemma4", 6);   /* BPE whose pre-tokenizer is always gemma4 */
     if (model_n == 5 && !memcmp(model, "llama", 5)) type = ENG_VOCAB_SPM;
     else if ((model_n == 4 && !memcmp(model, "gpt2", 4)) || gemma4) type = ENG_VOCAB_BPE;
+    else if (model_n == 4 && !memcmp(model, "rwkv", 4)) type = ENG_VOCAB_RWKV;
     else {
-        eng_errf(err, errlen, "%s: " KEY_PREFIX "model: unsupported tokenizer '%.*s' (supported: llama, gpt2, gemma4)",
+        eng_errf(err, errlen, "%s: " KEY_PREFIX "model: unsupported tokenizer '%.*s' (supported: llama, gpt2, gemma4, rwkv)",
                  path, (int)(model_n > 64 ? 64 : model_n), model);
         return ENG_ERR_UNSUPPORTED;
     }
@@ -1089,6 +1130,16 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
             n = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", i);
             s = empty;
         }
+        if (type == ENG_VOCAB_RWKV) {   /* stored escaped: keep the bytes it stands for */
+            char *raw = malloc(n ? n : 1);
+            if (!raw) goto fail;
+            const size_t rn = rwkv_unescape(s, n, raw);
+            const int32_t id = sym_append(t, raw, rn);
+            free(raw);
+            if (id != i) goto fail;
+            if ((int32_t)rn > t->max_tok_len) t->max_tok_len = (int32_t)rn;
+            continue;
+        }
         if (sym_append(t, s, n) != i) goto fail;
     }
     for (int32_t i = 0; i < t->n_vocab; i++)
@@ -1119,7 +1170,7 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     t->add_bos = spm;
     t->add_eos = false;
     t->add_space_prefix = spm;
-    if (!spm) {   /* the pre-tokenizer (SPM has none: llama.cpp ignores the key there) */
+    if (type == ENG_VOCAB_BPE) {   /* the pre-tokenizer (SPM and RWKV have none: llama.cpp ignores the key there) */
         const char *pre = NULL;
         size_t pre_n = 0;
         int prc = eng_gguf_get_str(g, KEY_PREFIX "pre", &pre, &pre_n);
@@ -1162,7 +1213,8 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     if (t->unk >= t->n_vocab) t->unk = -1;
     if (t->nl_whole) t->add_bos = true;   /* llama.cpp overrides add_bos_token for gemma4 */
     auto_attrs(t, g);
-    rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
+    if (type == ENG_VOCAB_RWKV) rc = ENG_OK;   /* greedy matching needs nothing more */
+    else rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
     if (rc != ENG_OK) goto fail;
     if ((rc = build_specials(t)) != ENG_OK) goto fail;
     *out = t;
@@ -1191,6 +1243,10 @@ void eng_tokenizer_free(eng_tokenizer *t) {
 }
 
 int     eng_tokenizer_type(const eng_tokenizer *t) { ENG_ASSERT(t); return t->type; }
+const char *eng_tokenizer_type_name(const eng_tokenizer *t) {
+    ENG_ASSERT(t);
+    return t->type == ENG_VOCAB_SPM ? "llama" : t->type == ENG_VOCAB_BPE ? "gpt2" : "rwkv";
+}
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t) { ENG_ASSERT(t); return t->n_vocab; }
 int32_t eng_tokenizer_bos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->bos; }
 int32_t eng_tokenizer_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->eos; }
@@ -1898,6 +1954,26 @@ static bool push_frag(session *s, frag **v, size_t *n, frag f) {
 /* isspace() in the C locale, as tokenizer_st_partition strips with it. */
 static inline bool is_c_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
+/* RWKV: the longest token starting at each position, greedily (the text of
+ * a token is unique: a duplicated text maps to its last id, as llama.cpp's
+ * trie keeps the last insert). */
+static void rwkv_fragment(session *s, const uint8_t *text, int64_t off, int64_t len) {
+    const eng_tokenizer *t = s->t;
+    for (int64_t pos = off, end = off + len; pos < end && !s->oom;) {
+        int64_t l = end - pos < t->max_tok_len ? end - pos : t->max_tok_len;
+        int32_t id = -1;
+        for (; l > 0; l--)
+            if ((id = smap_get(t, text + pos, (size_t)l)) >= 0 && id < t->n_vocab) break;
+        if (l == 0) {   /* no token starts with this byte */
+            if (t->unk < 0) { s->oom = true; return; }
+            id = t->unk;
+            l = 1;
+        }
+        emit(s, id, pos);
+        pos += l;
+    }
+}
+
 /* llama.cpp's tokenizer_st_partition: for each special token, longest first,
  * every raw fragment is cut at its leftmost non-overlapping occurrences; a
  * token with LSTRIP (RSTRIP) takes the whitespace before (after) it along.
@@ -1982,6 +2058,7 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
             continue;
         }
         if (s.spm) spm_fragment(&s, u, f.off, f.len, t->add_space_prefix && prev_special);
+        else if (t->type == ENG_VOCAB_RWKV) rwkv_fragment(&s, u, f.off, f.len);
         else bpe_fragment(&s, u, f.off, f.len);
         prev_special = false;
     }
@@ -1998,6 +2075,23 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
     }
     session_free(&s);
     return rc;
+}
+
+int32_t *eng_tokenize_alloc(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                            bool parse_special, int32_t *n) {
+    int32_t cap = len < (size_t)INT32_MAX / 8 ? (int32_t)len + 16 : INT32_MAX / 2;
+    for (;;) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) return NULL;
+        const int32_t k = eng_tokenize(t, text, len, add_bos, add_eos, parse_special, ids, cap, NULL);
+        if (k >= 0) {
+            *n = k;
+            return ids;
+        }
+        free(ids);
+        if (k == TOK_FAIL) return NULL;
+        cap = -k;
+    }
 }
 
 static int hexval(char c) {
@@ -2039,6 +2133,10 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
         if (at & A_SPECIAL) {
             if (render_special || !(at & (A_CONTROL | A_UNKNOWN))) PUT(txt, tl);
             strip = spm && t->add_space_prefix;
+            continue;
+        }
+        if (t->type == ENG_VOCAB_RWKV) {   /* the unescaped bytes */
+            PUT(txt, tl);
             continue;
         }
         bool byte_tok = (at & A_BYTE) && tl == 6 && !memcmp(txt, "<0x", 3) && txt[5] == '>' &&

@@ -1,13 +1,15 @@
 /*
  * engine/tokenizer.h: tokenizers loaded from GGUF vocabulary metadata.
  *
- * Two models, with llama.cpp's semantics:
+ * Three models, with llama.cpp's semantics:
  *   - "llama": SentencePiece BPE (dummy-prefix space, U+2581 for spaces,
  *     score-ordered merges, byte fallback to <0xNN>);
  *   - "gpt2" (and "gemma4"): BPE with merge ranks from tokenizer.ggml.merges
  *     after the pre-tokenizer tokenizer.ggml.pre names (every one llama.cpp
  *     knows; absent means llama.cpp's "default" rules), byte-level (GPT-2's
- *     byte-to-unicode map) or, for gemma4 and sarvam-moe, raw UTF-8.
+ *     byte-to-unicode map) or, for gemma4 and sarvam-moe, raw UTF-8;
+ *   - "rwkv": RWKV's greedy longest match over escaped byte-string tokens
+ *     (the World vocabulary, or one token per byte).
  * Special/control tokens (token_type CONTROL or USER_DEFINED, e.g.
  * <|im_start|>) are matched as whole tokens only when the caller asks
  * (parse_special), as chat templates need.
@@ -35,6 +37,7 @@ typedef struct eng_tokenizer eng_tokenizer;
 enum eng_vocab_type {
     ENG_VOCAB_SPM  = 1,   /* tokenizer.ggml.model == "llama" */
     ENG_VOCAB_BPE  = 2,   /* tokenizer.ggml.model == "gpt2" or "gemma4" */
+    ENG_VOCAB_RWKV = 3,   /* tokenizer.ggml.model == "rwkv" */
 };
 
 /* Loads the vocabulary from g's tokenizer.ggml.* metadata (g may be closed afterwards:
@@ -44,6 +47,7 @@ int  eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_
 void eng_tokenizer_free(eng_tokenizer *t);  /* accepts NULL */
 
 int     eng_tokenizer_type(const eng_tokenizer *t);
+const char *eng_tokenizer_type_name(const eng_tokenizer *t);  /* tokenizer.ggml.model: "llama", "gpt2", "rwkv" */
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t);
 int32_t eng_tokenizer_bos(const eng_tokenizer *t);   /* -1 when none */
 int32_t eng_tokenizer_eos(const eng_tokenizer *t);   /* -1 when none */
@@ -60,6 +64,11 @@ bool    eng_tokenizer_add_eos(const eng_tokenizer *t);
  * offset in text where it starts (BOS/EOS get the offset of their position). */
 int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool add_bos,
                      bool add_eos, bool parse_special, int32_t *out, int32_t cap, int32_t *offsets);
+
+/* eng_tokenize into a malloc'd array of the right size (caller frees): the
+ * ids, their count in *n. NULL when memory runs out or tokenizing fails. */
+int32_t *eng_tokenize_alloc(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                            bool parse_special, int32_t *n);
 
 /* Decodes ids to text: the exact inverse of eng_tokenize without BOS/EOS
  * where one exists (SPM strips the dummy-prefix space of the first piece).

@@ -156,6 +156,7 @@ void        hx_set_argv(int argc, char **argv);
  * these are for the commands and tests that call one directly). */
 int hx_cmd_model(int argc, char **argv);             /* model synth | model info */
 int hx_cmd_tokenize(int argc, char **argv);
+int hx_cmd_logits(int argc, char **argv);
 int hx_cmd_generate(int argc, char **argv);
 int hx_cmd_bench(int argc, char **argv);
 int hx_cmd_synth_transcript(int argc, char **argv);

@@ -279,7 +279,7 @@ int hx_bench_tokenizer(int argc, char **argv) {
         if (!exact) exit_code = HX_EXIT_INTERNAL;
         double mbs = (double)text.len / 1e6 / best_tok, tps = n / best_tok;
         double dmbs = (double)text.len / 1e6 / best_detok;
-        const char *type = eng_tokenizer_type(t) == ENG_VOCAB_SPM ? "llama" : "gpt2";
+        const char *type = eng_tokenizer_type_name(t);
         const char *pre = eng_tokenizer_pre(t);
         if (json) {
             json_array_append_new(jv, json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:b}", "path", paths[k],
