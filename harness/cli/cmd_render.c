@@ -126,13 +126,6 @@ static void put_escaped(const char *t, size_t a, size_t b, bool escape) {
     }
 }
 
-static void print_piece(const char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c <= 0x20 || c == 0x7F || c == '\\') printf("\\x%02X", c);
-        else putchar(c);
-    }
-}
 
 int hx_cmd_render(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) {
@@ -249,7 +242,7 @@ int hx_cmd_render(int argc, char **argv) {
                 size_t pl;
                 const char *pc = eng_token_piece(tok, prep.tokens[i], &pl);
                 printf("%d %d ", i, prep.tokens[i]);
-                print_piece(pc, pl);
+                hx_fput_piece(stdout, pc, pl);
                 size_t b0 = (size_t)prep.offsets[i], b1 = i + 1 < prep.n ? (size_t)prep.offsets[i + 1] : p->len;
                 bool norm = false;
                 for (int32_t k = 0; k < n_marks && !norm; k++) norm = b0 < marks[k].end && marks[k].begin < b1 && b1 > b0;
@@ -261,7 +254,7 @@ int hx_cmd_render(int argc, char **argv) {
                     size_t pl;
                     const char *pc = eng_token_piece(tok, prep.resp[i], &pl);
                     printf("%d %d ", prep.n + i, prep.resp[i]);
-                    print_piece(pc, pl);
+                    hx_fput_piece(stdout, pc, pl);
                     putchar('\n');
                 }
             }

@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,15 +262,7 @@ int hx_write_atomic(const char *path, const void *data, size_t n, char *err, siz
     }
     if (rc) unlink(g_tmp);
     g_tmp_live = 0;
-    if (!rc) {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd); /* best effort: some filesystems refuse fsync on directories */
-            close(dfd);
-        }
-    }
+    if (!rc) eng_fsync_dir_of(path);
 out:
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
