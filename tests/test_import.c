@@ -499,6 +499,7 @@ static void fuzzed_samples_import_or_fail_with_a_message(void **state) {
     fuzz_one(HX_IMPORT_ANTHROPIC, ANTHROPIC, 400, 1);
     fuzz_one(HX_IMPORT_OPENAI, OPENAI, 600, 2);
     fuzz_one(HX_IMPORT_CLAUDE_CODE, CLAUDE, 400, 3);
+    fuzz_one(HX_IMPORT_CLAUDE_CODE, "tests/data/claude_code_current.jsonl", 300, 5);
     fuzz_one(HX_IMPORT_SWE_AGENT, SWE, 400, 4);
 }
 

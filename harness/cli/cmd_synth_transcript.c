@@ -127,6 +127,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     rc = hx_transcript_write(outp, &t, err, sizeof err);
     int32_t n = t.n;
     hx_transcript_free(&t);
+    if (rc == ENG_ERR_ARG) hx_die(HX_EXIT_USAGE, "%s: -o %s", argv[0], err); /* an unsafe or empty -o */
     if (rc) hx_die(HX_EXIT_INTERNAL, "%s", err);
     fprintf(stderr, "synth-transcript: wrote %d requests (%d sessions) to %s\n", n, p.sessions, outp);
     return HX_EXIT_OK;
