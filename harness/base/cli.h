@@ -125,6 +125,9 @@ void hx_parse_precision(const char *flag, const char *value, void *field);
      hx_parse_kernel},                                                                                               \
     {"--precision", NULL, "fp32|bf16", "(default fp32)", HX_OPT_CUSTOM, offsetof(type, num.precision), 0, 0,         \
      hx_parse_precision}
+/* Writes a token piece to f with whitespace, control bytes, DEL and '\\'
+ * as \xNN, so one piece never spans or hides a separator. */
+void hx_fput_piece(FILE *f, const char *p, size_t n);
 /* --help of a command: text (usage line and description), then table's lines. */
 void hx_usage(FILE *f, const char *text, const hx_option *table);
 /* Prints table's help lines, "  --name METAVAR   help", to f; prefix (or

@@ -55,14 +55,6 @@ static char *read_stdin(size_t *n) {
     return b;
 }
 
-static void print_piece(const char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c <= 0x20 || c == 0x7F || c == '\\') printf("\\x%02X", c);
-        else putchar(c);
-    }
-}
-
 int hx_cmd_tokenize(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     const char *model = NULL, *text_arg = NULL;
@@ -110,7 +102,7 @@ int hx_cmd_tokenize(int argc, char **argv) {
         if (pieces) {
             size_t pl;
             const char *p = eng_token_piece(t, ids[i], &pl);
-            print_piece(p, pl);
+            hx_fput_piece(stdout, p, pl);
         } else {
             printf("%d", ids[i]);
         }

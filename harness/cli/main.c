@@ -20,7 +20,8 @@
     X("generate",         hx_cmd_generate,          "greedy generation from a prompt") \
     X("bench",            hx_cmd_bench,             "prefill tok/s and GFLOP/s against the sgemm peak") \
     X("synth-transcript", hx_cmd_synth_transcript,  "write a seeded synthetic agent transcript") \
-    X("import",           hx_cmd_import,            "convert anthropic/openai/claude-code/swe-agent logs to transcript v1") \
+    X("import",           hx_cmd_import,            "convert anthropic/openai/claude-code/swe-agent logs to a transcript") \
+    X("render",           hx_cmd_render,            "print the exact prompt text (or tokens) replay feeds for one request") \
     X("replay",           hx_cmd_replay,            "replay a transcript cold and through a cache policy, log to SQLite") \
     X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
     X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \
