@@ -141,6 +141,14 @@ void hx_parse_precision(const char *flag, const char *v, void *field) {
     if (eng_precision_parse(v, field)) hx_die(HX_EXIT_USAGE, "%s: expected fp32 or bf16, got '%s'", flag, v);
 }
 
+void hx_fput_piece(FILE *f, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7F || c == '\\') fprintf(f, "\\x%02X", c);
+        else fputc(c, f);
+    }
+}
+
 void hx_usage(FILE *f, const char *text, const hx_option *table) {
     fputs(text, f);
     hx_options_help(table, NULL, f);
