@@ -8,7 +8,7 @@ KVR=${1:-build/kvreplay}
 SCALE=${2:-demo}
 [ -n "$SCALE" ] || SCALE=demo
 THREADS=${THREADS:-2}
-EXPERIMENTS=${EXPERIMENTS:-"seed003 seed001 seed002 seed004 seed000"}
+EXPERIMENTS=${EXPERIMENTS:-"seed003 seed001 seed002 seed004 seed000 policies quirks"}
 mkdir -p results
 start=$(date +%s)
 for e in $EXPERIMENTS; do

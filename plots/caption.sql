@@ -35,6 +35,10 @@ WITH kv(run_id, ord, k, v) AS (
     UNION ALL SELECT run_id, 20, 'cache_ram',
         CASE WHEN coalesce(cache_ram, 0) = 0 THEN '-' ELSE printf('%d MiB', cache_ram / 1048576) END FROM fig_runs
     UNION ALL SELECT run_id, 21, 'waypoint_every', coalesce(waypoint_every, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 22, 'block_size', coalesce(block_size, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 23, 'cap_prompt',
+        CASE cap_prompt WHEN 1 THEN 'on' WHEN 0 THEN 'off' ELSE '-' END FROM fig_runs
+    UNION ALL SELECT run_id, 24, 'policy_opts', coalesce(policy_opts, '-') FROM fig_runs
 ),
 nd AS (SELECT k, count(DISTINCT v) AS n FROM kv GROUP BY k
        HAVING max(v) != '-' OR min(v) != '-'),
@@ -53,7 +57,7 @@ SELECT line FROM (
     UNION ALL SELECT 2, 0, 'Per run:' WHERE EXISTS (SELECT 1 FROM per_run)
     UNION ALL SELECT 2, f.run_id,
         printf('  run %d %s%s: %s', f.run_id, coalesce(f.variant, '-'),
-               CASE WHEN f.sweep_name IS NOT NULL
+               CASE WHEN f.sweep_name IS NOT NULL AND f.sweep_value IS NOT NULL
                     THEN ' ' || f.sweep_name || '=' || printf('%g', f.sweep_value) ELSE '' END,
                p.kvs)
         FROM per_run p JOIN fig_runs f USING (run_id)

@@ -47,7 +47,7 @@ CREATE TEMP VIEW req AS
 SELECT *, dense_rank() OVER (PARTITION BY run_id ORDER BY first_idx) AS session_no FROM (
 SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_prefilled,
        q.ttft_cold_ms, q.ttft_reuse_ms, q.logits_equal, q.decode_equal, q.state_equal, q.fork_step,
-       q.n_decode, q.max_ulp, q.miss_pos, q.miss_where,
+       q.n_decode, q.max_ulp, q.miss_pos, q.miss_where, q.cache_bytes, q.cache_entries,
        coalesce(q.anchor_ms,
                 CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,
                 0) AS anchor_write,
@@ -55,7 +55,7 @@ SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_pre
                        CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_pos') END),
               0) AS anchor_at,
        f.variant, f.sweep_name, f.sweep_value, f.model_name, f.policy, f.quirks, f.normalize,
-       f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.vorder,
+       f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.block_size, f.cap_prompt, f.vorder,
        coalesce(f.variant, 'run ' || f.run_id) AS label,
        min(q.req_index) OVER (PARTITION BY q.run_id, q.session) AS first_idx
 FROM requests q JOIN fig_runs f USING (run_id));

@@ -52,8 +52,9 @@ trap 'exit 130' INT TERM
 query() {
     _db=$1 _filter=$2 _sql=$3
     shift 3
-    _pre=/dev/null  # a schema-1 file gets the current columns through temp views
-    [ "$("$SQLITE3" -readonly -batch "$_db" 'PRAGMA user_version')" = 1 ] && _pre=$PLOTS/compat-v1.sql
+    _pre=/dev/null  # an older schema (1, 2) gets the current columns through temp views
+    _v=$("$SQLITE3" -readonly -batch "$_db" 'PRAGMA user_version')
+    [ -f "$PLOTS/compat-v$_v.sql" ] && _pre=$PLOTS/compat-v$_v.sql
     "$SQLITE3" -readonly -batch -bail "$@" "$_db" \
         ".read '$_pre'" \
         ".read '$PLOTS/lib.sql'" \
@@ -85,6 +86,8 @@ figorder() {
     seed002) echo "seed002-cumulative seed002-rwkv7 seed002-summary" ;;
     seed003) echo "seed003-identical seed003-sweep" ;;
     seed004) echo "seed004-reuse seed004-ttft" ;;
+    policies) echo "policies-overview policies-identical" ;;
+    quirks) echo "quirks-vllm40696 quirks-sglang16521 quirks-sglang34683" ;;
     esac
 }
 
@@ -211,6 +214,39 @@ follow-up requests (turn > 0) against the context length; the first table
 shows them per run, the second the per-run totals over all requests.
 EOF
         ;;
+    policies) cat <<'EOF2'
+Issue #16: the five cache policies replay the same transcripts: cold (the
+baseline), slot-lcp (llama.cpp's server slots, one slot by default),
+disk-anchor (ds4-server's disk checkpoints), block-hash (vLLM's automatic
+prefix caching: chained block hashes, an LRU pool of blocks) and radix
+(SGLang's RadixAttention tree). The workloads are two real SWE-agent
+trajectories (`pydicom`, `fcsimple`, imported with `kvreplay import --from
+swe-agent`) and a synthetic agent loop of interleaved sessions (`agent`), each
+on a llama and a hybrid (Mamba-2 + attention) model; each variant is
+WORKLOAD/MODEL/ALIGN/POLICY. Figure `policies-overview` shows, with the
+prefill grid (`--align chunk`), the reuse fraction, the median TTFT speedup
+over cold, the most bytes each cache held after a request and the tokens
+prefilled; `policies-identical` the share of requests bit-identical to cold
+under `--align chunk` and `--align none`. The table has every run.
+EOF2
+        ;;
+    quirks) cat <<'EOF2'
+The paged policies' bugs from their users' reports, each as bug and fix.
+*vllm40696/\** (vLLM #40696): for a hybrid model vLLM raises the attention
+block until one block's KV covers a Mamba state page, and only full blocks are
+cached, so prompts shorter than a block never hit (`--quirk
+hybrid-block-size`; *fixed* keeps the 64-token block); each run replays one
+static context length (`sweep_value`, bytes of context). *sglang16521/\**
+(SGLang #16521): the finished request entered the radix tree under its prompt
+only (`--quirk prompt-key`), so the next turn recomputes the previous answer;
+*fixed* inserts the answer too, both with `--cap-prompt off` (SGLang reuses
+decode-written KV), *fixed-cap* under the harness's rule. *sglang34683/\**
+(SGLang #34683): a radix hit whose suffix is computed as one extend pass
+(`--align none`, 8192-token passes) against cold run twice, and the same hit on
+the grid. Figures `quirks-vllm40696`, `quirks-sglang16521` and
+`quirks-sglang34683` show them in turn.
+EOF2
+        ;;
     *) printf 'Experiment `%s`.\n' "$1" ;;
     esac
     echo
@@ -238,6 +274,9 @@ tables() {
     seed000)
         table "$2" 1 "$PLOTS/tab-seed000-anchor.sql" 'Table: fresh sessions and anchor writes per variant'
         table "$2" 1 "$PLOTS/tab-summary.sql" 'Table: per variant (latest run each)'
+        ;;
+    policies)
+        table "$2" 1 "$PLOTS/tab-policies.sql" 'Table: every run (workload, alignment, policy)'
         ;;
     *)
         table "$2" 1 "$PLOTS/tab-summary.sql" 'Table: per run'

@@ -12,7 +12,8 @@ WITH per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(swee
                100.0 * sum(fork_step IS NOT NULL) / nullif(sum(n_decode > 0), 0) AS forked
         FROM req GROUP BY run_id)
 SELECT replace(coalesce(per.variant, 'run ' || per.run_id)
-               || CASE WHEN per.sn IS NOT NULL THEN ' ' || per.sn || '=' || printf('%g', per.sv) ELSE '' END,
+               || CASE WHEN per.sn IS NOT NULL AND per.sv IS NOT NULL THEN ' ' || per.sn || '=' || printf('%g', per.sv)
+                       ELSE '' END,
                '|', '/') AS "run",
        per.n AS "requests",
        printf('%.3f', 1.0 * per.nr / nullif(per.np, 0)) AS "reuse fraction",

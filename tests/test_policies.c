@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "replay.h"
 #include "sqlq.h"
 #include "status.h"
@@ -46,15 +47,6 @@ static int synth_model(const char *arch, const char *path) {
     snprintf(cmd, sizeof cmd, "%s model synth --arch %s --preset tiny --vocab %s --seed 3 -o %s 2>/dev/null", g_kvr,
              arch, VOCAB, path);
     return system(cmd);
-}
-
-static int write_transcript(hx_synth_params *p, const char *path) {
-    hx_transcript t;
-    char err[256];
-    if (hx_synth_transcript(p, &t, err, sizeof err) != ENG_OK) return -1;
-    int rc = hx_transcript_write(path, &t, err, sizeof err);
-    hx_transcript_free(&t);
-    return rc;
 }
 
 static int setup(void **state) {
@@ -75,25 +67,20 @@ static int setup(void **state) {
     p.system_bytes = 8000;
     p.tool_result_bytes = 300;
     snprintf(g_agent, sizeof g_agent, "%s/agent.jsonl", g_dir);
-    if (write_transcript(&p, g_agent) != 0) return -1;
+    if (fx_write_transcript(&p, g_agent) != 0) return -1;
     hx_synth_params_init(&p, HX_SYNTH_STATIC);
     p.seed = 4;
     p.turns = 3;
     p.base_bytes = 5000;  /* ~2530 tokens: the reuse point lies below the last grid point */
     snprintf(g_static, sizeof g_static, "%s/static.jsonl", g_dir);
-    if (write_transcript(&p, g_static) != 0) return -1;
+    if (fx_write_transcript(&p, g_static) != 0) return -1;
     g_ready = 1;
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    if (g_dir[0] && !getenv("KVR_KEEP")) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-        return system(cmd) == 0 ? 0 : -1;
-    }
-    return 0;
+    return fx_remove_dir(g_dir);
 }
 
 /* One replay into db (a new run); returns its run_id. */

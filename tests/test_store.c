@@ -177,34 +177,83 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
 }
 
+/* The SQL that takes a current file back to schema 2 (before runs.policy_opts). */
+#define DOWNGRADE_TO_V2                                     \
+    "ALTER TABLE runs DROP COLUMN policy_opts;"             \
+    "ALTER TABLE runs DROP COLUMN block_size;"              \
+    "ALTER TABLE requests DROP COLUMN cache_bytes;"         \
+    "ALTER TABLE requests DROP COLUMN cache_entries;"
+
+/* Makes f->db an older file holding one run (its id returned): a current
+ * file with one run, taken back by downgrade (SQL that ends by setting
+ * PRAGMA user_version). Then checks that a read-only open, which does not
+ * migrate, shows it with the current columns: sql runs. */
+static int64_t older_file(fixture *f, hx_run_meta *m, const char *downgrade, const char *sql) {
+    meta_fill(m);
+    hx_store *s = open_ok(f->db);
+    int64_t id = begin_ok(s, m);
+    hx_store_close(s);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, downgrade, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    char err[256] = "";
+    hx_store *ro = NULL;
+    assert_int_equal(hx_store_open_readonly(f->db, &ro, err, sizeof err), ENG_OK);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(hx_store_db(ro), sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    sqlite3_finalize(st);
+    hx_store_close(ro);
+    return id;
+}
+
+/* A schema-2 file (before requests.cache_bytes) is shown read-only with the
+ * new columns as NULL, then migrated on open, keeping its rows. */
+static void a_version_2_file_is_migrated_on_open(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    int64_t id = older_file(f, &m, DOWNGRADE_TO_V2 "PRAGMA user_version = 2",
+                            "SELECT count(cache_bytes) + count(ru.block_size) FROM requests JOIN runs ru USING(run_id)");
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 2);
+    hx_store *s = open_ok(f->db);
+    hx_request_row r;
+    hx_request_row_init(&r);
+    r.session = "s";
+    r.cache_bytes = 4096;
+    r.cache_entries = 2;
+    put_ok(s, id, &r, NULL, 0);
+    m.policy = "block-hash";
+    m.block_size = 64;
+    m.policy_opts = "{\"block_size\":64}";
+    int64_t id2 = begin_ok(s, &m);
+    hx_store_close(s);
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
+    assert_int_equal(query_i64(f->db, "SELECT cache_bytes FROM requests WHERE session = 's'"), 4096);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT block_size FROM runs WHERE run_id = %lld", (long long)id2);
+    assert_int_equal(query_i64(f->db, sql), 64);
+    /* a different block size is a different configuration (resume never mixes them) */
+    hx_run_meta m2 = m;
+    m2.block_size = 128;
+    char *k1 = hx_run_meta_config_key(&m), *k2 = hx_run_meta_config_key(&m2);
+    assert_string_not_equal(k1, k2);
+    free(k1);
+    free(k2);
+}
+
 /* A schema-1 file (before requests.state_equal) with a run in it migrates to
  * the current version on open, keeps its rows, and takes new rows. */
 static void a_version_1_file_is_migrated_on_open(void **state) {
     fixture *f = *state;
     hx_run_meta m;
-    meta_fill(&m);
-    hx_store *s = open_ok(f->db);
-    int64_t id = begin_ok(s, &m);
-    hx_store_close(s);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "ALTER TABLE requests DROP COLUMN state_equal;"
-                                      "ALTER TABLE requests DROP COLUMN state_hash_cold;"
-                                      "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
-                                      "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-    /* read-only (report, check): not migrated, but shown with the new columns */
-    char err[256] = "";
-    hx_store *ro = NULL;
-    assert_int_equal(hx_store_open_readonly(f->db, &ro, err, sizeof err), ENG_OK);
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(hx_store_db(ro), "SELECT count(state_equal) FROM requests", -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    sqlite3_finalize(st);
-    hx_store_close(ro);
+    int64_t id = older_file(f, &m, DOWNGRADE_TO_V2 "ALTER TABLE requests DROP COLUMN state_equal;"
+                                   "ALTER TABLE requests DROP COLUMN state_hash_cold;"
+                                   "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
+                                   "PRAGMA user_version = 1",
+                            "SELECT count(state_equal) + count(cache_bytes) FROM requests");
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 1);
-    s = open_ok(f->db);
+    hx_store *s = open_ok(f->db);
     hx_request_row r;
     hx_request_row_init(&r);
     r.session = "s";
@@ -752,6 +801,7 @@ int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
         T(opening_a_new_file_creates_the_schema_in_wal_mode),
         T(reopening_an_existing_database_keeps_its_runs),
+        T(a_version_2_file_is_migrated_on_open),
         T(a_version_1_file_is_migrated_on_open),
         T(a_newer_schema_version_is_refused_with_a_clear_error),
         T(a_file_that_is_not_a_database_is_a_format_error),
@@ -778,3 +828,4 @@ int main(void) {
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
+

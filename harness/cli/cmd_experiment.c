@@ -13,9 +13,10 @@
  *                    | {"import": [import args]}};
  *   runs:        [{"variant": NAME, "model": ID, "transcript": ID,
  *                  "args": [replay flags], "sweep": {"name": N, "values": [...]}}]
- *                 with a sweep, ${N} takes each value in turn (in args, and in
- *                 the model/transcript generator args), and runs.sweep_name /
- *                 sweep_value record it, so a plot is one query.
+ *                 with a sweep, ${N} takes each value in turn (in args, in the
+ *                 variant name, and in the model/transcript generator args),
+ *                 and runs.sweep_name / sweep_value record it (NULL for a
+ *                 value that is not a number), so a plot is one query.
  * Generated models and transcripts are cached under results/cache/ by a hash
  * of their generator arguments. Every run shares one cold-result cache: the
  * cold run of an identical prompt under identical numerics is computed once.
@@ -308,6 +309,13 @@ int hx_cmd_experiment(int argc, char **argv) {
                 code = HX_EXIT_USAGE;
                 goto out;
             }
+            char vname[256];  /* ${...} in the variant name too: one entry can sweep over policies */
+            if (substitute(&x, json_string_value(variant), vname, sizeof vname, err, sizeof err)) {
+                fprintf(stderr, "kvreplay: %s\n", err);
+                free_args(rargv, rargc);
+                code = HX_EXIT_USAGE;
+                goto out;
+            }
             hx_replay_opts o;
             hx_replay_opts_default(&o);
             for (int i = 1; i < rargc; i++)
@@ -316,12 +324,17 @@ int hx_cmd_experiment(int argc, char **argv) {
             o.transcript_path = tr_path;
             o.db_path = db;
             o.experiment = json_string_value(name);
-            o.variant = json_string_value(variant);
+            o.variant = vname;
             o.resume = resume;
             o.quiet = !eng_stderr_is_tty();
             if (threads) o.num.n_threads = threads;
             if (o.seed < 0) o.seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
-            if (sname) { o.sweep_name = sname; o.sweep_value = strtod(x.sweep_val, NULL); }
+            if (sname) {  /* a value that is not a number (a policy name) is stored as NULL */
+                char *end = NULL;
+                double v = strtod(x.sweep_val, &end);
+                o.sweep_name = sname;
+                o.sweep_value = end != x.sweep_val && *end == '\0' ? v : NAN;
+            }
             if (dry) {
                 printf("kvreplay replay -m %s -t %s --db %s", model_path, tr_path, db);
                 for (int i = 1; i < rargc; i++) printf(" %s", rargv[i]);

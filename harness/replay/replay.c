@@ -48,8 +48,10 @@ void hx_replay_opts_default(hx_replay_opts *o) {
 
 static char g_quirks[256];
 
-/* --quirk is repeatable: the names accumulate, comma-separated. */
+/* --quirk is repeatable: the names accumulate, comma-separated. The first
+ * --quirk of an option set (an experiment parses one per run) starts afresh. */
 static void parse_quirk(const char *flag, const char *v, void *field) {
+    if (*(const char **)field != g_quirks) g_quirks[0] = '\0';
     size_t n = strlen(g_quirks);
     snprintf(g_quirks + n, sizeof g_quirks - n, "%s%s", n ? "," : "", v);
     *(const char **)field = g_quirks;
@@ -330,6 +332,7 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
     x->sum->engine_s += t3 - t0 - hash_s;
     if (rc != ENG_OK) return rc;
     memset(rel, 0, sizeof *rel);
+    rel->bytes_held = rel->entries_held = -1;  /* not reported unless the policy says */
     return x->pol->ops->release(x->pol->state, s, p->n, rel);
 }
 
@@ -417,6 +420,8 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.anchor_pos = rel.anchor_pos;
     row.anchor_ms = rel.anchor_ms;
     row.note = acq.note;
+    row.cache_bytes = rel.bytes_held;
+    row.cache_entries = rel.entries_held;
     char extra[128];
     snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d}", p->n_normalized,
              p->n_resp, acq.n_checkpoints);

@@ -41,7 +41,7 @@ static const char *const runs_columns[] = {
     "threshold", "n_slots", "ctx_checkpoints", "checkpoint_every", "waypoint_every",
     "anchor", "cache_dir", "cache_ram", "cache_budget", "align", "chunk", "ubatch", "kernel", "precision", "threads",
     "decode_n", "cap_prompt", "n_ctx", "seed", "blas", "cpu", "n_cpus", "hostname",
-    "os_release", "config_key", "extra",
+    "os_release", "config_key", "extra", "policy_opts", "block_size",
 };
 
 static const char *const requests_columns[] = {
@@ -52,7 +52,7 @@ static const char *const requests_columns[] = {
     "sim", "f_keep", "slot", "lcp", "miss_pos", "miss_byte", "miss_text", "miss_where",
     "n_checkpoints", "ckpt_bytes", "n_stored", "bytes_stored", "stable_end", "anchor_pos",
     "cold_shared", "restore_ms", "store_ms", "anchor_ms", "note", "extra",
-    "state_equal", "state_hash_cold", "state_hash_reuse",
+    "state_equal", "state_hash_cold", "state_hash_reuse", "cache_bytes", "cache_entries",
 };
 
 static const char *const steps_columns[] = {
@@ -197,15 +197,24 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN state_equal INTEGER CHECK(state_equal IN (0,1));\n"
     "ALTER TABLE requests ADD COLUMN state_hash_cold TEXT;\n"
     "ALTER TABLE requests ADD COLUMN state_hash_reuse TEXT;\n",
+    /* 2 -> 3: the paged policies' settings, and what the cache holds after each request */
+    "ALTER TABLE runs ADD COLUMN policy_opts TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN block_size INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN cache_bytes INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN cache_entries INTEGER;\n",
 };
 
 /* compat_views[v]: temp views that present a version-v file (opened read-only,
  * so not migrated) with the current schema's columns, NULL where v had none.
- * plots/compat-v1.sql is the same view for the sqlite3 shell. */
+ * plots/compat-vN.sql are the same views for the sqlite3 shell. */
+#define COMPAT_RUNS_V2 \
+    "CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size FROM main.runs;"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
     "CREATE TEMP VIEW requests AS SELECT *, NULL AS state_equal, NULL AS state_hash_cold,"
-    " NULL AS state_hash_reuse FROM main.requests;",
+    " NULL AS state_hash_reuse, NULL AS cache_bytes, NULL AS cache_entries FROM main.requests;" COMPAT_RUNS_V2,
+    "CREATE TEMP VIEW requests AS SELECT *, NULL AS cache_bytes, NULL AS cache_entries FROM main.requests;"
+    COMPAT_RUNS_V2,
 };
 
 // ----------------------------------------------------------------------------
@@ -587,7 +596,7 @@ void hx_run_meta_init(hx_run_meta *m) {
     m->threshold = NAN;
     m->n_requests = m->n_params = -1;
     m->n_slots = m->ctx_checkpoints = m->checkpoint_every = m->waypoint_every = -1;
-    m->cache_ram = m->cache_budget = -1;
+    m->cache_ram = m->cache_budget = m->block_size = -1;
     m->chunk = m->ubatch = m->threads = m->decode_n = m->cap_prompt = m->n_ctx = m->seed = -1;
     m->n_cpus = -1;
 }
@@ -654,6 +663,8 @@ char *hx_run_meta_config_key(const hx_run_meta *m) {
     bad |= jset(o, "seed", jint(r.seed));
     bad |= jset(o, "cpu", jstr(r.cpu));
     bad |= jset(o, "extra", jstr(r.extra));
+    bad |= jset(o, "policy_opts", jstr(r.policy_opts));
+    bad |= jset(o, "block_size", jint(r.block_size));
     char *key = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
     json_decref(o);
     if (!key) return NULL;
@@ -747,6 +758,8 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     bind_text(st, "os_release", r.os_release);
     bind_text(st, "config_key", r.config_key);
     bind_text(st, "extra", r.extra);
+    bind_text(st, "policy_opts", r.policy_opts);
+    bind_int_opt(st, "block_size", r.block_size);
     int rc = step_done(st);
     if (rc != SQLITE_OK) status = fail_sql(s, rc, err, errlen, "runs: inserting a run");
     else *run_id = sqlite3_last_insert_rowid(s->db);
@@ -1002,6 +1015,7 @@ void hx_request_row_init(hx_request_row *r) {
     r->n_checkpoints = r->ckpt_bytes = r->n_stored = r->bytes_stored = -1;
     r->stable_end = r->anchor_pos = -1;
     r->state_equal = -1;
+    r->cache_bytes = r->cache_entries = -1;
 }
 
 void hx_step_row_init(hx_step_row *r) {
@@ -1087,6 +1101,8 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     bind_real(st, "anchor_ms", r->anchor_ms);
     bind_text(st, "note", r->note);
     bind_text(st, "extra", r->extra);
+    bind_int_opt(st, "cache_bytes", r->cache_bytes);
+    bind_int_opt(st, "cache_entries", r->cache_entries);
 }
 
 static void bind_step(sqlite3_stmt *st, int64_t run_id, const char *session, int32_t turn,

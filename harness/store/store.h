@@ -62,7 +62,7 @@
 #include "compare.h"
 
 /* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 2
+#define HX_STORE_SCHEMA_VERSION 3
 
 typedef struct hx_store hx_store;  /* opaque: connection + cached statements */
 
@@ -158,6 +158,8 @@ typedef struct hx_run_meta {
     /* resume and extras */
     const char *config_key;        /* default hx_run_meta_config_key(this) */
     const char *extra;             /* JSON object with policy-specific settings, or NULL */
+    const char *policy_opts;       /* JSON object: the policy's options as it runs them (block-hash, radix), or NULL */
+    int64_t     block_size;        /* tokens per block (block-hash, effective) or page (radix), <0 -> NULL */
 } hx_run_meta;
 
 /* Sets every field to its sentinel: NULL strings, -1 integers, NaN reals. */
@@ -237,7 +239,7 @@ int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int
  * fork_step (-1: never forks), flops_*, sim, f_keep, slot, lcp, miss_*,
  * n_checkpoints, ckpt_bytes, n_stored, bytes_stored, stable_end,
  * anchor_pos, bytes_restored, restore_ms, store_ms, anchor_ms, ttft_*_ms,
- * note, extra. Required: session (non-NULL), turn, req_index, n_prompt,
+ * note, extra, cache_bytes, cache_entries. Required: session (non-NULL), turn, req_index, n_prompt,
  * n_reused, n_prefilled, n_decode (>= 0). Unsigned ULP figures above
  * INT64_MAX (NaN pairs) are stored as INT64_MAX. */
 typedef struct hx_request_row {
@@ -288,6 +290,8 @@ typedef struct hx_request_row {
     double      anchor_ms;        /* disk-anchor: time writing the anchor, ms */
     const char *note;             /* the policy's note on the reuse decision */
     const char *extra;            /* JSON with policy-specific figures, or NULL */
+    int64_t     cache_bytes;      /* bytes the cache holds after the request (-1: not reported) */
+    int64_t     cache_entries;    /* its entries then: blocks, nodes, checkpoints, files (-1: not reported) */
 } hx_request_row;
 
 /* One `steps` row (session and turn come from the request). */

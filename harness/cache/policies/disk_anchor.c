@@ -5,9 +5,10 @@
  *
  * Per request:
  *   1. live cache: the in-memory sequence of the previous request is reused
- *      when the new prompt extends that request's whole prompt (a "live hit");
- *      any other overlap is a live miss (ds4: "live kv cache miss ...
- *      reason=token-mismatch");
+ *      when the new prompt extends that request's whole prompt (a "live hit")
+ *      and the sequence can be truncated to the reuse point (a recurrent
+ *      layer cannot: such a model goes to disk); any other overlap is a live
+ *      miss (ds4: "live kv cache miss ... reason=token-mismatch");
  *   2. otherwise disk: the longest checkpoint file whose token prefix
  *      matches the prompt (at most n - 1 tokens, so one token is prefilled);
  *      its payload is an eng_seq_serialize blob, restored with
@@ -187,9 +188,10 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     out->best = eng_seq_tokens(st->seq);
     out->n_best = nl;
     int32_t cached = 0;
-    if (nl > 0 && lcp >= st->live_prompt) {                     /* 1. live hit */
-        cached = hx_policy_reuse_len(&st->cfg, lcp, st->live_prompt, n);
-        eng_seq_truncate(st->seq, cached);
+    int32_t live = nl > 0 && lcp >= st->live_prompt ? hx_policy_reuse_len(&st->cfg, lcp, st->live_prompt, n) : -1;
+    /* memory that cannot be truncated (recurrent layers) has no live hit below its end: disk then */
+    if (live >= 0 && eng_seq_truncate(st->seq, live) == ENG_OK) {  /* 1. live hit */
+        cached = live;
         snprintf(out->note, sizeof out->note, "live kv cache hit: %d tokens", cached);
     } else {                                                   /* 2. disk */
         hx_diskcache_hit hit = {0};
@@ -264,6 +266,10 @@ static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     out->store_ms = st->store_ms;
     out->anchor_ms = st->anchor_ms;
     out->anchor_pos = st->anchor_pos;
+    /* what it holds: the checkpoint files and the live sequence */
+    hx_diskcache_stats ds = hx_diskcache_get_stats(st->dc);
+    out->bytes_held = ds.bytes_on_disk + (int64_t)eng_seq_serialized_size(s);
+    out->entries_held = ds.entries + 1;
     st->tokens = NULL;
     return ENG_OK;
 }

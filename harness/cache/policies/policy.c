@@ -18,6 +18,8 @@
     X(cold)               \
     X(slot_lcp)           \
     X(disk_anchor)        \
+    X(block_hash)         \
+    X(radix)              \
     /* one line per policy, above this one */
 
 #define DECLARE(id) extern const hx_policy_ops hx_policy_##id;
@@ -248,6 +250,7 @@ int hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_pol
 
 void hx_policy_record(const hx_policy *p, struct hx_run_meta *meta) {
     if (p && p->ops->record) p->ops->record(p->opts, meta);
+    if (p && p->ops->record_state) p->ops->record_state(p->state, meta);
 }
 
 void hx_policy_destroy(hx_policy *p) {

@@ -14,7 +14,8 @@
  *                       holds prompt + response; the policy keeps what it keeps.
  *
  * Policies mirror real servers (DESIGN.md): cold, slot-lcp (llama.cpp slots
- * with context checkpoints), disk-anchor (ds4-server disk checkpoints). A bug
+ * with context checkpoints), disk-anchor (ds4-server disk checkpoints),
+ * block-hash (vLLM's hashed block pool), radix (SGLang's radix tree). A bug
  * from an issue report is a named quirk of its policy, off by default.
  *
  * A new policy is one file under cache/policies/ that defines its
@@ -114,6 +115,8 @@ typedef struct hx_release {
     double  store_ms;
     double  anchor_ms;     /* disk-anchor: time spent writing the anchor (0 when none) */
     int32_t anchor_pos;    /* disk-anchor: position of the anchor written, 0 when none */
+    int64_t bytes_held;    /* bytes the cache holds after this request (-1: not reported) */
+    int64_t entries_held;  /* its entries then: blocks, tree nodes, checkpoints, files (-1: not reported) */
 } hx_release;
 
 typedef struct hx_policy hx_policy;
@@ -130,6 +133,8 @@ typedef struct hx_policy_ops {
     const hx_quirk *quirks;       /* its quirks ({0}-terminated, at most 32), or NULL */
     /* Records its settings in the run's columns (threshold, n_slots, cache_dir, ...); or NULL. */
     void (*record)(const void *opts, struct hx_run_meta *meta);
+    /* Records what it derived at creation (an effective block size, ...), from its state; or NULL. */
+    void (*record_state)(const void *state, struct hx_run_meta *meta);
     int  (*create)(const hx_policy_config *cfg, void **state, char *err, size_t errlen);
     /* stable_end: token position where the stable prefix (system + tools) ends, or -1. */
     int  (*acquire)(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out);
@@ -145,7 +150,7 @@ struct hx_policy {
     void                *opts;    /* the policy's options struct (cfg.opts), owned */
 };
 
-/* Creates the policy named name ("cold", "slot-lcp", "disk-anchor"), its
+/* Creates the policy named name ("cold", "slot-lcp", "block-hash", ...), its
  * options being its defaults overridden by the args that name them (args may
  * be NULL; cfg->opts is ignored). Returns ENG_OK, ENG_ERR_ARG (unknown name
  * or bad config, message in err) or ENG_ERR_NOMEM. */
@@ -154,7 +159,7 @@ int  hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_po
 void hx_policy_destroy(hx_policy *p);  /* accepts NULL */
 /* Records p's settings in meta's policy columns (nothing for a policy without any). */
 void hx_policy_record(const hx_policy *p, struct hx_run_meta *meta);
-const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor" (static) */
+const char *hx_policy_names(void);     /* "cold, slot-lcp, disk-anchor, block-hash, radix" (static) */
 /* The registered policies, in registry order, NULL-terminated. */
 extern const hx_policy_ops *const hx_policies[];
 /* --help lines from the registry: every policy's options ("slot-lcp: ..."),

@@ -413,6 +413,18 @@ static int slot_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *o
     out->n_stored = st->n_stored;
     out->bytes_stored = st->bytes_stored;
     out->store_ms = st->store_ms;
+    /* what it holds: the slots' live state, their context checkpoints, the prompt cache */
+    out->bytes_held = st->snap_bytes;
+    out->entries_held = st->n_snaps;
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        const slot *sl = &st->slots[i];
+        if (eng_seq_n_tokens(sl->seq) > 0) {
+            out->bytes_held += (int64_t)eng_seq_serialized_size(sl->seq);
+            out->entries_held++;
+        }
+        for (int32_t k = 0; k < sl->n_ckpts; k++) out->bytes_held += (int64_t)eng_ckpt_size(sl->ckpts[k]);
+        out->entries_held += sl->n_ckpts;
+    }
     st->active = NULL;
     return ENG_OK;
 }
