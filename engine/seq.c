@@ -17,7 +17,7 @@
  * Serialised blob (version 1, little-endian, no padding):
  *   0   "KVRS"                       magic
  *   4   u32 version (1)
- *   8   u64 model fingerprint       (model file SHA-256, kernel, precision)
+ *   8   u64 model fingerprint       (model file SHA-256 and numerics: eng_model_fingerprint)
  *   16  i32 n_tokens
  *   20  i32 n_layer
  *   24  n_layer x { u32 kind, u32 zero, u64 nbytes }   the layer table
