@@ -3,8 +3,8 @@
  * error path. Each registered importer (from the registry, so a new one is
  * covered) imports lines that fail part-way through a message, with and
  * without --skip-bad, many times over; the bytes glibc has in use
- * (mallinfo2) must not grow. A leak of one allocation per bad line grows it
- * by kilobytes (issue #14: the OpenAI importer leaked the partly built
+ * (mallinfo2) must not grow by more than its free-chunk caches hold. A leak
+ * of one allocation per bad line grows it by tens of kilobytes (issue #14: the OpenAI importer leaked the partly built
  * message, 49 bytes a line). Under `make asan` LeakSanitizer checks the same
  * paths byte for byte (mallinfo2 then reads 0 and this test cannot fail).
  */
@@ -66,12 +66,14 @@ static void importers_free_partly_built_messages_on_every_error_path(void **stat
     int n = 0;
     for (; hx_importers[n]; n++) {
         for (int skip = 0; skip < 2; skip++) {
-            import_all(n, skip);  /* warm-up: lazily allocated tables reach their size */
-            import_all(n, skip);
+            /* warm-up: caches and growable buffers inside the libraries reach their size */
+            for (int k = 0; k < 50; k++) import_all(n, skip);
             size_t before = in_use();
             for (int k = 0; k < 200; k++) import_all(n, skip);
             size_t after = in_use();
-            if (after > before + 512)
+            /* tcache keeps up to 7 freed chunks per size class counted as in use: a few KB of
+             * noise; one leaked allocation per bad line is 1,600 allocations here */
+            if (after > before + 4096)
                 fail_msg("importer %s%s: %zu bytes still in use after 200 rounds of bad lines", hx_importers[n]->name,
                          skip ? " --skip-bad" : "", after - before);
         }
