@@ -201,7 +201,6 @@ static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request
     row->miss_where = where;
 }
 
-/* Removes the checkpoint files (*.kv) and quarantined files of a disk cache directory. */
 static void progress(int32_t i, int32_t n, const hx_request *r, double t0) {
     if (!eng_stderr_is_tty()) return;
     fprintf(stderr, "\r[%d/%d] %s turn %d  %.1fs   ", i + 1, n, r->session, r->turn, eng_now_s() - t0);
@@ -287,10 +286,14 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
     pp.on_chunk = x->pol->ops->on_chunk;
     pp.ud = x->pol->state;
     pp.all_logits = false;
+    memset(acq, 0, sizeof *acq);
+    memset(rel, 0, sizeof *rel);
     double t0 = eng_now_s();
     int rc = x->pol->ops->acquire(x->pol->state, p->tokens, p->n, p->stable_end, acq);
     double t1 = eng_now_s();
     if (rc != ENG_OK) return rc;
+    x->sum->n_quarantined += acq->n_quarantined;
+    x->sum->n_fallbacks += acq->n_fallbacks;
     eng_seq *s = acq->seq;
     ENG_ASSERT(eng_seq_n_tokens(s) == acq->n_reused);
     bool fault_here = x->o->fault && idx == x->o->fault_request;
@@ -330,7 +333,9 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
     x->sum->engine_s += t3 - t0 - hash_s;
     if (rc != ENG_OK) return rc;
     memset(rel, 0, sizeof *rel);
-    return x->pol->ops->release(x->pol->state, s, p->n, rel);
+    rc = x->pol->ops->release(x->pol->state, s, p->n, rel);
+    x->sum->n_store_failed += rel->n_store_failed;
+    return rc;
 }
 
 static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const hx_prepared *p,
@@ -417,9 +422,10 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.anchor_pos = rel.anchor_pos;
     row.anchor_ms = rel.anchor_ms;
     row.note = acq.note;
-    char extra[128];
-    snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d}", p->n_normalized,
-             p->n_resp, acq.n_checkpoints);
+    char extra[256];
+    snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d,\"n_quarantined\":%d,"
+             "\"n_fallbacks\":%d,\"n_store_failed\":%d}", p->n_normalized, p->n_resp, acq.n_checkpoints,
+             acq.n_quarantined, acq.n_fallbacks, rel.n_store_failed);
     row.extra = extra;
     rc = hx_store_put_request(x->store, x->run_id, &row, steps, o->decode_n > 0 ? R : 0, err, errlen);
 
@@ -553,6 +559,17 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
                 sum->n_prompt ? 100.0 * (double)sum->n_reused / (double)sum->n_prompt : 0.0, sum->n_diverged,
                 sum->n_forked, sum->wall_s, sum->wall_s > 0 ? 100.0 * sum->engine_s / sum->wall_s : 0.0,
                 o->db_path);
+    if (sum->n_store_failed || sum->n_quarantined) {  /* said even when quiet: the cache did not work as asked */
+        fprintf(stderr, "kvreplay: warning: run %lld (%s):", (long long)x.run_id, o->policy);
+        if (sum->n_store_failed)
+            fprintf(stderr, " %lld checkpoint%s lost (not stored)%s", (long long)sum->n_store_failed,
+                    sum->n_store_failed == 1 ? "" : "s", sum->n_quarantined ? "," : "");
+        if (sum->n_quarantined)
+            fprintf(stderr, " %lld stored entr%s set aside as corrupt (%lld fallback%s to a shorter one)",
+                    (long long)sum->n_quarantined, sum->n_quarantined == 1 ? "y" : "ies", (long long)sum->n_fallbacks,
+                    sum->n_fallbacks == 1 ? "" : "s");
+        fprintf(stderr, "; per request in requests.extra\n");
+    }
     goto out;
 fail:
     fprintf(stderr, "kvreplay: %s\n", err[0] ? err : "replay failed");

@@ -82,6 +82,10 @@ typedef struct hx_replay_summary {
     double  wall_s;           /* whole replay */
     double  engine_s;         /* time inside eng_prefill/eng_decode/restore */
     double  cold_saved_ms;    /* cold compute skipped thanks to the shared cold cache */
+    /* what the policy could not do (hx_acquire, hx_release), resumed requests included */
+    int64_t n_quarantined;    /* stored entries set aside as corrupt */
+    int64_t n_fallbacks;      /* hits on a shorter entry after a longer one failed */
+    int64_t n_store_failed;   /* checkpoints lost: the store failed (disk full, I/O, memory) */
 } hx_replay_summary;
 
 /* Runs one replay into o->db_path. cold may be NULL (no sharing). Returns
