@@ -19,24 +19,21 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "diskcache.h"
+#include "kvr.h"
 #include "sqlq.h"
 #include "status.h"
 #include "synth.h"
 #include "synth_transcript.h"
 #include "transcript.h"
 
-static char g_dir[64], g_kvr[256], g_model[160], g_t1[160], g_t2[160];
+static char g_dir[64], g_model[160], g_t1[160], g_t2[160];
 
 static int write_transcript(int turns, const char *path) {
     hx_synth_params p;
@@ -55,8 +52,6 @@ static int write_transcript(int turns, const char *path) {
 
 static int setup(void **state) {
     (void)state;
-    const char *b = getenv("BUILD");
-    snprintf(g_kvr, sizeof g_kvr, "%s/kvreplay", b && *b ? b : "build");
     snprintf(g_dir, sizeof g_dir, "/tmp/kvr_da_XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
@@ -76,42 +71,10 @@ static int teardown(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Runs kvreplay with args (NULL-terminated) and, when fsize > 0, a file size
- * limit of fsize bytes (SIGXFSZ ignored, so writes fail with EFBIG); stderr
- * goes to err. Returns the exit code. */
+/* kvreplay with args; stderr into err; fsize > 0 caps every file it writes. */
 static int kvr(char *err, size_t cap, rlim_t fsize, const char *const *args) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        int nul = open("/dev/null", O_WRONLY);
-        if (nul >= 0) dup2(nul, 1);
-        if (fsize > 0) {
-            struct rlimit r = {fsize, fsize};
-            signal(SIGXFSZ, SIG_IGN);
-            setrlimit(RLIMIT_FSIZE, &r);
-        }
-        char *argv[32];
-        int n = 0;
-        argv[n++] = "kvreplay";
-        for (; args[n - 1] && n < 31; n++) argv[n] = (char *)args[n - 1];
-        argv[n] = NULL;
-        execv(g_kvr, argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    for (ssize_t r; (r = read(fds[0], err + got, cap - 1 - got)) > 0;) got += (size_t)r;
-    err[got] = '\0';
-    close(fds[0]);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    return WEXITSTATUS(st);
+    kvr_opts o = {.fsize = fsize, .uid = -1};
+    return kvr_run(&o, NULL, 0, err, cap, args);
 }
 
 static int count(const char *hay, const char *needle) {
