@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include "model.h"
+#include "status.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void hx_die(int code, const char *fmt, ...) {
     va_list ap;
@@ -21,6 +23,25 @@ void hx_die(int code, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     exit(code);
+}
+
+int hx_exit_for_input(int status) {
+    return status == ENG_OK ? HX_EXIT_OK : status == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
+}
+
+void hx_check_output_path(const char *flag, const char *path) {
+    struct stat sb;
+    if (!path || !*path) hx_die(HX_EXIT_USAGE, "%s: an output file is required", flag);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        hx_die(HX_EXIT_USAGE, "%s: %s: is a directory (expected an output file)", flag, path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;  /* the current directory */
+    if (slash == dir) slash[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        hx_die(HX_EXIT_USAGE, "%s: %s: cannot create it: %s is not a directory", flag, path, dir);
 }
 
 const char *hx_opt(int argc, char **argv, int *i, const char *name) {

@@ -105,6 +105,7 @@ int hx_cmd_import(int argc, char **argv) {
     if (!from) hx_die(HX_EXIT_USAGE, "%s: --from is required (%s)", argv[0], format_names());
     if (!in) hx_die(HX_EXIT_USAGE, "%s: the input FILE is required", argv[0]);
     if (!outp) hx_die(HX_EXIT_USAGE, "%s: -o FILE is required", argv[0]);
+    hx_check_output_path("-o", outp);
     if (o.session && !o.session[0]) hx_die(HX_EXIT_USAGE, "%s: --session: must not be empty", argv[0]);
 
     char err[1024] = "";

@@ -76,6 +76,7 @@ int hx_cmd_report(int argc, char **argv) {
         usage(stderr);
         hx_die(HX_EXIT_USAGE, "%s: --db: missing (the results database to summarize)", cmd);
     }
+    if (out_path) hx_check_output_path("-o", out_path);
     if (experiment && run_id > 0 && !json)
         hx_die(HX_EXIT_USAGE, "%s: --run and --experiment: give one of them", cmd);
 

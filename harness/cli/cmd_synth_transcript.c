@@ -88,6 +88,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     int sc = hx_synth_scenario_from_name(scenario);
     if (sc < 0) hx_die(HX_EXIT_USAGE, "%s: --scenario: expected agent, extend or static, got '%s'", argv[0], scenario);
     if (!outp) hx_die(HX_EXIT_USAGE, "%s: -o FILE is required", argv[0]);
+    hx_check_output_path("-o", outp);
     if (v_sys && v_systok) hx_die(HX_EXIT_USAGE, "%s: give --system-bytes or --system-tokens-approx, not both", argv[0]);
 
     hx_synth_params p;
