@@ -14,15 +14,15 @@ BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
 OMP     ?= -fopenmp
-PKGS    := openblas gsl sqlite3 jansson libxxhash
+PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
 # The harness is every .c below harness/, in any sub-folder (no list to keep);
 # every harness folder is on the include path, so a header is included by its name.
-ENGINE_SRC  := $(wildcard engine/*.c)
+ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
 HARNESS_DIRS := $(shell find harness -type d | LC_ALL=C sort)
 HARNESS_SRC := $(filter-out harness/cli/main.c,$(shell find harness -name '*.c' | LC_ALL=C sort))
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -ffp-contract=off -fno-fast-math $(OMP) -g $(OPT) $(SAN) \
-           -Iengine $(addprefix -I,$(HARNESS_DIRS)) -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+           -Iengine -Iengine/layers $(addprefix -I,$(HARNESS_DIRS)) -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
 TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 

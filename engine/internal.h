@@ -1,18 +1,13 @@
 /*
  * engine/internal.h: the engine's internal structures, shared by model.c
- * (load), seq.c (sequence state) and forward.c (prefill/decode). Public
- * headers keep these types opaque; only the engine's .c files and its own
- * tests include this file.
+ * (load), seq.c (sequence state), forward.c (prefill/decode) and the layer
+ * kinds (engine/layers/). Public headers keep these types opaque; only the
+ * engine's .c files and its own tests include this file.
  *
- * Adding a layer kind (ENG_LAYER_ATTN_SWA, ENG_LAYER_RECURRENT) is local:
- *   - weights: a per-kind struct inside eng_layer (the FFN half is shared,
- *              absent in mamba2 layers: has_ffn);
- *   - memory:  a per-kind struct inside eng_layer_mem, plus one case in each
- *              switch of seq.c (alloc, free, reset, truncate rules, copy,
- *              compare, serialize, checkpoint) and of forward.c (the mixer);
- *   - loading: one case in model.c's layer loader.
- * Every switch on eng_layer_kind aborts (ENG_ASSERT) on a kind it does not
- * handle, so a half-added kind fails loudly instead of silently.
+ * A model is a stack of layers, each of one kind (engine/layers/layer.h):
+ * the layer holds its kind's table and a pointer to the kind's weights, a
+ * sequence holds per layer a pointer to the kind's memory. Nothing here
+ * knows what a kind's weights or memory look like.
  *
  * Dimension letters as in model.h: V, D, L, H, G, E, F, T, P.
  */
@@ -23,98 +18,66 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "layers/layer.h"
 #include "model.h"
-#include "ssm.h"
-#include "swa.h"
 
 // ----------------------------------------------------------------------------
-// Model weights
+// Model
 
-/* The token mixer of a full-attention layer. */
-typedef struct eng_attn_weights {
-    float   *attn_norm;  /* [D] */
-    eng_kmat wqkv;       /* [D + 2*G*E, D]: rows [0,D) Q, [D, D+GE) K, [D+GE, D+2GE) V (fused) */
-    eng_kmat wo;         /* [D, H*E] */
-} eng_attn_weights;
-
-/* The SwiGLU feed-forward half of a layer (every layer but mamba2's). */
-typedef struct eng_ffn_weights {
-    float   *ffn_norm;   /* [D] */
-    eng_kmat w_gate_up;  /* [2F, D]: rows [0,F) gate, [F,2F) up (fused) */
-    eng_kmat w_down;     /* [D, F] */
-} eng_ffn_weights;
+/* The norm of an architecture: its pre-norms and its output norm. */
+typedef enum eng_norm_type {
+    ENG_NORM_RMS   = 0,  /* llama.cpp's LLM_NORM_RMS, eps = info.rms_eps */
+    ENG_NORM_LAYER = 1,  /* LLM_NORM (mean and variance), eps = info.norm_eps */
+} eng_norm_type;
 
 typedef struct eng_layer {
-    eng_layer_kind   kind;
-    eng_attn_weights attn;     /* ATTN, ATTN_SWA */
-    eng_ssm_weights  ssm;      /* RECURRENT (ssm.h) */
-    bool             has_ffn;  /* false for mamba2: norm, mixer, residual only */
-    eng_ffn_weights  ffn;
+    const eng_layer_ops *ops;      /* the kind */
+    int32_t              kind_ix;  /* index of ops in eng_layer_kinds[] */
+    bool                 has_ffn;  /* a SwiGLU FFN half (attention and Mamba-2 kinds) */
+    bool                 rope;     /* attention kinds: RoPE on Q and K (false: NoPE) */
+    bool                 parallel; /* attention kinds: x + ffn(n) + attn(n) from one norm (cohere2) */
+    void                *w;        /* the kind's weights */
 } eng_layer;
 
 struct eng_model {
-    eng_model_info info;
-    eng_numerics   num;
-    eng_kctx       kctx;         /* numerics as the kernels see them */
-    uint8_t        sha256[32];   /* of the GGUF file */
-    uint64_t       fingerprint;  /* XXH3_64(sha256, kernel, precision[, blas: threads, config]) */
-    eng_layer     *layers;       /* [L] */
-    eng_ssm_hparams ssm_hp;      /* every RECURRENT layer's (zero when none) */
-    float         *tok_embd;     /* [V, D] row-major, in compute precision (lookups) */
-    float         *output_norm;  /* [D] */
-    eng_kmat       output;       /* [V, D] head; a view of tok_embd when tied and blas */
-    bool           output_tied;  /* output.weight absent in the file */
-    eng_tokenizer *tok;          /* NULL when the GGUF has no vocabulary */
+    eng_model_info  info;
+    eng_numerics    num;
+    eng_kctx        kctx;          /* numerics as the kernels see them */
+    uint8_t         sha256[32];    /* of the GGUF file */
+    uint64_t        fingerprint;   /* XXH3_64(sha256, kernel, precision[, blas: threads, config]) */
+    const eng_arch *arch;
+    eng_layer      *layers;        /* [L] */
+    eng_norm_type   norm;
+    float           logit_scale;   /* logits are multiplied by it when != 1 (cohere2) */
+    bool            embd_norm;     /* token_embd_norm after the embedding (rwkv7) */
+    bool            norm_bias;     /* output_norm (and token_embd_norm) have a bias */
+    bool            tie_output;    /* the head is token_embd whatever the file holds (cohere2) */
+    float          *tok_embd;      /* [V, D] row-major, in compute precision (lookups) */
+    float          *embd_norm_w;   /* [D] or NULL */
+    float          *embd_norm_b;   /* [D] or NULL */
+    float          *output_norm;   /* [D] */
+    float          *output_norm_b; /* [D] or NULL */
+    eng_kmat        output;        /* [V, D] head; a view of tok_embd when tied and blas */
+    bool            output_tied;   /* output.weight absent in the file (or ignored) */
+    eng_tokenizer  *tok;           /* NULL when the GGUF has no vocabulary */
 };
 
 // ----------------------------------------------------------------------------
-// Per-layer sequence memory
-
-/* Full-attention KV: row p holds position p (positions are implicit).
- * Rows >= n_tokens are stale or zero and are never read. */
-typedef struct eng_attn_mem {
-    int32_t n_embd_kv;  /* G*E floats per row */
-    float  *k;          /* [n_ctx, G*E], after RoPE */
-    float  *v;          /* [n_ctx, G*E] */
-} eng_attn_mem;
+// Sequence
 
 typedef struct eng_layer_mem {
-    eng_layer_kind kind;
-    eng_attn_mem   attn;  /* ATTN */
-    eng_swa_mem    swa;   /* ATTN_SWA: the window ring (swa.h) */
-    eng_ssm_state  ssm;   /* RECURRENT: recurrent + conv state (ssm.h) */
+    const eng_layer_ops *ops;
+    void                *state;  /* the kind's memory */
 } eng_layer_mem;
-
-/* Forward-pass scratch buffers of one sequence, grown on demand and zeroed
- * when (re)allocated. Capacity is for cap_T tokens and cap_P key positions. */
-typedef struct eng_ws {
-    int32_t cap_T, cap_P;
-    float *x;       /* [T, D] residual stream */
-    float *xn;      /* [T, D] normed input of a sublayer */
-    float *qkv;     /* [T, D + 2GE] fused projections */
-    float *att;     /* [T, H*E] attention output, heads side by side */
-    float *proj;    /* [T, D] sublayer output before the residual add */
-    float *gu;      /* [T, 2F] gate and up projections */
-    float *hid;     /* [T, F] SwiGLU activations */
-    float *qg;      /* [H * T, E] queries regrouped by KV head (eng_k_attention) */
-    float *og;      /* [H * T, E] their attention outputs */
-    float *scores;  /* [nb * H/G * T, P] scores / probabilities of a batch of nb KV heads */
-    int64_t scores_cap;  /* floats in scores */
-    float *logits;  /* [T, V] output head of a whole chunk */
-    float *rope_c;  /* [T, n_rot/2] */
-    float *rope_s;  /* [T, n_rot/2] */
-    eng_swa_ws swa; /* sliding-window attention scratch */
-    eng_ssm_ws ssm; /* Mamba-2 mixer scratch */
-} eng_ws;
 
 struct eng_seq {
     const eng_model *m;
     int32_t          n_ctx;
     int32_t          n_tokens;
-    int32_t          n_used;  /* high-water mark: rows [n_used, n_ctx) were never written (zero) */
+    int32_t          n_used;     /* high-water mark: positions [n_used, n_ctx) were never written */
     int32_t          swa_slack;  /* ring cells beyond the window (eng_seq_new_ext) */
-    int32_t         *tokens;  /* [n_ctx], valid in [0, n_tokens) */
-    eng_layer_mem   *mem;     /* [L] */
+    int32_t         *tokens;     /* [n_ctx], valid in [0, n_tokens) */
+    eng_layer_mem   *mem;        /* [L] */
     eng_ws           ws;
 };
 
@@ -122,8 +85,7 @@ struct eng_ckpt {
     uint64_t fingerprint;
     int32_t  n_tokens;
     int32_t  n_layer;
-    size_t  *layer_off;  /* [L + 1] payload offsets per layer (0-byte sections for ATTN;
-                            ATTN_SWA: the window's K then V rows; RECURRENT: ssm then conv state) */
+    size_t  *layer_off;  /* [L + 1] payload offsets per layer (the kinds' ckpt sections) */
     size_t   size;       /* payload bytes */
     uint8_t *payload;    /* NULL when size == 0 */
 };
@@ -132,7 +94,7 @@ struct eng_ckpt {
 // Internal functions shared between the engine's files
 
 /* forward.c: runs one chunk of T tokens at positions [pos0, pos0 + T) of s
- * (pos0 == s->n_tokens), writing its KV rows and tokens; when logits_rows is
+ * (pos0 == s->n_tokens), writing its memory and tokens; when logits_rows is
  * not NULL, applies the output head to all T rows (M = T) and writes them
  * there [T, V]. Does not advance n_tokens. ENG_ERR_NOMEM on workspace OOM. */
 int  eng_forward_chunk(eng_seq *s, const int32_t *tokens, int32_t T, float *logits_rows);

@@ -521,6 +521,66 @@ void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, in
     eng_k_parallel_rows_cost(ctx, T, D, rmsnorm_rows, &a);
 }
 
+typedef struct layernorm_args {
+    const eng_kctx *ctx;
+    int32_t D, ldx, ldy;
+    const float *X, *w, *b;
+    float eps;
+    float *Y;
+} layernorm_args;
+
+/* Sum of the squared deviations (x[i] - mean)^2 of n floats in 8 double lanes
+ * (lane i % 8, ascending i), combined pairwise. */
+static double sum8_sq_dev(const float *x, int32_t n, float mean) {
+    double l8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int32_t n8 = n / 8 * 8;
+    for (int32_t i = 0; i < n8; i += 8)
+        for (int c = 0; c < 8; c++) {
+            const float d = x[i + c] - mean;
+            l8[c] += (double)(d * d);
+        }
+    for (int32_t i = n8; i < n; i++) {
+        const float d = x[i] - mean;
+        l8[i & 7] += (double)(d * d);
+    }
+    return ((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7]));
+}
+
+static void layernorm_rows(void *v, int32_t t0, int32_t t1) {
+    const layernorm_args *a = v;
+    const int32_t D = a->D;
+    for (int32_t t = t0; t < t1; t++) {
+        const float *x = a->X + (int64_t)t * a->ldx;
+        float *y = a->Y + (int64_t)t * a->ldy;
+        double l8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int32_t d8 = D / 8 * 8;
+        for (int32_t i = 0; i < d8; i += 8)
+            for (int c = 0; c < 8; c++) l8[c] += (double)x[i + c];
+        for (int32_t i = d8; i < D; i++) l8[i & 7] += (double)x[i];
+        const double sum = ((l8[0] + l8[1]) + (l8[2] + l8[3])) + ((l8[4] + l8[5]) + (l8[6] + l8[7]));
+        const float mean = (float)(sum / D);
+        const float var = (float)(sum8_sq_dev(x, D, mean) / D);
+        const float scale = 1.0f / sqrtf(var + a->eps);
+        #pragma omp simd
+        for (int32_t i = 0; i < D; i++) y[i] = (x[i] - mean) * scale;
+        if (a->w) {
+            #pragma omp simd
+            for (int32_t i = 0; i < D; i++) y[i] = y[i] * a->w[i];
+        }
+        if (a->b) {
+            #pragma omp simd
+            for (int32_t i = 0; i < D; i++) y[i] = y[i] + a->b[i];
+        }
+        if (a->ctx->bf16) round_vec(y, D);
+    }
+}
+
+void eng_k_layernorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx, const float *w,
+                     const float *b, float eps, float *Y, int32_t ldy) {
+    layernorm_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .w = w, .b = b, .eps = eps, .Y = Y};
+    eng_k_parallel_rows_cost(ctx, T, 2 * (int64_t)D, layernorm_rows, &a);
+}
+
 void eng_k_rope_table(int32_t T, int32_t pos0, int32_t n_rot, float base, float *cs, float *sn) {
     const int32_t half = n_rot / 2;
     const float theta_scale = powf(base, -2.0f / (float)n_rot);

@@ -220,6 +220,13 @@ void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, in
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
                    const float *w, float eps, float *Y, int32_t ldy);
 
+/* Layer norm (llama.cpp's LLM_NORM): Y[t, :] = ((X[t, :] - mean) * (1 / sqrtf(var + eps))) * w + b,
+ * rounded; w and b may be NULL (no scale, no bias). mean = (float)(sum / D) and
+ * var = (float)(sum of (x - mean)^2 / D), each sum in double over 8 lanes
+ * (lane i % 8, ascending i) combined as in eng_k_rmsnorm. */
+void eng_k_layernorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx, const float *w,
+                     const float *b, float eps, float *Y, int32_t ldy);
+
 /* RoPE tables for positions pos0 .. pos0+T-1: cs[t, i] = cosf(theta),
  * sn[t, i] = sinf(theta) for i < n_rot/2, theta = pos * base^(-2i/n_rot)
  * computed as ggml does: theta_scale = powf(base, -2.0f/n_rot), theta starts

@@ -13,10 +13,10 @@
  * results do not depend on the thread count, so it is left out there. A
  * model is immutable after load and may be shared by sequences.
  *
- * Supported: general.architecture "llama", "mamba2" and "granitehybrid"
- * (llama.cpp's names and meaning; granitehybrid with a dense FFN, RoPE on
- * and no granite scaling) and "kvreplay-swa" (llama with sliding-window
- * layers, kvreplay's own: docs/gguf.md); tensor types f32, f16, bf16, q8_0
+ * Architectures come from the layer kinds (engine/layers/registry.c): the
+ * architecture's hparams function picks each layer's kind and flags, this
+ * file loads what every architecture has (embedding, output norm, head) and
+ * asks each layer's kind for the rest. Tensor types f32, f16, bf16, q8_0
  * (dequantised at load).
  */
 #include "internal.h"
@@ -77,23 +77,9 @@ int32_t eng_argmax(const float *logits, int32_t n) {
 }
 
 // ----------------------------------------------------------------------------
-// Loading helpers: hyperparameters and tensors, each failure naming the field
+// Loading helpers (layer.h): hyperparameters and tensors, each failure naming the field
 
-typedef struct loader {
-    const char *path;
-    eng_gguf   *g;
-    char       *err;
-    size_t      errlen;
-    const char *arch;
-    int         id;      /* ARCH_* */
-    bool       *is_swa;  /* [L] kvreplay-swa: sliding-window layers */
-    bool       *is_rec;  /* [L] granitehybrid: Mamba-2 layers (head_count_kv[il] == 0) */
-} loader;
-
-enum { ARCH_LLAMA, ARCH_SWA, ARCH_MAMBA2, ARCH_GRANITEHYBRID };
-
-/* "{arch}.suffix" as an int; def when absent (def < 0: required). */
-static int hp_int(loader *ld, const char *suffix, int64_t def, int64_t lo, int64_t hi, int32_t *out) {
+int eng_ld_int(eng_loader *ld, const char *suffix, int64_t def, int64_t lo, int64_t hi, int32_t *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
     int64_t v;
@@ -117,12 +103,16 @@ static int hp_int(loader *ld, const char *suffix, int64_t def, int64_t lo, int64
     return ENG_OK;
 }
 
-static int hp_float(loader *ld, const char *suffix, double def, float *out) {
+int eng_ld_float(eng_loader *ld, const char *suffix, double def, float *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
     double v;
     int rc = eng_gguf_get_float(ld->g, key, &v);
     if (rc == ENG_ERR_NOT_FOUND) {
+        if (def < 0) {
+            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: missing", ld->path, key);
+            return ENG_ERR_FORMAT;
+        }
         v = def;
     } else if (rc != ENG_OK || !(v > 0.0)) {
         eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected a positive float", ld->path, key);
@@ -132,207 +122,14 @@ static int hp_float(loader *ld, const char *suffix, double def, float *out) {
     return ENG_OK;
 }
 
-/* Finds a tensor with ne = [ne0, ne1] (ne1 = 1 for vectors) and returns it as
- * a malloc'd f32 array in *out (caller frees). ENG_ERR_NOT_FOUND when absent
- * and optional, else ENG_ERR_FORMAT naming the tensor. */
-static int get_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, bool optional, float **out) {
-    *out = NULL;
-    const eng_gguf_tensor *t = eng_gguf_find_tensor(ld->g, name);
-    if (!t) {
-        if (optional) return ENG_ERR_NOT_FOUND;
-        eng_errf(ld->err, ld->errlen, "%s: tensor %s: missing", ld->path, name);
-        return ENG_ERR_FORMAT;
-    }
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        eng_errf(ld->err, ld->errlen, "%s: tensor %s: shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                 ld->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                 (long long)t->ne[3], (long long)ne0, (long long)ne1);
-        return ENG_ERR_FORMAT;
-    }
-    if (t->type != ENG_GGML_TYPE_F32 && t->type != ENG_GGML_TYPE_F16 && t->type != ENG_GGML_TYPE_BF16 &&
-        t->type != ENG_GGML_TYPE_Q8_0) {
-        eng_errf(ld->err, ld->errlen, "%s: tensor %s: type %s not supported", ld->path, name,
-                 eng_ggml_type_name(t->type));
-        return ENG_ERR_UNSUPPORTED;
-    }
-    float *f = malloc(sizeof(float) * (size_t)(ne0 * ne1));
-    if (!f) return ENG_ERR_NOMEM;
-    eng_ggml_to_f32(t->type, t->data, f, ne0 * ne1);
-    *out = f;
-    return ENG_OK;
-}
-
-/* A tensor in compute precision, kept row-major as is (norm weights, embeddings). */
-static int get_plain(loader *ld, const char *name, int64_t ne0, int64_t ne1, bool bf16, float **out) {
-    int rc = get_tensor(ld, name, ne0, ne1, false, out);
-    if (rc == ENG_OK && bf16)
-        for (int64_t i = 0; i < ne0 * ne1; i++) (*out)[i] = eng_bf16_round((*out)[i]);
-    return rc;
-}
-
-/* Stacks the named [K, N_i] tensors (GGUF ne) into one [sum N_i, K] matrix
- * and builds its kernel layout. */
-static int get_fused(loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs,
-                     int n_parts, int64_t n_in, eng_kmat *out) {
-    int64_t n_out = 0;
-    for (int i = 0; i < n_parts; i++) n_out += n_outs[i];
-    float *w = malloc(sizeof(float) * (size_t)(n_out * n_in));
-    if (!w) return ENG_ERR_NOMEM;
-    int rc = ENG_OK;
-    int64_t row = 0;
-    for (int i = 0; i < n_parts && rc == ENG_OK; i++) {
-        float *part;
-        rc = get_tensor(ld, names[i], n_in, n_outs[i], false, &part);
-        if (rc != ENG_OK) break;
-        memcpy(w + row * n_in, part, sizeof(float) * (size_t)(n_outs[i] * n_in));
-        free(part);
-        row += n_outs[i];
-    }
-    if (rc == ENG_OK)
-        rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->kctx.bf16);
-    free(w);
-    return rc;
-}
-
-// ----------------------------------------------------------------------------
-// Layers: one loader per layer kind
-
-static int load_attn(loader *ld, eng_model *m, int32_t il, eng_layer *L) {
-    const eng_model_info *in = &m->info;
-    const int64_t D = in->n_embd, GE = (int64_t)in->n_head_kv * in->head_dim;
-    char nq[64], nk[64], nv[64], no[64], nn[64];
-    snprintf(nq, sizeof nq, "blk.%d.attn_q.weight", il);
-    snprintf(nk, sizeof nk, "blk.%d.attn_k.weight", il);
-    snprintf(nv, sizeof nv, "blk.%d.attn_v.weight", il);
-    snprintf(no, sizeof no, "blk.%d.attn_output.weight", il);
-    snprintf(nn, sizeof nn, "blk.%d.attn_norm.weight", il);
-    int rc = get_plain(ld, nn, D, 1, m->kctx.bf16, &L->attn.attn_norm);
-    if (rc != ENG_OK) return rc;
-    const char *qkv[3] = {nq, nk, nv};
-    const int64_t n_outs[3] = {D, GE, GE};
-    if ((rc = get_fused(ld, m, qkv, n_outs, 3, D, &L->attn.wqkv)) != ENG_OK) return rc;
-    const char *o[1] = {no};
-    const int64_t o_out[1] = {D};
-    return get_fused(ld, m, o, o_out, 1, (int64_t)in->n_head * in->head_dim, &L->attn.wo);
-}
-
-static int load_ffn(loader *ld, eng_model *m, int32_t il, eng_layer *L) {
-    const int64_t D = m->info.n_embd, F = m->info.n_ff;
-    char ng[64], nu[64], nd[64], nn[64];
-    snprintf(ng, sizeof ng, "blk.%d.ffn_gate.weight", il);
-    snprintf(nu, sizeof nu, "blk.%d.ffn_up.weight", il);
-    snprintf(nd, sizeof nd, "blk.%d.ffn_down.weight", il);
-    snprintf(nn, sizeof nn, "blk.%d.ffn_norm.weight", il);
-    int rc = get_plain(ld, nn, D, 1, m->kctx.bf16, &L->ffn.ffn_norm);
-    if (rc != ENG_OK) return rc;
-    const char *gu[2] = {ng, nu};
-    const int64_t gu_out[2] = {F, F};
-    if ((rc = get_fused(ld, m, gu, gu_out, 2, D, &L->ffn.w_gate_up)) != ENG_OK) return rc;
-    const char *dn[1] = {nd};
-    const int64_t d_out[1] = {D};
-    return get_fused(ld, m, dn, d_out, 1, F, &L->ffn.w_down);
-}
-
-/* Mamba-2 mixer of layer il (llama.cpp's mamba2 tensors; docs/gguf.md). */
-static int load_ssm(loader *ld, eng_model *m, int32_t il, eng_layer *L) {
-    const eng_ssm_hparams *hp = &m->ssm_hp;
-    const int64_t D = hp->n_embd, NI = hp->d_inner, NH = hp->n_head, NG = hp->n_group, K = hp->d_conv;
-    const int64_t CD = hp->conv_dim;
-    const bool bf16 = m->kctx.bf16;
-    eng_ssm_weights *w = &L->ssm;
-    char name[96];
-    int rc;
-#define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
-    if ((rc = get_plain(ld, TN("attn_norm.weight"), D, 1, bf16, &w->attn_norm)) != ENG_OK) return rc;
-    {
-        const char *n1[1] = {TN("ssm_in.weight")};
-        const int64_t o1[1] = {hp->d_in_proj};
-        if ((rc = get_fused(ld, m, n1, o1, 1, D, &w->in_proj)) != ENG_OK) return rc;
-    }
-    {   /* GGUF [K, CD] (each channel's K taps contiguous) -> [K, CD] tap-major */
-        float *c;
-        if ((rc = get_tensor(ld, TN("ssm_conv1d.weight"), K, CD, false, &c)) != ENG_OK) return rc;
-        w->conv_w = malloc(sizeof(float) * (size_t)(K * CD));
-        if (!w->conv_w) { free(c); return ENG_ERR_NOMEM; }
-        for (int64_t ch = 0; ch < CD; ch++)
-            for (int64_t k = 0; k < K; k++) {
-                const float v = c[ch * K + k];
-                w->conv_w[k * CD + ch] = bf16 ? eng_bf16_round(v) : v;
-            }
-        free(c);
-    }
-    rc = get_tensor(ld, TN("ssm_conv1d.bias"), CD, 1, ld->id == ARCH_GRANITEHYBRID, &w->conv_b);
-    if (rc == ENG_ERR_NOT_FOUND) {  /* optional in granitehybrid, as llama.cpp loads it */
-        if (!(w->conv_b = calloc((size_t)CD, sizeof(float)))) return ENG_ERR_NOMEM;
-    } else if (rc != ENG_OK) {
-        return rc;
-    } else if (bf16) {
-        for (int64_t i = 0; i < CD; i++) w->conv_b[i] = eng_bf16_round(w->conv_b[i]);
-    }
-    if ((rc = get_plain(ld, TN("ssm_dt.bias"), NH, 1, bf16, &w->dt_bias)) != ENG_OK) return rc;
-    if ((rc = get_plain(ld, TN("ssm_a"), 1, NH, bf16, &w->A)) != ENG_OK) return rc;
-    if ((rc = get_plain(ld, TN("ssm_d"), 1, NH, bf16, &w->D)) != ENG_OK) return rc;
-    if ((rc = get_plain(ld, TN("ssm_norm.weight"), NI / NG, NG, bf16, &w->norm_w)) != ENG_OK) return rc;
-    {
-        const char *n1[1] = {TN("ssm_out.weight")};
-        const int64_t o1[1] = {D};
-        rc = get_fused(ld, m, n1, o1, 1, NI, &w->out_proj);
-    }
-#undef TN
-    return rc;
-}
-
-/* The kind of layer il for this architecture. */
-static eng_layer_kind layer_kind_of(loader *ld, int32_t il) {
-    switch (ld->id) {
-    case ARCH_SWA: return ld->is_swa[il] ? ENG_LAYER_ATTN_SWA : ENG_LAYER_ATTN;
-    case ARCH_MAMBA2: return ENG_LAYER_RECURRENT;
-    case ARCH_GRANITEHYBRID: return ld->is_rec[il] ? ENG_LAYER_RECURRENT : ENG_LAYER_ATTN;
-    default: return ENG_LAYER_ATTN;
-    }
-}
-
-static int load_layer(loader *ld, eng_model *m, int32_t il) {
-    eng_layer *L = &m->layers[il];
-    L->kind = layer_kind_of(ld, il);
-    L->has_ffn = ld->id != ARCH_MAMBA2;
-    int rc;
-    switch (L->kind) {
-    case ENG_LAYER_ATTN:
-    case ENG_LAYER_ATTN_SWA: rc = load_attn(ld, m, il, L); break;
-    case ENG_LAYER_RECURRENT: rc = load_ssm(ld, m, il, L); break;
-    default:
-        eng_errf(ld->err, ld->errlen, "%s: layer %d: kind %d not supported", ld->path, il, (int)L->kind);
-        return ENG_ERR_UNSUPPORTED;
-    }
-    if (rc != ENG_OK) return rc;
-    return L->has_ffn ? load_ffn(ld, m, il, L) : ENG_OK;
-}
-
-static void free_layer(eng_layer *L) {
-    free(L->attn.attn_norm);
-    eng_kmat_free(&L->attn.wqkv);
-    eng_kmat_free(&L->attn.wo);
-    eng_ssm_weights_free(&L->ssm);
-    free(L->ffn.ffn_norm);
-    eng_kmat_free(&L->ffn.w_gate_up);
-    eng_kmat_free(&L->ffn.w_down);
-}
-
-// ----------------------------------------------------------------------------
-// Hyperparameters and metadata
-
-/* "{arch}.suffix" as a per-layer array of n integers (an array of n
- * numbers, or a scalar repeated), as llama.cpp's get_key_or_arr reads it.
- * ENG_ERR_NOT_FOUND when absent. */
-static int hp_int_or_arr(loader *ld, const char *suffix, int32_t n, int64_t lo, int64_t hi, int32_t *out) {
+int eng_ld_int_or_arr(eng_loader *ld, const char *suffix, int32_t n, int64_t lo, int64_t hi, int32_t *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
     const int64_t i = eng_gguf_find_key(ld->g, key);
     if (i < 0) return ENG_ERR_NOT_FOUND;
     if (eng_gguf_kv_type(ld->g, i) != ENG_GGUF_TYPE_ARRAY) {
         int32_t v;
-        int rc = hp_int(ld, suffix, -1, lo, hi, &v);
+        int rc = eng_ld_int(ld, suffix, -1, lo, hi, &v);
         if (rc != ENG_OK) return rc;
         for (int32_t il = 0; il < n; il++) out[il] = v;
         return ENG_OK;
@@ -356,174 +153,82 @@ static int hp_int_or_arr(loader *ld, const char *suffix, int32_t n, int64_t lo, 
     return ENG_OK;
 }
 
-/* A granite scaling key must be absent or neutral (`neutral` or 0, which
- * llama.cpp also treats as "no scaling"). */
-static int hp_neutral(loader *ld, const char *suffix, double neutral) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
-    double v;
-    int rc = eng_gguf_get_float(ld->g, key, &v);
-    if (rc == ENG_ERR_NOT_FOUND) return ENG_OK;
-    if (rc != ENG_OK) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected a float", ld->path, key);
+int eng_ld_tensor_nd(eng_loader *ld, const char *name, const int64_t ne[4], bool optional, float **out) {
+    *out = NULL;
+    const eng_gguf_tensor *t = eng_gguf_find_tensor(ld->g, name);
+    if (!t) {
+        if (optional) return ENG_ERR_NOT_FOUND;
+        eng_errf(ld->err, ld->errlen, "%s: tensor %s: missing", ld->path, name);
         return ENG_ERR_FORMAT;
     }
-    if (v != 0.0 && (float)v != (float)neutral) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s: %g: granite scaling is not supported", ld->path, key, v);
+    if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3]) {
+        if (ne[2] == 1 && ne[3] == 1)
+            eng_errf(ld->err, ld->errlen, "%s: tensor %s: shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                     ld->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                     (long long)t->ne[3], (long long)ne[0], (long long)ne[1]);
+        else
+            eng_errf(ld->err, ld->errlen,
+                     "%s: tensor %s: shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]", ld->path,
+                     name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                     (long long)ne[0], (long long)ne[1], (long long)ne[2], (long long)ne[3]);
+        return ENG_ERR_FORMAT;
+    }
+    if (t->type != ENG_GGML_TYPE_F32 && t->type != ENG_GGML_TYPE_F16 && t->type != ENG_GGML_TYPE_BF16 &&
+        t->type != ENG_GGML_TYPE_Q8_0) {
+        eng_errf(ld->err, ld->errlen, "%s: tensor %s: type %s not supported", ld->path, name,
+                 eng_ggml_type_name(t->type));
         return ENG_ERR_UNSUPPORTED;
     }
+    const int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+    float *f = malloc(sizeof(float) * (size_t)n);
+    if (!f) return ENG_ERR_NOMEM;
+    eng_ggml_to_f32(t->type, t->data, f, n);
+    *out = f;
     return ENG_OK;
 }
 
-/* Attention hyperparameters: heads (granitehybrid: head_count_kv per layer,
- * 0 marking a Mamba-2 layer), FFN, RoPE. */
-static int load_attn_hparams(loader *ld, eng_model *m) {
-    eng_model_info *in = &m->info;
-    int rc;
-    if ((rc = hp_int(ld, "feed_forward_length", -1, 1, 1 << 22, &in->n_ff)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "attention.head_count", -1, 1, 4096, &in->n_head)) != ENG_OK) return rc;
-    if (ld->id == ARCH_GRANITEHYBRID) {
-        int32_t *hkv = malloc(sizeof(int32_t) * (size_t)in->n_layer);
-        if (!hkv) return ENG_ERR_NOMEM;
-        rc = hp_int_or_arr(ld, "attention.head_count_kv", in->n_layer, 0, in->n_head, hkv);
-        if (rc == ENG_ERR_NOT_FOUND) {
-            eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count_kv: missing", ld->path, ld->arch);
-            rc = ENG_ERR_FORMAT;
-        }
-        in->n_head_kv = 0;
-        for (int32_t il = 0; rc == ENG_OK && il < in->n_layer; il++) {
-            ld->is_rec[il] = hkv[il] == 0;
-            if (hkv[il] == 0) continue;
-            if (in->n_head_kv != 0 && hkv[il] != in->n_head_kv) {
-                eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count_kv[%d]: %d, other layers %d: "
-                         "per-layer KV head counts are not supported", ld->path, ld->arch, il, hkv[il], in->n_head_kv);
-                rc = ENG_ERR_UNSUPPORTED;
-            }
-            in->n_head_kv = hkv[il];
-        }
-        free(hkv);
-        if (rc != ENG_OK) return rc;
-        if (in->n_head_kv == 0) in->n_head_kv = in->n_head;  /* no attention layer: unused */
-    } else if ((rc = hp_int(ld, "attention.head_count_kv", in->n_head, 1, in->n_head, &in->n_head_kv)) != ENG_OK) {
-        return rc;
-    }
-    if (in->n_embd % in->n_head != 0) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count: %d does not divide embedding_length %d",
-                 ld->path, ld->arch, in->n_head, in->n_embd);
-        return ENG_ERR_FORMAT;
-    }
-    if (in->n_head % in->n_head_kv != 0) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.head_count_kv: %d does not divide head_count %d",
-                 ld->path, ld->arch, in->n_head_kv, in->n_head);
-        return ENG_ERR_FORMAT;
-    }
-    in->head_dim = in->n_embd / in->n_head;
-    int32_t key_len;
-    if ((rc = hp_int(ld, "attention.key_length", in->head_dim, 1, 1 << 20, &key_len)) != ENG_OK) return rc;
-    if (key_len != in->head_dim) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s.attention.key_length: %d != embedding_length/head_count %d",
-                 ld->path, ld->arch, key_len, in->head_dim);
-        return ENG_ERR_UNSUPPORTED;
-    }
-    if ((rc = hp_int(ld, "rope.dimension_count", in->head_dim, 2, in->head_dim, &in->n_rot)) != ENG_OK) return rc;
-    if (in->n_rot % 2 != 0) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s.rope.dimension_count: %d is odd", ld->path, ld->arch, in->n_rot);
-        return ENG_ERR_FORMAT;
-    }
-    if ((rc = hp_float(ld, "rope.freq_base", 10000.0, &in->rope_freq_base)) != ENG_OK) return rc;
-    if (ld->id == ARCH_GRANITEHYBRID) {
-        char key[128];
-        bool rope = true;
-        snprintf(key, sizeof key, "%s.rope.scaling.finetuned", ld->arch);
-        if (eng_gguf_find_key(ld->g, key) >= 0 && eng_gguf_get_bool(ld->g, key, &rope) != ENG_OK) {
-            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected a bool", ld->path, key);
-            return ENG_ERR_FORMAT;
-        }
-        if (!rope) {
-            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: false (attention without RoPE) is not supported",
-                     ld->path, key);
-            return ENG_ERR_UNSUPPORTED;
-        }
-        if ((rc = hp_neutral(ld, "logit_scale", 1.0)) != ENG_OK) return rc;
-        if ((rc = hp_neutral(ld, "residual_scale", 1.0)) != ENG_OK) return rc;
-        if ((rc = hp_neutral(ld, "embedding_scale", 1.0)) != ENG_OK) return rc;
-        if ((rc = hp_neutral(ld, "attention.scale", 1.0 / sqrt((double)in->head_dim))) != ENG_OK) return rc;
-        int32_t n_expert;
-        if ((rc = hp_int(ld, "expert_count", 0, 0, INT32_MAX, &n_expert)) != ENG_OK) return rc;
-        if (n_expert > 0) {
-            eng_errf(ld->err, ld->errlen, "%s: metadata: %s.expert_count: %d: mixture of experts is not supported",
-                     ld->path, ld->arch, n_expert);
-            return ENG_ERR_UNSUPPORTED;
-        }
-    }
-    return ENG_OK;
+int eng_ld_tensor(eng_loader *ld, const char *name, int64_t ne0, int64_t ne1, bool optional, float **out) {
+    const int64_t ne[4] = {ne0, ne1, 1, 1};
+    return eng_ld_tensor_nd(ld, name, ne, optional, out);
 }
 
-/* kvreplay-swa: the window and which layers slide: sliding_window_pattern
- * as llama.cpp's set_swa_pattern(P) (layer il slides iff P == 0 or
- * il % P < P - 1; absent: P = 0, every layer) or a bool array [L]. */
-static int load_swa_hparams(loader *ld, eng_model *m) {
-    eng_model_info *in = &m->info;
-    int rc;
-    if ((rc = hp_int(ld, "attention.sliding_window", -1, 1, INT32_MAX, &in->n_swa)) != ENG_OK) return rc;
-    char key[128];
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
-    const int64_t i = eng_gguf_find_key(ld->g, key);
-    if (i >= 0 && eng_gguf_kv_type(ld->g, i) == ENG_GGUF_TYPE_ARRAY) {
-        if (eng_gguf_arr_type(ld->g, i) != ENG_GGUF_TYPE_BOOL || eng_gguf_arr_n(ld->g, i) != (uint64_t)in->n_layer) {
-            eng_errf(ld->err, ld->errlen, "%s: metadata: %s: expected an integer or an array of %d bools", ld->path,
-                     key, in->n_layer);
-            return ENG_ERR_FORMAT;
-        }
-        for (int32_t il = 0; il < in->n_layer; il++) ld->is_swa[il] = eng_gguf_get_arr_num(ld->g, i, (uint64_t)il) != 0;
-        return ENG_OK;
-    }
-    int32_t P;
-    if ((rc = hp_int(ld, "attention.sliding_window_pattern", 0, 0, INT32_MAX, &P)) != ENG_OK) return rc;
-    for (int32_t il = 0; il < in->n_layer; il++) ld->is_swa[il] = P == 0 || il % P < P - 1;
-    return ENG_OK;
+int eng_ld_plain(eng_loader *ld, const eng_model *m, const char *name, int64_t ne0, int64_t ne1, float **out) {
+    int rc = eng_ld_tensor(ld, name, ne0, ne1, false, out);
+    if (rc == ENG_OK && m->kctx.bf16)
+        for (int64_t i = 0; i < ne0 * ne1; i++) (*out)[i] = eng_bf16_round((*out)[i]);
+    return rc;
 }
 
-/* Mamba-2: llama.cpp's ssm.* keys. */
-static int load_ssm_hparams(loader *ld, eng_model *m) {
-    eng_model_info *in = &m->info;
-    int32_t d_conv, d_inner, d_state, n_head, n_group;
-    int rc;
-    if ((rc = hp_int(ld, "ssm.conv_kernel", -1, 1, 1024, &d_conv)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "ssm.inner_size", -1, 1, 1 << 22, &d_inner)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "ssm.state_size", -1, 1, 1 << 16, &d_state)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "ssm.time_step_rank", -1, 1, 1 << 16, &n_head)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "ssm.group_count", -1, 1, 1 << 16, &n_group)) != ENG_OK) return rc;
-    char msg[192];
-    if ((rc = eng_ssm_hparams_init(&m->ssm_hp, in->n_embd, d_inner, d_state, n_head, n_group, d_conv, in->rms_eps, msg,
-                                   sizeof msg)) != ENG_OK) {
-        eng_errf(ld->err, ld->errlen, "%s: metadata: %s.%s", ld->path, ld->arch, msg);
-        return rc;
+int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
+                 int64_t n_in, eng_kmat *out) {
+    int64_t n_out = 0;
+    for (int i = 0; i < n_parts; i++) n_out += n_outs[i];
+    float *w = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    if (!w) return ENG_ERR_NOMEM;
+    int rc = ENG_OK;
+    int64_t row = 0;
+    for (int i = 0; i < n_parts && rc == ENG_OK; i++) {
+        float *part;
+        rc = eng_ld_tensor(ld, names[i], n_in, n_outs[i], false, &part);
+        if (rc != ENG_OK) break;
+        memcpy(w + row * n_in, part, sizeof(float) * (size_t)(n_outs[i] * n_in));
+        free(part);
+        row += n_outs[i];
     }
-    in->ssm_d_inner = d_inner;
-    in->ssm_d_state = d_state;
-    in->ssm_n_head = n_head;
-    in->ssm_head_dim = m->ssm_hp.head_dim;
-    in->ssm_n_group = n_group;
-    in->ssm_d_conv = d_conv;
-    return ENG_OK;
+    if (rc == ENG_OK)
+        rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->kctx.bf16);
+    free(w);
+    return rc;
 }
 
-static int load_hparams(loader *ld, eng_model *m) {
-    eng_model_info *in = &m->info;
-    int rc;
-    if ((rc = hp_int(ld, "block_count", -1, 1, 4096, &in->n_layer)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "embedding_length", -1, 1, 1 << 20, &in->n_embd)) != ENG_OK) return rc;
-    if ((rc = hp_int(ld, "context_length", 2048, 1, INT32_MAX, &in->n_ctx_train)) != ENG_OK) return rc;
-    if ((rc = hp_float(ld, "attention.layer_norm_rms_epsilon", 1e-5, &in->rms_eps)) != ENG_OK) return rc;
-    ld->is_swa = calloc((size_t)in->n_layer, sizeof(bool));
-    ld->is_rec = calloc((size_t)in->n_layer, sizeof(bool));
-    if (!ld->is_swa || !ld->is_rec) return ENG_ERR_NOMEM;
-    if (ld->id != ARCH_MAMBA2 && (rc = load_attn_hparams(ld, m)) != ENG_OK) return rc;
-    if (ld->id == ARCH_SWA && (rc = load_swa_hparams(ld, m)) != ENG_OK) return rc;
-    if ((ld->id == ARCH_MAMBA2 || ld->id == ARCH_GRANITEHYBRID) && (rc = load_ssm_hparams(ld, m)) != ENG_OK) return rc;
-    return ENG_OK;
+int eng_ld_matrix(eng_loader *ld, const eng_model *m, const char *name, int64_t n_out, int64_t n_in, eng_kmat *out) {
+    const char *names[1] = {name};
+    const int64_t n_outs[1] = {n_out};
+    return eng_ld_fused(ld, m, names, n_outs, 1, n_in, out);
 }
+
+// ----------------------------------------------------------------------------
+// Metadata
 
 static void copy_str(char *dst, size_t cap, const char *s, size_t len) {
     if (len >= cap) len = cap - 1;
@@ -556,6 +261,66 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
     return XXH3_64bits_withSeed(b, sizeof b, XXH3_64bits(eng_blas_info(), strlen(eng_blas_info())));
 }
 
+/* "llama, kvreplay-swa, ..." : every registered architecture. */
+static void arch_list(char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int32_t i = 0; eng_layer_kinds[i]; i++)
+        for (const eng_arch *const *a = eng_layer_kinds[i]->archs; a && *a; a++) {
+            const int w = snprintf(out + n, cap - n, "%s%s", n ? ", " : "", (*a)->name);
+            if (w < 0 || (size_t)w >= cap - n) return;
+            n += (size_t)w;
+        }
+}
+
+// ----------------------------------------------------------------------------
+// The model-level tensors: embedding (and its norm), output norm, head
+
+static int load_embd_and_head(eng_loader *ld, eng_model *m) {
+    eng_model_info *in = &m->info;
+    const eng_gguf_tensor *te = eng_gguf_find_tensor(ld->g, "token_embd.weight");
+    if (!te) {
+        eng_errf(ld->err, ld->errlen, "%s: tensor token_embd.weight: missing", ld->path);
+        return ENG_ERR_FORMAT;
+    }
+    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX) {
+        eng_errf(ld->err, ld->errlen, "%s: tensor token_embd.weight: vocabulary size %lld out of range", ld->path,
+                 (long long)te->ne[1]);
+        return ENG_ERR_FORMAT;
+    }
+    in->n_vocab = (int32_t)te->ne[1];
+    const int64_t D = in->n_embd, V = in->n_vocab;
+    int rc;
+    if ((rc = eng_ld_plain(ld, m, "token_embd.weight", D, V, &m->tok_embd)) != ENG_OK) return rc;
+    if (m->embd_norm) {
+        if ((rc = eng_ld_plain(ld, m, "token_embd_norm.weight", D, 1, &m->embd_norm_w)) != ENG_OK) return rc;
+        if (m->norm_bias && (rc = eng_ld_plain(ld, m, "token_embd_norm.bias", D, 1, &m->embd_norm_b)) != ENG_OK)
+            return rc;
+    }
+    if ((rc = eng_ld_plain(ld, m, "output_norm.weight", D, 1, &m->output_norm)) != ENG_OK) return rc;
+    if (m->norm_bias && (rc = eng_ld_plain(ld, m, "output_norm.bias", D, 1, &m->output_norm_b)) != ENG_OK) return rc;
+    if (m->tie_output && eng_gguf_find_tensor(ld->g, "output.weight")) {
+        eng_errf(ld->err, ld->errlen, "%s: tensor output.weight: %s ties its head to token_embd.weight "
+                 "(llama.cpp refuses the extra tensor)", ld->path, ld->arch);
+        return ENG_ERR_UNSUPPORTED;
+    }
+    float *ow = NULL;
+    rc = m->tie_output ? ENG_ERR_NOT_FOUND : eng_ld_tensor(ld, "output.weight", D, V, true, &ow);
+    if (rc == ENG_OK) {
+        rc = eng_kmat_init_for(&m->output, ow, (int32_t)V, (int32_t)D, m->num.kernel, m->kctx.bf16);
+        free(ow);
+    } else if (rc == ENG_ERR_NOT_FOUND) {
+        m->output_tied = true;
+        if (m->num.kernel == ENG_KERNEL_BLAS) {
+            eng_kmat_view(&m->output, m->tok_embd, (int32_t)V, (int32_t)D);
+            rc = ENG_OK;
+        } else {
+            rc = eng_kmat_init_for(&m->output, m->tok_embd, (int32_t)V, (int32_t)D, m->num.kernel, false);
+        }
+    }
+    return rc;
+}
+
 // ----------------------------------------------------------------------------
 // Load and free
 
@@ -567,13 +332,14 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         eng_errf(err, errlen, "%s: invalid numerics (kernel, precision or n_threads)", path ? path : "(null)");
         return ENG_ERR_ARG;
     }
-    loader ld = {.path = path, .err = err, .errlen = errlen};
+    eng_loader ld = {.path = path, .err = err, .errlen = errlen};
     eng_model *m = calloc(1, sizeof *m);
     if (!m) return ENG_ERR_NOMEM;
     m->num = *num;
     m->kctx.kernel = num->kernel;
     m->kctx.bf16 = num->precision == ENG_PRECISION_BF16;
     m->kctx.n_threads = num->n_threads;
+    m->logit_scale = 1.0f;
     if (num->n_threads > 1 && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
         eng_errf(err, errlen, "%s: cannot start %d threads", path, num->n_threads);
         free(m);
@@ -593,13 +359,11 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         goto fail;
     }
     copy_str(in->arch, sizeof in->arch, s, len);
-    if (!strcmp(in->arch, "llama")) ld.id = ARCH_LLAMA;
-    else if (!strcmp(in->arch, "kvreplay-swa")) ld.id = ARCH_SWA;
-    else if (!strcmp(in->arch, "mamba2")) ld.id = ARCH_MAMBA2;
-    else if (!strcmp(in->arch, "granitehybrid")) ld.id = ARCH_GRANITEHYBRID;
-    else {
-        eng_errf(err, errlen, "%s: metadata: general.architecture: '%s' not supported "
-                 "(llama, kvreplay-swa, mamba2, granitehybrid are)", path, in->arch);
+    if (!(m->arch = eng_arch_find(in->arch))) {
+        char known[256];
+        arch_list(known, sizeof known);
+        eng_errf(err, errlen, "%s: metadata: general.architecture: '%s' not supported (%s are)", path, in->arch,
+                 known);
         rc = ENG_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -611,7 +375,11 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         base = base ? base + 1 : path;
         copy_str(in->name, sizeof in->name, base, strlen(base));
     }
-    if ((rc = load_hparams(&ld, m)) != ENG_OK) goto fail;
+    if ((rc = eng_ld_int(&ld, "block_count", -1, 1, 4096, &in->n_layer)) != ENG_OK) goto fail;
+    if ((rc = eng_ld_int(&ld, "embedding_length", -1, 1, 1 << 20, &in->n_embd)) != ENG_OK) goto fail;
+    if ((rc = eng_ld_int(&ld, "context_length", 2048, 1, INT32_MAX, &in->n_ctx_train)) != ENG_OK) goto fail;
+    if (!(m->layers = calloc((size_t)in->n_layer, sizeof *m->layers))) { rc = ENG_ERR_NOMEM; goto fail; }
+    if ((rc = m->arch->hparams(&ld, m)) != ENG_OK) goto fail;
 
     size_t nbytes;
     const void *bytes = eng_gguf_bytes(ld.g, &nbytes);
@@ -620,43 +388,14 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     m->fingerprint = fingerprint_of(m->sha256, num);
     detect_chat_template(ld.g, in->chat_template);
 
-    const eng_gguf_tensor *te = eng_gguf_find_tensor(ld.g, "token_embd.weight");
-    if (!te) {
-        eng_errf(err, errlen, "%s: tensor token_embd.weight: missing", path);
-        rc = ENG_ERR_FORMAT;
-        goto fail;
-    }
-    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX) {
-        eng_errf(err, errlen, "%s: tensor token_embd.weight: vocabulary size %lld out of range", path,
-                 (long long)te->ne[1]);
-        rc = ENG_ERR_FORMAT;
-        goto fail;
-    }
-    in->n_vocab = (int32_t)te->ne[1];
+    if ((rc = load_embd_and_head(&ld, m)) != ENG_OK) goto fail;
     const int64_t D = in->n_embd, V = in->n_vocab;
-    if ((rc = get_plain(&ld, "token_embd.weight", D, V, m->kctx.bf16, &m->tok_embd)) != ENG_OK) goto fail;
-    if ((rc = get_plain(&ld, "output_norm.weight", D, 1, m->kctx.bf16, &m->output_norm)) != ENG_OK) goto fail;
-    float *ow = NULL;
-    rc = get_tensor(&ld, "output.weight", D, V, true, &ow);
-    if (rc == ENG_OK) {
-        rc = eng_kmat_init_for(&m->output, ow, (int32_t)V, (int32_t)D, num->kernel, m->kctx.bf16);
-        free(ow);
-    } else if (rc == ENG_ERR_NOT_FOUND) {
-        m->output_tied = true;
-        if (num->kernel == ENG_KERNEL_BLAS) {
-            eng_kmat_view(&m->output, m->tok_embd, (int32_t)V, (int32_t)D);
-            rc = ENG_OK;
-        } else {
-            rc = eng_kmat_init_for(&m->output, m->tok_embd, (int32_t)V, (int32_t)D, num->kernel, false);
-        }
-    }
-    if (rc != ENG_OK) goto fail;
-
-    m->layers = calloc((size_t)in->n_layer, sizeof *m->layers);
-    if (!m->layers) { rc = ENG_ERR_NOMEM; goto fail; }
     for (int32_t il = 0; il < in->n_layer; il++) {
-        if ((rc = load_layer(&ld, m, il)) != ENG_OK) goto fail;
-        switch (m->layers[il].kind) {
+        eng_layer *L = &m->layers[il];
+        ENG_ASSERT(L->ops);  /* set by the architecture's hparams */
+        L->kind_ix = eng_layer_kind_index(L->ops);
+        if ((rc = L->ops->load(&ld, m, il, &L->w)) != ENG_OK) goto fail;
+        switch (L->ops->kind) {
         case ENG_LAYER_ATTN: in->n_layer_attn++; break;
         case ENG_LAYER_ATTN_SWA: in->n_layer_swa++; break;
         case ENG_LAYER_RECURRENT: in->n_layer_rec++; break;
@@ -666,29 +405,10 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     /* Parameters: every weight element of the file's model (tied head counted once). */
     int64_t np = V * D + D;
     if (!m->output_tied) np += V * D;
-    for (int32_t il = 0; il < in->n_layer; il++) {
-        const eng_layer *L = &m->layers[il];
-        const eng_ssm_hparams *hp = &m->ssm_hp;
-        const int64_t GE = (int64_t)in->n_head_kv * in->head_dim;
-        switch (L->kind) {
-        case ENG_LAYER_ATTN:
-        case ENG_LAYER_ATTN_SWA:
-            np += D + (int64_t)L->attn.wqkv.n_out * L->attn.wqkv.n_in + (int64_t)L->attn.wo.n_out * L->attn.wo.n_in;
-            if (L->kind == ENG_LAYER_ATTN) in->kv_bytes_per_token += 2 * (int64_t)sizeof(float) * GE;
-            else in->swa_bytes_per_token += 2 * (int64_t)sizeof(float) * GE;
-            break;
-        case ENG_LAYER_RECURRENT:
-            /* norm, in_proj, conv weight and bias, dt bias, A, D, grouped norm, out_proj */
-            np += D + (int64_t)hp->d_in_proj * D + (int64_t)hp->d_conv * hp->conv_dim + hp->conv_dim +
-                  3 * (int64_t)hp->n_head + hp->d_inner + (int64_t)hp->d_inner * D;
-            in->rec_state_bytes += (int64_t)eng_ssm_state_bytes(hp);
-            break;
-        default: ENG_ASSERT(0);
-        }
-        if (L->has_ffn)
-            np += D + (int64_t)L->ffn.w_gate_up.n_out * L->ffn.w_gate_up.n_in +
-                  (int64_t)L->ffn.w_down.n_out * L->ffn.w_down.n_in;
-    }
+    if (m->output_norm_b) np += D;
+    if (m->embd_norm_w) np += D;
+    if (m->embd_norm_b) np += D;
+    for (int32_t il = 0; il < in->n_layer; il++) np += m->layers[il].ops->n_params(m, il);
     in->n_params = np;
 
     if (eng_gguf_find_key(ld.g, "tokenizer.ggml.model") >= 0) {
@@ -702,15 +422,11 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         }
     }
     eng_gguf_close(ld.g);
-    free(ld.is_swa);
-    free(ld.is_rec);
     *out = m;
     return ENG_OK;
 
 fail:
     eng_gguf_close(ld.g);
-    free(ld.is_swa);
-    free(ld.is_rec);
     eng_model_free(m);
     return rc;
 }
@@ -718,11 +434,15 @@ fail:
 void eng_model_free(eng_model *m) {
     if (!m) return;
     if (m->layers)
-        for (int32_t il = 0; il < m->info.n_layer; il++) free_layer(&m->layers[il]);
+        for (int32_t il = 0; il < m->info.n_layer; il++)
+            if (m->layers[il].ops) m->layers[il].ops->free(m->layers[il].w);
     free(m->layers);
     eng_kmat_free(&m->output);
     free(m->tok_embd);
+    free(m->embd_norm_w);
+    free(m->embd_norm_b);
     free(m->output_norm);
+    free(m->output_norm_b);
     eng_tokenizer_free(m->tok);
     eng_pool_free(m->kctx.pool);
     free(m);
@@ -738,52 +458,25 @@ uint64_t eng_model_fingerprint(const eng_model *m) { return m->fingerprint; }
 
 eng_layer_kind eng_model_layer_kind(const eng_model *m, int32_t il) {
     ENG_ASSERT(il >= 0 && il < m->info.n_layer);
-    return m->layers[il].kind;
+    return m->layers[il].ops->kind;
+}
+
+const char *eng_model_layer_kind_name(const eng_model *m, int32_t il) {
+    ENG_ASSERT(il >= 0 && il < m->info.n_layer);
+    return m->layers[il].ops->name;
 }
 
 // ----------------------------------------------------------------------------
-// The FLOPs cost model (docs/engine.md)
-
-/* Matmul FLOPs of one token through one layer (2 per multiply-add); for a
- * Mamba-2 layer also its conv and scan (eng_ssm_token_flops). */
-static double layer_token_flops(const eng_model *m, int32_t il) {
-    const eng_layer *L = &m->layers[il];
-    const double D = m->info.n_embd, F = m->info.n_ff;
-    const double GE = (double)m->info.n_head_kv * m->info.head_dim;
-    const double HE = (double)m->info.n_head * m->info.head_dim;
-    double f = L->has_ffn ? 2.0 * 3.0 * D * F : 0.0;  /* gate, up, down */
-    switch (L->kind) {
-    case ENG_LAYER_ATTN:
-    case ENG_LAYER_ATTN_SWA: f += 2.0 * D * (HE + 2.0 * GE) + 2.0 * HE * D; break;
-    case ENG_LAYER_RECURRENT: f += eng_ssm_token_flops(&m->ssm_hp); break;
-    default: ENG_ASSERT(0);
-    }
-    return f;
-}
-
-/* Attention FLOPs of queries at positions [p0, p1) of one layer: QK^T and PV,
- * 2*E FLOPs each per (query head, attended key); query p attends p + 1 keys,
- * min(p + 1, W) with a sliding window; a recurrent layer has none. */
-static double layer_attn_flops(const eng_model *m, int32_t il, int64_t p0, int64_t p1) {
-    const double EH = (double)m->info.head_dim * m->info.n_head;
-    switch (m->layers[il].kind) {
-    case ENG_LAYER_ATTN: {
-        /* sum over p in [p0, p1) of (p + 1) */
-        const double keys = (double)(p1 - p0) * (double)(p0 + p1 + 1) / 2.0;
-        return 2.0 * 2.0 * EH * keys;
-    }
-    case ENG_LAYER_ATTN_SWA: return 2.0 * 2.0 * EH * eng_swa_keys(m->info.n_swa, p0, p1);
-    case ENG_LAYER_RECURRENT: return 0.0;
-    default: ENG_ASSERT(0);
-    }
-    return 0.0;
-}
+// The FLOPs cost model (docs/engine.md): each layer's kind counts its own
 
 double eng_model_prefill_flops_params(const eng_model *m, int32_t n_past, int32_t n, const eng_prefill_params *p) {
     if (n <= 0) return 0.0;
     double f = 0.0;
-    for (int32_t il = 0; il < m->info.n_layer; il++)
-        f += (double)n * layer_token_flops(m, il) + layer_attn_flops(m, il, n_past, (int64_t)n_past + n);
+    for (int32_t il = 0; il < m->info.n_layer; il++) {
+        const eng_layer_ops *ops = m->layers[il].ops;
+        f += (double)n * ops->token_flops(m, il) +
+             (ops->pos_flops ? ops->pos_flops(m, il, n_past, (int64_t)n_past + n) : 0.0);
+    }
     /* The output head runs on every row of each chunk that needs logits:
      * every chunk with all_logits (n rows), else only the last chunk. */
     int64_t rows;

@@ -75,7 +75,7 @@ typedef struct eng_model eng_model;
 typedef enum eng_layer_kind {
     ENG_LAYER_ATTN      = 0,  /* full causal attention: KV truncatable to any length */
     ENG_LAYER_ATTN_SWA  = 1,  /* sliding-window attention (window n_swa) */
-    ENG_LAYER_RECURRENT = 2,  /* Mamba-2-style selective SSM: not truncatable */
+    ENG_LAYER_RECURRENT = 2,  /* recurrent state (Mamba-2, RWKV-7): not truncatable */
 } eng_layer_kind;
 
 typedef struct eng_model_info {
@@ -109,11 +109,15 @@ typedef struct eng_model_info {
     int64_t kv_bytes_per_token;  /* K+V bytes per position over the full-attention layers */
     int64_t swa_bytes_per_token; /* K+V bytes per window cell over the sliding-window layers */
     int64_t rec_state_bytes;     /* recurrent + conv state bytes per sequence over the recurrent layers */
+    /* Added for layer-norm and RWKV-7 architectures (0 when the model has none): */
+    float   norm_eps;            /* layer-norm epsilon (attention.layer_norm_epsilon: cohere2, rwkv7) */
+    int32_t wkv_head_size;       /* S: RWKV-7 head size (wkv.head_size); heads D / S */
 } eng_model_info;
 
-/* Loads a GGUF model: general.architecture "llama", "mamba2" and
- * "granitehybrid" (llama.cpp's) or "kvreplay-swa" (docs/engine.md, the
- * subset of each). Tensors are converted to the compute precision at load.
+/* Loads a GGUF model: general.architecture "llama", "cohere2", "mamba2",
+ * "granitehybrid", "rwkv7" (llama.cpp's) or "kvreplay-swa" (kvreplay's
+ * own): the architectures of the registered layer kinds (docs/engine.md,
+ * the subset of each). Tensors are converted to the compute precision at load.
  * Returns ENG_OK, ENG_ERR_IO,
  * ENG_ERR_FORMAT (missing/misshaped tensor: message names it),
  * ENG_ERR_UNSUPPORTED, ENG_ERR_ARG or ENG_ERR_NOMEM. */
@@ -123,6 +127,8 @@ void eng_model_free(eng_model *m);  /* accepts NULL */
 const eng_model_info *eng_model_get_info(const eng_model *m);
 const eng_numerics   *eng_model_get_numerics(const eng_model *m);
 eng_layer_kind        eng_model_layer_kind(const eng_model *m, int32_t il);
+/* The name of layer il's kind: "attn", "swa", "mamba2", "rwkv7" (engine/layers/). */
+const char           *eng_model_layer_kind_name(const eng_model *m, int32_t il);
 /* The model's tokenizer, or NULL when the GGUF has no vocabulary. Owned by the model. */
 const eng_tokenizer  *eng_model_tokenizer(const eng_model *m);
 /* 64-bit fingerprint of the model file hash and the numerics: kernel and
@@ -217,7 +223,8 @@ int eng_seq_compare(const eng_seq *a, const eng_seq *b, eng_seq_diff *out);
 // nothing but n_tokens (size 0 payload): truncation alone restores it.
 // Payload bytes (eng_ckpt_size), summed over layers: full attention 0;
 // sliding window 2 * min(n, n_swa) * G*E * 4 (K then V rows of the window);
-// recurrent 4 * (NH*N*P + (K-1)*(I + 2*NG*N)) (recurrent state, conv state).
+// Mamba-2 4 * (NH*N*P + (K-1)*(I + 2*NG*N)) (recurrent state, conv state);
+// RWKV-7 4 * (2*D + H*S*S) (the two token-shift rows, the wkv state).
 
 typedef struct eng_ckpt eng_ckpt;
 

@@ -6,15 +6,19 @@
  * give a byte-identical file on every machine), and a tokenizer: either
  * every tokenizer.* key copied from a vocabulary GGUF, or a built-in
  * 259-token SentencePiece byte vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>).
- * Architectures are rows of a table in synth.c; the synth name (--arch) and
- * the GGUF general.architecture it writes:
- *   llama      "llama"          full attention (llama.cpp's llama)
- *   swa        "kvreplay-swa"   llama layers, every layer sliding-window
- *                               attention except every attn_every-th (kvreplay's own)
- *   recurrent  "mamba2"         Mamba-2 layers only, no FFN (llama.cpp's mamba2)
- *   hybrid     "granitehybrid"  Mamba-2 layers with a full-attention layer every
- *                               attn_every-th, SwiGLU FFN in every layer
- *                               (llama.cpp's granitehybrid, dense, no scaling)
+ * Architectures are registered by the layer kinds (engine/layers/); the
+ * synth name (--arch) and the GGUF general.architecture it writes:
+ *   llama        "llama"          full attention (llama.cpp's llama)
+ *   swa          "cohere2"        layer norm, attention and FFN in parallel,
+ *                                 sliding-window attention except every
+ *                                 attn_every-th layer (llama.cpp's cohere2)
+ *   kvreplay-swa "kvreplay-swa"   llama layers with the same window pattern
+ *                                 (kvreplay's own, the swa of earlier versions)
+ *   recurrent    "mamba2"         Mamba-2 layers only, no FFN (llama.cpp's mamba2)
+ *   hybrid       "granitehybrid"  Mamba-2 layers with a full-attention layer every
+ *                                 attn_every-th, SwiGLU FFN in every layer
+ *                                 (llama.cpp's granitehybrid, dense, no scaling)
+ *   rwkv7        "rwkv7"          RWKV-7 layers (llama.cpp's rwkv7)
  * docs/gguf.md lists every key and tensor of each.
  *
  * Usage:
@@ -32,7 +36,8 @@
 
 typedef struct eng_synth_params {
     bool        ok;             /* set by eng_synth_preset: false for an unknown preset name */
-    char        arch[16];       /* synth architecture: "llama", "swa", "recurrent", "hybrid" */
+    char        arch[16];       /* synth architecture: "llama", "swa", "kvreplay-swa", "recurrent",
+                                   "hybrid", "rwkv7" */
     char        preset[16];     /* recorded in kvreplay.synth.preset ("custom" when none) */
     int32_t     n_vocab;        /* V: 0 = the vocabulary's token count (259 built-in);
                                    non-zero must equal it */
@@ -53,6 +58,11 @@ typedef struct eng_synth_params {
                                    expansion factor, the only one it supports) */
     int32_t     ssm_n_group;    /* NG, divides NH */
     int32_t     ssm_d_conv;     /* K, the conv kernel */
+    int32_t     wkv_head_size;  /* rwkv7: head size S (heads D / S) */
+    int32_t     lora_decay;     /* rwkv7: LoRA ranks of the decay, the in-context learning rate, */
+    int32_t     lora_iclr;      /*   the value residual mix and the gate */
+    int32_t     lora_mix;
+    int32_t     lora_gate;
     uint32_t    type;           /* enum eng_ggml_type of the matrices: F32 (default), F16,
                                    BF16, Q8_0 (a matrix whose ne[0] is not a multiple of 32
                                    falls back to F16, as llama.cpp's quantizer does);
@@ -78,9 +88,23 @@ eng_synth_params eng_synth_preset_arch(const char *arch, const char *name);
  * NULL when unknown ("hybrid" -> "granitehybrid"). */
 const char *eng_synth_gguf_arch(const char *arch);
 
-/* Names of the presets, NULL-terminated, and of the architectures. */
+/* Names of the presets, NULL-terminated. */
 extern const char *const eng_synth_preset_names[];
-extern const char *const eng_synth_arch_names[];
+/* The i-th synth architecture name (registered by the layer kinds), NULL past the last. */
+const char *eng_synth_arch_name(int32_t i);
+
+/* Parameter groups of eng_synth_params an architecture uses; eng_synth_to_buffer
+ * zeroes the others (and `model synth` refuses their flags). */
+enum eng_synth_group {
+    ENG_SYNTH_HEADS = 1 << 0,  /* n_head, n_head_kv, n_rot */
+    ENG_SYNTH_FF    = 1 << 1,  /* n_ff */
+    ENG_SYNTH_SWA   = 1 << 2,  /* n_swa */
+    ENG_SYNTH_EVERY = 1 << 3,  /* attn_every */
+    ENG_SYNTH_SSM   = 1 << 4,  /* ssm_* */
+    ENG_SYNTH_WKV   = 1 << 5,  /* wkv_head_size, lora_* */
+};
+/* The groups of synth architecture arch (a mask of eng_synth_group), 0 when unknown. */
+unsigned eng_synth_arch_groups(const char *arch);
 
 /* Builds the model into a malloc'd buffer (caller frees *buf). Returns ENG_OK,
  * ENG_ERR_ARG (bad params: err names the field), ENG_ERR_UNSUPPORTED (arch),

@@ -19,10 +19,12 @@
  * cut there into independent segments and merged segment by segment: the
  * result is the same as llama.cpp's one priority queue over the whole text,
  * and each queue stays small (O(n log n) overall, even on 1 MB without spaces).
- * GPT-2: merges come from tokenizer.ggml.merges, ranked by their order
- * (first occurrence wins); words come from the pre-tokenizer, written by
- * hand over Unicode classes (tables below: letters \p{L}, numbers \p{N},
- * from Python's unicodedata 14.0, the way llama.cpp generates its own).
+ * BPE: merges come from tokenizer.ggml.merges, ranked by their order
+ * (first occurrence wins); words come from the pre-tokenizer that
+ * tokenizer.ggml.pre names (every one of llama.cpp's; see "Pre-tokenizers"
+ * below): llama.cpp's hand-written splitters are hand-written here, over
+ * the Unicode 15.1 classes of engine/tokenizer_unicode.c; its std::regex
+ * ones run through PCRE2 on the same collapsed text and regex.
  *
  * Invalid UTF-8 is tokenized as llama.cpp does: SPM groups bytes by their
  * lead byte and falls back to <0xNN> tokens (exact bytes kept); GPT-2
@@ -31,11 +33,21 @@
  *
  * Special tokens follow llama.cpp's tokenizer_st_partition: CONTROL and
  * UNKNOWN texts are matched only with parse_special, USER_DEFINED ones
- * always; SPM puts the dummy-prefix space again after every special token.
+ * always, with the attributes llama.cpp adds at load (end-of-generation and
+ * FIM texts become CONTROL; LSTRIP/RSTRIP for phi-3 and a few others); SPM
+ * puts the dummy-prefix space again after every special token.
  * Decoding is the exact inverse of tokenizing (no clean_spaces pass), except
  * where the input is not kept: SPM reads U+2581 as a space, GPT-2 replaces
  * invalid UTF-8. eng_tokenize returns INT32_MIN (TOK_FAIL) when memory runs
- * out or len exceeds INT32_MAX / 4.
+ * out, PCRE2 fails (its match or JIT-stack limits) or len exceeds INT32_MAX / 4.
+ *
+ * RWKV (llama.cpp's llm_tokenizer_rwkv): token texts are stored escaped
+ * (\t \n \r \xHH, \ before any other character) and unescaped at load
+ * (llama_unescape_rwkv_token, quirks included); a raw fragment is cut
+ * greedily into the longest token that starts each remaining position. A
+ * position no token starts with gives the unknown token, or fails the call
+ * (INT32_MIN) when the vocabulary has none (llama.cpp would emit an invalid
+ * id there). Decoding concatenates the unescaped texts.
  *
  * A tokenizer is immutable after load; every call allocates its own scratch,
  * so one tokenizer can serve many threads at once.
@@ -44,188 +56,54 @@
 #include "tokenizer.h"
 
 #include <math.h>
+#define PCRE2_CODE_UNIT_WIDTH 32   /* regexes run over code points (or collapsed units), one unit each */
+#include <pcre2.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "status.h"
+#include "tokenizer_unicode.h"
 
 /* GGUF token_type values (llama.cpp's llama_token_type). */
 enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
        TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
-/* BPE pre-tokenizers (tokenizer.ggml.pre). */
-enum { PRE_GPT2 = 0, PRE_LLAMA3 = 1, PRE_QWEN2 = 2 };
+/* Token attributes, llama.cpp's llama_token_attr bits: the token type, plus
+ * what llama.cpp adds at load (CONTROL for end-of-generation and FIM texts,
+ * LSTRIP/RSTRIP for some models' special tokens). */
+enum { A_UNKNOWN = 1 << 0, A_UNUSED = 1 << 1, A_NORMAL = 1 << 2, A_CONTROL = 1 << 3, A_USER_DEFINED = 1 << 4,
+       A_BYTE = 1 << 5, A_LSTRIP = 1 << 7, A_RSTRIP = 1 << 8 };
+#define A_SPECIAL (A_CONTROL | A_USER_DEFINED | A_UNKNOWN)   /* matched whole by the special-token pass */
 
 /* Returned by eng_tokenize when scratch memory cannot be had or len is absurd. */
 #define TOK_FAIL INT32_MIN
 
 // ----------------------------------------------------------------------------
-// Unicode classes: exactly one of letter, number, whitespace, other per code
-// point (llama.cpp's unicode_cpt_flags reduced to what the splitters test).
-
-enum { CF_L = 1, CF_N = 2, CF_WS = 4, CF_O = 8 };
-
-typedef struct { uint32_t lo, hi; uint8_t cls; } uni_range;
-
-#define L(a, b) {0x##a, 0x##b, CF_L}
-#define N(a, b) {0x##a, 0x##b, CF_N}
-/* General categories L* and N*, Unicode 14.0, sorted, generated with Python's unicodedata. */
-static const uni_range uni_ranges[] = {
-    N(30,39), L(41,5A), L(61,7A), L(AA,AA), N(B2,B3), L(B5,B5), N(B9,B9), L(BA,BA), N(BC,BE),
-    L(C0,D6), L(D8,F6), L(F8,2C1), L(2C6,2D1), L(2E0,2E4), L(2EC,2EC), L(2EE,2EE), L(370,374),
-    L(376,377), L(37A,37D), L(37F,37F), L(386,386), L(388,38A), L(38C,38C), L(38E,3A1), L(3A3,3F5),
-    L(3F7,481), L(48A,52F), L(531,556), L(559,559), L(560,588), L(5D0,5EA), L(5EF,5F2), L(620,64A),
-    N(660,669), L(66E,66F), L(671,6D3), L(6D5,6D5), L(6E5,6E6), L(6EE,6EF), N(6F0,6F9), L(6FA,6FC),
-    L(6FF,6FF), L(710,710), L(712,72F), L(74D,7A5), L(7B1,7B1), N(7C0,7C9), L(7CA,7EA), L(7F4,7F5),
-    L(7FA,7FA), L(800,815), L(81A,81A), L(824,824), L(828,828), L(840,858), L(860,86A), L(870,887),
-    L(889,88E), L(8A0,8C9), L(904,939), L(93D,93D), L(950,950), L(958,961), N(966,96F), L(971,980),
-    L(985,98C), L(98F,990), L(993,9A8), L(9AA,9B0), L(9B2,9B2), L(9B6,9B9), L(9BD,9BD), L(9CE,9CE),
-    L(9DC,9DD), L(9DF,9E1), N(9E6,9EF), L(9F0,9F1), N(9F4,9F9), L(9FC,9FC), L(A05,A0A), L(A0F,A10),
-    L(A13,A28), L(A2A,A30), L(A32,A33), L(A35,A36), L(A38,A39), L(A59,A5C), L(A5E,A5E), N(A66,A6F),
-    L(A72,A74), L(A85,A8D), L(A8F,A91), L(A93,AA8), L(AAA,AB0), L(AB2,AB3), L(AB5,AB9), L(ABD,ABD),
-    L(AD0,AD0), L(AE0,AE1), N(AE6,AEF), L(AF9,AF9), L(B05,B0C), L(B0F,B10), L(B13,B28), L(B2A,B30),
-    L(B32,B33), L(B35,B39), L(B3D,B3D), L(B5C,B5D), L(B5F,B61), N(B66,B6F), L(B71,B71), N(B72,B77),
-    L(B83,B83), L(B85,B8A), L(B8E,B90), L(B92,B95), L(B99,B9A), L(B9C,B9C), L(B9E,B9F), L(BA3,BA4),
-    L(BA8,BAA), L(BAE,BB9), L(BD0,BD0), N(BE6,BF2), L(C05,C0C), L(C0E,C10), L(C12,C28), L(C2A,C39),
-    L(C3D,C3D), L(C58,C5A), L(C5D,C5D), L(C60,C61), N(C66,C6F), N(C78,C7E), L(C80,C80), L(C85,C8C),
-    L(C8E,C90), L(C92,CA8), L(CAA,CB3), L(CB5,CB9), L(CBD,CBD), L(CDD,CDE), L(CE0,CE1), N(CE6,CEF),
-    L(CF1,CF2), L(D04,D0C), L(D0E,D10), L(D12,D3A), L(D3D,D3D), L(D4E,D4E), L(D54,D56), N(D58,D5E),
-    L(D5F,D61), N(D66,D78), L(D7A,D7F), L(D85,D96), L(D9A,DB1), L(DB3,DBB), L(DBD,DBD), L(DC0,DC6),
-    N(DE6,DEF), L(E01,E30), L(E32,E33), L(E40,E46), N(E50,E59), L(E81,E82), L(E84,E84), L(E86,E8A),
-    L(E8C,EA3), L(EA5,EA5), L(EA7,EB0), L(EB2,EB3), L(EBD,EBD), L(EC0,EC4), L(EC6,EC6), N(ED0,ED9),
-    L(EDC,EDF), L(F00,F00), N(F20,F33), L(F40,F47), L(F49,F6C), L(F88,F8C), L(1000,102A),
-    L(103F,103F), N(1040,1049), L(1050,1055), L(105A,105D), L(1061,1061), L(1065,1066),
-    L(106E,1070), L(1075,1081), L(108E,108E), N(1090,1099), L(10A0,10C5), L(10C7,10C7),
-    L(10CD,10CD), L(10D0,10FA), L(10FC,1248), L(124A,124D), L(1250,1256), L(1258,1258),
-    L(125A,125D), L(1260,1288), L(128A,128D), L(1290,12B0), L(12B2,12B5), L(12B8,12BE),
-    L(12C0,12C0), L(12C2,12C5), L(12C8,12D6), L(12D8,1310), L(1312,1315), L(1318,135A),
-    N(1369,137C), L(1380,138F), L(13A0,13F5), L(13F8,13FD), L(1401,166C), L(166F,167F),
-    L(1681,169A), L(16A0,16EA), N(16EE,16F0), L(16F1,16F8), L(1700,1711), L(171F,1731),
-    L(1740,1751), L(1760,176C), L(176E,1770), L(1780,17B3), L(17D7,17D7), L(17DC,17DC),
-    N(17E0,17E9), N(17F0,17F9), N(1810,1819), L(1820,1878), L(1880,1884), L(1887,18A8),
-    L(18AA,18AA), L(18B0,18F5), L(1900,191E), N(1946,194F), L(1950,196D), L(1970,1974),
-    L(1980,19AB), L(19B0,19C9), N(19D0,19DA), L(1A00,1A16), L(1A20,1A54), N(1A80,1A89),
-    N(1A90,1A99), L(1AA7,1AA7), L(1B05,1B33), L(1B45,1B4C), N(1B50,1B59), L(1B83,1BA0),
-    L(1BAE,1BAF), N(1BB0,1BB9), L(1BBA,1BE5), L(1C00,1C23), N(1C40,1C49), L(1C4D,1C4F),
-    N(1C50,1C59), L(1C5A,1C7D), L(1C80,1C88), L(1C90,1CBA), L(1CBD,1CBF), L(1CE9,1CEC),
-    L(1CEE,1CF3), L(1CF5,1CF6), L(1CFA,1CFA), L(1D00,1DBF), L(1E00,1F15), L(1F18,1F1D),
-    L(1F20,1F45), L(1F48,1F4D), L(1F50,1F57), L(1F59,1F59), L(1F5B,1F5B), L(1F5D,1F5D),
-    L(1F5F,1F7D), L(1F80,1FB4), L(1FB6,1FBC), L(1FBE,1FBE), L(1FC2,1FC4), L(1FC6,1FCC),
-    L(1FD0,1FD3), L(1FD6,1FDB), L(1FE0,1FEC), L(1FF2,1FF4), L(1FF6,1FFC), N(2070,2070),
-    L(2071,2071), N(2074,2079), L(207F,207F), N(2080,2089), L(2090,209C), L(2102,2102),
-    L(2107,2107), L(210A,2113), L(2115,2115), L(2119,211D), L(2124,2124), L(2126,2126),
-    L(2128,2128), L(212A,212D), L(212F,2139), L(213C,213F), L(2145,2149), L(214E,214E),
-    N(2150,2182), L(2183,2184), N(2185,2189), N(2460,249B), N(24EA,24FF), N(2776,2793),
-    L(2C00,2CE4), L(2CEB,2CEE), L(2CF2,2CF3), N(2CFD,2CFD), L(2D00,2D25), L(2D27,2D27),
-    L(2D2D,2D2D), L(2D30,2D67), L(2D6F,2D6F), L(2D80,2D96), L(2DA0,2DA6), L(2DA8,2DAE),
-    L(2DB0,2DB6), L(2DB8,2DBE), L(2DC0,2DC6), L(2DC8,2DCE), L(2DD0,2DD6), L(2DD8,2DDE),
-    L(2E2F,2E2F), L(3005,3006), N(3007,3007), N(3021,3029), L(3031,3035), N(3038,303A),
-    L(303B,303C), L(3041,3096), L(309D,309F), L(30A1,30FA), L(30FC,30FF), L(3105,312F),
-    L(3131,318E), N(3192,3195), L(31A0,31BF), L(31F0,31FF), N(3220,3229), N(3248,324F),
-    N(3251,325F), N(3280,3289), N(32B1,32BF), L(3400,4DBF), L(4E00,A48C), L(A4D0,A4FD),
-    L(A500,A60C), L(A610,A61F), N(A620,A629), L(A62A,A62B), L(A640,A66E), L(A67F,A69D),
-    L(A6A0,A6E5), N(A6E6,A6EF), L(A717,A71F), L(A722,A788), L(A78B,A7CA), L(A7D0,A7D1),
-    L(A7D3,A7D3), L(A7D5,A7D9), L(A7F2,A801), L(A803,A805), L(A807,A80A), L(A80C,A822),
-    N(A830,A835), L(A840,A873), L(A882,A8B3), N(A8D0,A8D9), L(A8F2,A8F7), L(A8FB,A8FB),
-    L(A8FD,A8FE), N(A900,A909), L(A90A,A925), L(A930,A946), L(A960,A97C), L(A984,A9B2),
-    L(A9CF,A9CF), N(A9D0,A9D9), L(A9E0,A9E4), L(A9E6,A9EF), N(A9F0,A9F9), L(A9FA,A9FE),
-    L(AA00,AA28), L(AA40,AA42), L(AA44,AA4B), N(AA50,AA59), L(AA60,AA76), L(AA7A,AA7A),
-    L(AA7E,AAAF), L(AAB1,AAB1), L(AAB5,AAB6), L(AAB9,AABD), L(AAC0,AAC0), L(AAC2,AAC2),
-    L(AADB,AADD), L(AAE0,AAEA), L(AAF2,AAF4), L(AB01,AB06), L(AB09,AB0E), L(AB11,AB16),
-    L(AB20,AB26), L(AB28,AB2E), L(AB30,AB5A), L(AB5C,AB69), L(AB70,ABE2), N(ABF0,ABF9),
-    L(AC00,D7A3), L(D7B0,D7C6), L(D7CB,D7FB), L(F900,FA6D), L(FA70,FAD9), L(FB00,FB06),
-    L(FB13,FB17), L(FB1D,FB1D), L(FB1F,FB28), L(FB2A,FB36), L(FB38,FB3C), L(FB3E,FB3E),
-    L(FB40,FB41), L(FB43,FB44), L(FB46,FBB1), L(FBD3,FD3D), L(FD50,FD8F), L(FD92,FDC7),
-    L(FDF0,FDFB), L(FE70,FE74), L(FE76,FEFC), N(FF10,FF19), L(FF21,FF3A), L(FF41,FF5A),
-    L(FF66,FFBE), L(FFC2,FFC7), L(FFCA,FFCF), L(FFD2,FFD7), L(FFDA,FFDC), L(10000,1000B),
-    L(1000D,10026), L(10028,1003A), L(1003C,1003D), L(1003F,1004D), L(10050,1005D), L(10080,100FA),
-    N(10107,10133), N(10140,10178), N(1018A,1018B), L(10280,1029C), L(102A0,102D0), N(102E1,102FB),
-    L(10300,1031F), N(10320,10323), L(1032D,10340), N(10341,10341), L(10342,10349), N(1034A,1034A),
-    L(10350,10375), L(10380,1039D), L(103A0,103C3), L(103C8,103CF), N(103D1,103D5), L(10400,1049D),
-    N(104A0,104A9), L(104B0,104D3), L(104D8,104FB), L(10500,10527), L(10530,10563), L(10570,1057A),
-    L(1057C,1058A), L(1058C,10592), L(10594,10595), L(10597,105A1), L(105A3,105B1), L(105B3,105B9),
-    L(105BB,105BC), L(10600,10736), L(10740,10755), L(10760,10767), L(10780,10785), L(10787,107B0),
-    L(107B2,107BA), L(10800,10805), L(10808,10808), L(1080A,10835), L(10837,10838), L(1083C,1083C),
-    L(1083F,10855), N(10858,1085F), L(10860,10876), N(10879,1087F), L(10880,1089E), N(108A7,108AF),
-    L(108E0,108F2), L(108F4,108F5), N(108FB,108FF), L(10900,10915), N(10916,1091B), L(10920,10939),
-    L(10980,109B7), N(109BC,109BD), L(109BE,109BF), N(109C0,109CF), N(109D2,109FF), L(10A00,10A00),
-    L(10A10,10A13), L(10A15,10A17), L(10A19,10A35), N(10A40,10A48), L(10A60,10A7C), N(10A7D,10A7E),
-    L(10A80,10A9C), N(10A9D,10A9F), L(10AC0,10AC7), L(10AC9,10AE4), N(10AEB,10AEF), L(10B00,10B35),
-    L(10B40,10B55), N(10B58,10B5F), L(10B60,10B72), N(10B78,10B7F), L(10B80,10B91), N(10BA9,10BAF),
-    L(10C00,10C48), L(10C80,10CB2), L(10CC0,10CF2), N(10CFA,10CFF), L(10D00,10D23), N(10D30,10D39),
-    N(10E60,10E7E), L(10E80,10EA9), L(10EB0,10EB1), L(10F00,10F1C), N(10F1D,10F26), L(10F27,10F27),
-    L(10F30,10F45), N(10F51,10F54), L(10F70,10F81), L(10FB0,10FC4), N(10FC5,10FCB), L(10FE0,10FF6),
-    L(11003,11037), N(11052,1106F), L(11071,11072), L(11075,11075), L(11083,110AF), L(110D0,110E8),
-    N(110F0,110F9), L(11103,11126), N(11136,1113F), L(11144,11144), L(11147,11147), L(11150,11172),
-    L(11176,11176), L(11183,111B2), L(111C1,111C4), N(111D0,111D9), L(111DA,111DA), L(111DC,111DC),
-    N(111E1,111F4), L(11200,11211), L(11213,1122B), L(11280,11286), L(11288,11288), L(1128A,1128D),
-    L(1128F,1129D), L(1129F,112A8), L(112B0,112DE), N(112F0,112F9), L(11305,1130C), L(1130F,11310),
-    L(11313,11328), L(1132A,11330), L(11332,11333), L(11335,11339), L(1133D,1133D), L(11350,11350),
-    L(1135D,11361), L(11400,11434), L(11447,1144A), N(11450,11459), L(1145F,11461), L(11480,114AF),
-    L(114C4,114C5), L(114C7,114C7), N(114D0,114D9), L(11580,115AE), L(115D8,115DB), L(11600,1162F),
-    L(11644,11644), N(11650,11659), L(11680,116AA), L(116B8,116B8), N(116C0,116C9), L(11700,1171A),
-    N(11730,1173B), L(11740,11746), L(11800,1182B), L(118A0,118DF), N(118E0,118F2), L(118FF,11906),
-    L(11909,11909), L(1190C,11913), L(11915,11916), L(11918,1192F), L(1193F,1193F), L(11941,11941),
-    N(11950,11959), L(119A0,119A7), L(119AA,119D0), L(119E1,119E1), L(119E3,119E3), L(11A00,11A00),
-    L(11A0B,11A32), L(11A3A,11A3A), L(11A50,11A50), L(11A5C,11A89), L(11A9D,11A9D), L(11AB0,11AF8),
-    L(11C00,11C08), L(11C0A,11C2E), L(11C40,11C40), N(11C50,11C6C), L(11C72,11C8F), L(11D00,11D06),
-    L(11D08,11D09), L(11D0B,11D30), L(11D46,11D46), N(11D50,11D59), L(11D60,11D65), L(11D67,11D68),
-    L(11D6A,11D89), L(11D98,11D98), N(11DA0,11DA9), L(11EE0,11EF2), L(11FB0,11FB0), N(11FC0,11FD4),
-    L(12000,12399), N(12400,1246E), L(12480,12543), L(12F90,12FF0), L(13000,1342E), L(14400,14646),
-    L(16800,16A38), L(16A40,16A5E), N(16A60,16A69), L(16A70,16ABE), N(16AC0,16AC9), L(16AD0,16AED),
-    L(16B00,16B2F), L(16B40,16B43), N(16B50,16B59), N(16B5B,16B61), L(16B63,16B77), L(16B7D,16B8F),
-    L(16E40,16E7F), N(16E80,16E96), L(16F00,16F4A), L(16F50,16F50), L(16F93,16F9F), L(16FE0,16FE1),
-    L(16FE3,16FE3), L(17000,187F7), L(18800,18CD5), L(18D00,18D08), L(1AFF0,1AFF3), L(1AFF5,1AFFB),
-    L(1AFFD,1AFFE), L(1B000,1B122), L(1B150,1B152), L(1B164,1B167), L(1B170,1B2FB), L(1BC00,1BC6A),
-    L(1BC70,1BC7C), L(1BC80,1BC88), L(1BC90,1BC99), N(1D2E0,1D2F3), N(1D360,1D378), L(1D400,1D454),
-    L(1D456,1D49C), L(1D49E,1D49F), L(1D4A2,1D4A2), L(1D4A5,1D4A6), L(1D4A9,1D4AC), L(1D4AE,1D4B9),
-    L(1D4BB,1D4BB), L(1D4BD,1D4C3), L(1D4C5,1D505), L(1D507,1D50A), L(1D50D,1D514), L(1D516,1D51C),
-    L(1D51E,1D539), L(1D53B,1D53E), L(1D540,1D544), L(1D546,1D546), L(1D54A,1D550), L(1D552,1D6A5),
-    L(1D6A8,1D6C0), L(1D6C2,1D6DA), L(1D6DC,1D6FA), L(1D6FC,1D714), L(1D716,1D734), L(1D736,1D74E),
-    L(1D750,1D76E), L(1D770,1D788), L(1D78A,1D7A8), L(1D7AA,1D7C2), L(1D7C4,1D7CB), N(1D7CE,1D7FF),
-    L(1DF00,1DF1E), L(1E100,1E12C), L(1E137,1E13D), N(1E140,1E149), L(1E14E,1E14E), L(1E290,1E2AD),
-    L(1E2C0,1E2EB), N(1E2F0,1E2F9), L(1E7E0,1E7E6), L(1E7E8,1E7EB), L(1E7ED,1E7EE), L(1E7F0,1E7FE),
-    L(1E800,1E8C4), N(1E8C7,1E8CF), L(1E900,1E943), L(1E94B,1E94B), N(1E950,1E959), N(1EC71,1ECAB),
-    N(1ECAD,1ECAF), N(1ECB1,1ECB4), N(1ED01,1ED2D), N(1ED2F,1ED3D), L(1EE00,1EE03), L(1EE05,1EE1F),
-    L(1EE21,1EE22), L(1EE24,1EE24), L(1EE27,1EE27), L(1EE29,1EE32), L(1EE34,1EE37), L(1EE39,1EE39),
-    L(1EE3B,1EE3B), L(1EE42,1EE42), L(1EE47,1EE47), L(1EE49,1EE49), L(1EE4B,1EE4B), L(1EE4D,1EE4F),
-    L(1EE51,1EE52), L(1EE54,1EE54), L(1EE57,1EE57), L(1EE59,1EE59), L(1EE5B,1EE5B), L(1EE5D,1EE5D),
-    L(1EE5F,1EE5F), L(1EE61,1EE62), L(1EE64,1EE64), L(1EE67,1EE6A), L(1EE6C,1EE72), L(1EE74,1EE77),
-    L(1EE79,1EE7C), L(1EE7E,1EE7E), L(1EE80,1EE89), L(1EE8B,1EE9B), L(1EEA1,1EEA3), L(1EEA5,1EEA9),
-    L(1EEAB,1EEBB), N(1F100,1F10C), N(1FBF0,1FBF9), L(20000,2A6DF), L(2A700,2B738), L(2B740,2B81D),
-    L(2B820,2CEA1), L(2CEB0,2EBE0), L(2F800,2FA1D), L(30000,3134A),
-};
-#undef L
-#undef N
+// Unicode classes (engine/tokenizer_unicode.c): one UC_* class per code point.
 
 static uint8_t         bmp_cls[0x10000];   /* class of every BMP code point */
 static pthread_once_t  bmp_once = PTHREAD_ONCE_INIT;
 
 static void bmp_build(void) {
-    memset(bmp_cls, CF_O, sizeof bmp_cls);
-    for (size_t i = 0; i < sizeof uni_ranges / sizeof uni_ranges[0]; i++)
-        for (uint32_t c = uni_ranges[i].lo; c <= uni_ranges[i].hi && c < 0x10000; c++)
-            bmp_cls[c] = uni_ranges[i].cls;
-    /* \s as llama.cpp defines it (PropList White_Space). */
-    static const uint16_t ws[] = {0x20, 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
-    for (uint32_t c = 0x09; c <= 0x0D; c++) bmp_cls[c] = CF_WS;
-    for (uint32_t c = 0x2000; c <= 0x200A; c++) bmp_cls[c] = CF_WS;
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) bmp_cls[ws[i]] = CF_WS;
+    for (size_t i = 0; i < eng_uni_n_ranges; i++) {
+        uint32_t lo = eng_uni_ranges[i].start;
+        uint32_t hi = i + 1 < eng_uni_n_ranges ? eng_uni_ranges[i + 1].start : 0x110000;
+        for (uint32_t c = lo; c < hi && c < 0x10000; c++) bmp_cls[c] = eng_uni_ranges[i].cls;
+    }
 }
 
 /* Class of a code point <= 0x10FFFF (bmp_once must have run). */
 static uint8_t uni_class(uint32_t c) {
     if (c < 0x10000) return bmp_cls[c];
-    size_t lo = 0, hi = sizeof uni_ranges / sizeof uni_ranges[0];
-    while (lo < hi) {
+    size_t lo = 0, hi = eng_uni_n_ranges;   /* the last range starting at or before c */
+    while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (uni_ranges[mid].hi < c) lo = mid + 1;
+        if (eng_uni_ranges[mid].start <= c) lo = mid;
         else hi = mid;
     }
-    if (lo < sizeof uni_ranges / sizeof uni_ranges[0] && uni_ranges[lo].lo <= c) return uni_ranges[lo].cls;
-    return CF_O;
+    return eng_uni_ranges[lo].cls;
 }
 
 /* Bytes in the UTF-8 sequence a lead byte announces (llama.cpp's unicode_len_utf8;
@@ -358,14 +236,335 @@ static int imap_put(imap *m, uint64_t key, int32_t v0, int32_t v1, bool replace)
 static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
 
 // ----------------------------------------------------------------------------
+// Pre-tokenizers: llama.cpp's LLAMA_VOCAB_PRE_TYPE_* (src/llama-vocab.cpp),
+// each a list of regexes applied in turn, every one splitting the pieces the
+// previous ones left (src/unicode.cpp, unicode_regex_split). The regexes are
+// the models' own (from their tokenizer.json), as llama.cpp writes them.
+// Those llama.cpp runs with a hand-written splitter are run here with one
+// too (the K_* kinds below, chosen by the regex text as llama.cpp does);
+// the rest go through PCRE2 on the text and regex llama.cpp gives std::regex
+// (Unicode categories collapsed to one code unit each, see collapse_regex).
+
+#define MAX_STEPS 6
+
+enum { K_GPT2, K_LLAMA3, K_QWEN35, K_KIMI_K2, K_AFMOE_DIGITS, K_NEWLINES, K_DIGITS3_FROM_RIGHT, K_REGEX };
+
+typedef struct {
+    uint8_t     kind;      /* K_* */
+    uint8_t     digits;    /* K_LLAMA3: \p{N}{1,digits} (3 llama3, 1 qwen2) */
+    bool        collapsed; /* K_REGEX: matched against the collapsed text (else code points) */
+    pcre2_code *re;        /* K_REGEX */
+} split_step;
+
+typedef struct {
+    const char *type;                /* LLAMA_VOCAB_PRE_TYPE_<type> */
+    bool        byte_encode;         /* false: words stay raw UTF-8 (GPT-2's byte map is not applied) */
+    const char *rx[MAX_STEPS + 1];   /* NULL-terminated */
+} pre_def;
+
+static const char RX00[] = "[\\p{P}\\$\\+<=>\\^~\\|]+";
+static const char RX_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+static const char RX01[] = "\\p{N}+";
+static const char RX02[] = "[0-9][0-9][0-9]";
+static const char RX_LLAMA3[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX03[] = "[\r\n]";
+static const char RX04[] = "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+static const char RX05[] = "\\s?[!-/:-~！-／：-～‘-‟　-。]+";
+static const char RX06[] = "\\s+$";
+static const char RX07[] = "[一-龥ࠀ-一가-퟿]+";
+static const char RX08[] = "\\s?\\p{L}+";
+static const char RX09[] = "\\s?\\p{P}+";
+static const char RX10[] = "\\p{N}";
+static const char RX11[] = "[\\p{P}\\$\\+<=>\\^~\\|`]+";
+static const char RX_QWEN2[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX12[] = " ?[^(\\s|.,!?…。，、।۔،)]+";
+static const char RX13[] = "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX14[] = "<sentinel:[0-9]+>";
+static const char RX15[] = "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z";
+static const char RX16[] = "([\\t\\n]|    |  )";
+static const char RX17[] = "[\\p{P}!-/:-@\\[-`{-~]";
+static const char RX18[] = "\\p{N}{1,3}";
+static const char RX19[] = "[一-龥぀-ゟ゠-ヿ]+";
+static const char RX20[] = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+static const char RX21[] = "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX22[] = "(?=(\\d{3})+(?!\\d))";
+static const char RX23[] = "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
+static const char RX24[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX_KIMI_K2[] = "\\p{Han}+";
+static const char RX_AFMOE_DIGITS[] = "\\p{AFMoE_digits}";
+static const char RX25[] = "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+";
+static const char RX26[] = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX27[] = "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+";
+static const char RX28[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX29[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
+static const char RX_QWEN35[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX_TINY_AYA_DIGITS[] = "\\d{1,3}(?=(?:\\d{3})*\\b)";
+static const char RX30[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX31[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}";
+static const char RX_NEWLINES[] = "[^\\n]+|[\\n]+";
+static const char RX32[] = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX33[] = "\\S+";
+static const char RX34[] = "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))*((?=[\\p{L}\\p{M}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))+((?=[\\p{L}\\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const pre_def pre_defs[] = {
+    {"DEFAULT", true, {RX00, RX_GPT2, RX01, RX02}},
+    {"LLAMA3", true, {RX_LLAMA3}},
+    {"DEEPSEEK_LLM", true, {RX03, RX04, RX05, RX06, RX07, RX01}},
+    {"DEEPSEEK_CODER", true, {RX03, RX08, RX09, RX07, RX10}},
+    {"FALCON", true, {RX11, RX_GPT2, RX02}},
+    {"MPT", true, {RX_GPT2}},
+    {"STARCODER", true, {RX10, RX_GPT2}},
+    {"GPT2", true, {RX_GPT2}},
+    {"REFACT", true, {RX10, RX_GPT2}},
+    {"COMMAND_R", true, {RX10, RX_GPT2}},
+    {"STABLELM2", true, {RX_QWEN2}},
+    {"QWEN2", true, {RX_QWEN2}},
+    {"OLMO", true, {RX_GPT2}},
+    {"DBRX", true, {RX_LLAMA3}},
+    {"SMAUG", true, {RX_LLAMA3}},
+    {"PORO", true, {RX12}},
+    {"CHATGLM3", true, {RX00, RX_GPT2, RX01, RX02}},
+    {"CHATGLM4", true, {RX_LLAMA3}},
+    {"VIKING", true, {RX12, RX10}},
+    {"JAIS", true, {RX_GPT2}},
+    {"TEKKEN", true, {RX13}},
+    {"SMOLLM", true, {RX10, RX_GPT2}},
+    {"CODESHELL", true, {RX10, RX_GPT2}},
+    {"BLOOM", true, {RX12}},
+    {"GPT3_FINNISH", true, {RX12}},
+    {"EXAONE", true, {RX10, RX_GPT2}},
+    {"CHAMELEON", true, {RX14, RX15, RX16, RX10, RX17, RX_GPT2}},
+    {"MINERVA", true, {RX10, RX_GPT2}},
+    {"DEEPSEEK3_LLM", true, {RX18, RX19, RX20}},
+    {"GPT4O", true, {RX21}},
+    {"SUPERBPE", true, {RX01, RX22}},
+    {"TRILLION", true, {RX_GPT2}},
+    {"BAILINGMOE", true, {RX23}},
+    {"LLAMA4", true, {RX00, RX_GPT2, RX01, RX02}},
+    {"PIXTRAL", true, {RX00, RX_GPT2, RX01, RX02}},
+    {"SEED_CODER", true, {RX24}},
+    {"HUNYUAN", true, {RX_QWEN2}},
+    {"KIMI_K2", true, {RX_KIMI_K2}},
+    {"HUNYUAN_DENSE", true, {RX18, RX19, RX20}},
+    {"GROK_2", true, {RX_QWEN2}},
+    {"GRANITE_DOCLING", true, {RX_GPT2}},
+    {"MINIMAX_M2", true, {RX21}},
+    {"AFMOE", true, {RX_AFMOE_DIGITS, RX25, RX26}},
+    {"SOLAR_OPEN", true, {RX_QWEN2}},
+    {"YOUTU", true, {RX27, RX28}},
+    {"EXAONE_MOE", true, {RX29}},
+    {"QWEN35", true, {RX_QWEN35}},
+    {"TINY_AYA", true, {RX_TINY_AYA_DIGITS, RX30}},
+    {"JOYAI_LLM", true, {RX18, RX19, RX20}},
+    {"JAIS2", true, {RX31}},
+    {"GEMMA4", false, {RX_NEWLINES}},
+    {"SARVAM_MOE", false, {RX_NEWLINES}},
+    {"MINICPM5", true, {RX18, RX32}},
+    {"WHITESPACE", false, {RX33}},
+    {"GRANITE_EMB_MULTI", true, {RX34}},
+    {"MELLUM2", true, {RX10, RX_GPT2}},
+    {"LAGUNA", true, {RX_NEWLINES, RX_QWEN2}},
+};
+
+/* tokenizer.ggml.pre names, as llama_vocab::impl::load maps them, with the
+ * settings that come with the name. */
+enum { PF_IGNORE_MERGES = 1, PF_ADD_BOS = 2, PF_NO_BOS = 4, PF_ESCAPE_WS = 8, PF_UNSUPPORTED = 16 };
+
+typedef struct { const char *name, *type; int flags; } pre_name;
+
+static const pre_name pre_names[] = {
+    {"default", "DEFAULT", 0},
+    {"minicpm5", "MINICPM5", PF_IGNORE_MERGES},
+    {"llama3", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"llama-v3", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"llama-bpe", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"falcon3", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"falcon-h1", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"pixtral", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"midm-2.0", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"lfm2", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"jina-v5-nano", "LLAMA3", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"deepseek-llm", "DEEPSEEK_LLM", 0},
+    {"deepseek-coder", "DEEPSEEK_CODER", 0},
+    {"deepseek-v3", "DEEPSEEK3_LLM", 0},
+    {"youtu", "YOUTU", PF_IGNORE_MERGES},
+    {"falcon", "FALCON", 0},
+    {"mpt", "MPT", 0},
+    {"starcoder", "STARCODER", 0},
+    {"gpt-2", "GPT2", 0},
+    {"phi-2", "GPT2", 0},
+    {"jina-es", "GPT2", 0},
+    {"jina-de", "GPT2", 0},
+    {"gigachat", "GPT2", 0},
+    {"jina-v2-es", "GPT2", 0},
+    {"jina-v2-de", "GPT2", 0},
+    {"a.x-4.0", "GPT2", 0},
+    {"mellum", "GPT2", 0},
+    {"modern-bert", "GPT2", 0},
+    {"jais-2", "JAIS2", 0},
+    {"gemma4", "GEMMA4", PF_ESCAPE_WS},
+    {"granite-embed-multi-311m", "GEMMA4", PF_ESCAPE_WS},
+    {"sarvam-moe", "SARVAM_MOE", PF_ESCAPE_WS},
+    {"jina-v1-en", "GPT2", 0},
+    {"jina-v2-code", "GPT2", 0},
+    {"roberta-bpe", "GPT2", 0},
+    /* goes with tokenizer.ggml.model "whitespace" (jina-embeddings-v2-base-zh), which drops the spaces
+     * first; with "gpt2" llama.cpp aborts on any space (a merge part with a space), so it is refused */
+    {"whitespace", "WHITESPACE", PF_UNSUPPORTED},
+    {"refact", "REFACT", 0},
+    {"command-r", "COMMAND_R", 0},
+    {"qwen2", "QWEN2", 0},
+    {"deepseek-r1-qwen", "QWEN2", 0},
+    {"kormo", "QWEN2", 0},
+    {"f2llmv2", "QWEN2", 0},
+    {"qwen35", "QWEN35", 0},
+    {"stablelm2", "STABLELM2", 0},
+    {"olmo", "OLMO", 0},
+    {"dbrx", "DBRX", 0},
+    {"smaug-bpe", "SMAUG", 0},
+    {"poro-chat", "PORO", 0},
+    {"glm4", "CHATGLM4", PF_NO_BOS},
+    {"chatglm-bpe", "CHATGLM4", PF_NO_BOS},
+    {"viking", "VIKING", 0},
+    {"jais", "JAIS", 0},
+    {"tekken", "TEKKEN", PF_IGNORE_MERGES | PF_ADD_BOS},
+    {"smollm", "SMOLLM", 0},
+    {"codeshell", "CODESHELL", 0},
+    {"bloom", "BLOOM", 0},
+    {"gpt3-finnish", "GPT3_FINNISH", 0},
+    {"exaone", "EXAONE", 0},
+    {"exaone4", "GPT2", 0},
+    {"exaone-moe", "EXAONE_MOE", 0},
+    {"chameleon", "CHAMELEON", PF_ADD_BOS},
+    {"minerva-7b", "MINERVA", 0},
+    {"megrez", "QWEN2", 0},
+    {"gpt-4o", "GPT4O", 0},
+    {"llama4", "GPT4O", 0},
+    {"kanana2", "GPT4O", 0},
+    {"talkie", "GPT4O", 0},
+    {"granite-embed-multi-97m", "GRANITE_EMB_MULTI", PF_IGNORE_MERGES},
+    {"tiny_aya", "TINY_AYA", 0},
+    {"cohere2moe", "TINY_AYA", 0},
+    {"superbpe", "SUPERBPE", 0},
+    {"trillion", "TRILLION", 0},
+    {"granite-docling", "GRANITE_DOCLING", 0},
+    {"bailingmoe", "BAILINGMOE", 0},
+    {"bailingmoe2", "BAILINGMOE", 0},
+    {"llada-moe", "BAILINGMOE", 0},
+    {"seed-coder", "SEED_CODER", 0},
+    {"hunyuan", "HUNYUAN", 0},
+    {"hunyuan-dense", "HUNYUAN_DENSE", 0},
+    {"joyai-llm", "JOYAI_LLM", 0},
+    {"kimi-k2", "KIMI_K2", 0},
+    {"grok-2", "GROK_2", 0},
+    {"afmoe", "AFMOE", 0},
+    {"laguna", "LAGUNA", 0},
+    {"minimax-m2", "MINIMAX_M2", 0},
+    {"solar-open", "SOLAR_OPEN", 0},
+    {"mellum2", "MELLUM2", 0},
+};
+
+#define N_PRE_NAMES ((int)(sizeof pre_names / sizeof pre_names[0]))
+#define N_PRE_DEFS  ((int)(sizeof pre_defs / sizeof pre_defs[0]))
+
+static const pre_def *find_pre_def(const char *type) {
+    for (int i = 0; i < N_PRE_DEFS; i++)
+        if (!strcmp(pre_defs[i].type, type)) return &pre_defs[i];
+    return NULL;
+}
+
+/* llama.cpp's unicode_regex_split_custom: the regexes it splits by hand. */
+static int custom_kind(const char *rx, uint8_t *digits) {
+    *digits = 0;
+    if (rx == RX_GPT2) return K_GPT2;
+    if (rx == RX_LLAMA3) { *digits = 3; return K_LLAMA3; }
+    if (rx == RX_QWEN2) { *digits = 1; return K_LLAMA3; }
+    if (rx == RX_QWEN35) return K_QWEN35;
+    if (rx == RX_KIMI_K2) return K_KIMI_K2;
+    if (rx == RX_AFMOE_DIGITS || rx == RX_TINY_AYA_DIGITS) return K_AFMOE_DIGITS;
+    if (rx == RX_NEWLINES) return K_NEWLINES;
+    /* superbpe's (?=(\d{3})+(?!\d)): llama.cpp runs it through std::regex, where each
+     * position scans the digit run ahead (quadratic on long runs); split_digits3
+     * gives the same cuts in one pass */
+    if (!strcmp(rx, "(?=(\\d{3})+(?!\\d))")) return K_DIGITS3_FROM_RIGHT;
+    return K_REGEX;
+}
+
+/* The regex llama.cpp hands to std::regex when rx uses a Unicode category
+ * (unicode_regex_split): each \p{..} becomes a bracket of one stand-in code
+ * unit (the text's non-ASCII code points of that category become it, see
+ * collapse_cp) plus the category's ASCII members; other characters are kept.
+ * \p{Lu} and the other letter subcategories all mean \p{L}, and \p{S}'s ASCII
+ * members leave '~' out, exactly as there. Returns the unit count. */
+static size_t collapse_regex(const char *rx, uint32_t *out) {
+    static const struct { const char *pat; uint32_t unit; const char *ascii; } cats[] = {
+        {"\\p{N}", 0xD1, "0-9"},
+        {"\\p{L}", 0xD2, "A-Za-z"},   {"\\p{Lu}", 0xD2, "A-Za-z"}, {"\\p{Ll}", 0xD2, "A-Za-z"},
+        {"\\p{Lt}", 0xD2, "A-Za-z"},  {"\\p{Lm}", 0xD2, "A-Za-z"}, {"\\p{Lo}", 0xD2, "A-Za-z"},
+        {"\\p{P}", 0xD3, "!-#%-*,-/:-;?-@\\[-\\]_\\{\\}"},
+        {"\\p{M}", 0xD4, ""},
+        {"\\p{S}", 0xD5, "\\$\\+<->^`\\|"},
+    };
+    size_t n = 0, len = strlen(rx);
+    bool inside = false;
+    for (size_t i = 0; i < len; i++) {
+        if (rx[i] == '[' && (i == 0 || rx[i - 1] != '\\')) { out[n++] = '['; inside = true; continue; }
+        if (inside && rx[i] == ']' && rx[i - 1] != '\\') { out[n++] = ']'; inside = false; continue; }
+        if (rx[i] == '\\' && i + 3 < len && rx[i + 1] == 'p' && rx[i + 2] == '{') {
+            const char *close = strchr(rx + i + 3, '}');
+            bool done = false;
+            for (size_t k = 0; close && close <= rx + i + 10 && k < sizeof cats / sizeof cats[0]; k++) {
+                size_t pl = (size_t)(close - (rx + i)) + 1;
+                if (strlen(cats[k].pat) != pl || memcmp(cats[k].pat, rx + i, pl)) continue;
+                if (!inside) out[n++] = '[';
+                out[n++] = cats[k].unit;
+                for (const char *a = cats[k].ascii; *a; a++) out[n++] = (uint8_t)*a;
+                if (!inside) out[n++] = ']';
+                i += pl - 1;
+                done = true;
+                break;
+            }
+            if (done) continue;
+        }
+        out[n++] = (uint8_t)rx[i];
+    }
+    return n;
+}
+
+static bool uses_category(const char *rx) {
+    static const char *cats[] = {"\\p{N}", "\\p{L}", "\\p{P}", "\\p{M}", "\\p{S}", "\\p{Lu}", "\\p{Ll}", "\\p{Lt}",
+                                 "\\p{Lm}", "\\p{Lo}"};
+    for (size_t k = 0; k < sizeof cats / sizeof cats[0]; k++)
+        if (strstr(rx, cats[k])) return true;
+    return false;
+}
+
+/* The collapsed code unit of a code point (unicode_regex_split's text_collapsed). */
+static inline uint32_t collapse_cp(uint32_t c, uint8_t cls) {
+    static const uint32_t unit[] = {0xD0, 0xD2, 0xD1, 0x0B, 0xD4, 0xD3, 0xD5, 0xD0, 0xD0, 0xD0};
+    return c < 128 ? c : unit[cls];
+}
+
+/* The code unit std::wregex sees (non-ASCII whitespace becomes U+000B). */
+static inline uint32_t wide_cp(uint32_t c, uint8_t cls) { return c >= 0x80 && cls == UC_W ? 0x0B : c; }
+
+
+// ----------------------------------------------------------------------------
 // The tokenizer object and its symbol table
 
 typedef struct { uint64_t h; int32_t id; } smap_slot;   /* id == -1: empty */
 
 struct eng_tokenizer {
-    int      type;               /* ENG_VOCAB_SPM or ENG_VOCAB_BPE */
-    int      pre;                /* PRE_*: BPE pre-tokenizer */
-    bool     ignore_merges;      /* llama3: a word that is a token is taken whole */
+    int      type;               /* ENG_VOCAB_SPM, ENG_VOCAB_BPE or ENG_VOCAB_RWKV */
+    int32_t  max_tok_len;        /* RWKV: the longest token text (bytes) */
+    const pre_def *pre;          /* BPE pre-tokenizer (NULL for SPM) */
+    char     pre_name[64];       /* tokenizer.ggml.pre as read ("" when absent) */
+    split_step steps[MAX_STEPS]; /* the pre-tokenizer's splits, applied in order */
+    int      n_steps;
+    bool     ignore_merges;      /* a word that is itself a token is taken whole (llama3 and others) */
+    bool     byte_encode;        /* GPT-2 byte-to-unicode map (false: raw UTF-8, <0xNN> fallback) */
+    bool     escape_ws;          /* spaces become U+2581 before splitting (gemma4, sarvam-moe) */
+    bool     nl_whole;           /* gemma4: a word of newlines that is a token is taken whole */
     bool     add_bos, add_eos, add_space_prefix;
     int32_t  bos, eos, eot, unk; /* -1 when none */
     int32_t  n_vocab;            /* tokens: symbol ids 0..n_vocab-1 */
@@ -375,7 +574,7 @@ struct eng_tokenizer {
     size_t  *sym_off;            /* (n_sym) offset of the text in blob */
     uint32_t *sym_len;           /* (n_sym) */
     float   *score;              /* (n_vocab) SPM merge priority */
-    uint8_t *ttype;              /* (n_vocab) TT_* */
+    uint16_t *attr;              /* (n_vocab) A_* */
     smap_slot *smap;             /* symbol text -> id */
     size_t   smap_mask, smap_n;
     imap     pairs;              /* (left, right) -> (merged or -1, rank) */
@@ -625,11 +824,21 @@ static int build_bpe(eng_tokenizer *t, const eng_gguf *g, const char *path, char
         t->byte_sym[b] = sym_intern(t, u, utf8_encode(cp, u));
         if (t->byte_sym[b] < 0) return ENG_ERR_NOMEM;
     }
+    for (int i = 0; i < 256; i++) {   /* raw-UTF-8 BPE byte fallback */
+        char hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", i);
+        int32_t id = smap_get(t, hex, 6);
+        t->byte_tok[i] = id >= 0 && id < t->n_vocab ? id : -1;
+    }
     int64_t mi = eng_gguf_find_key(g, KEY_PREFIX "merges");
+    if (mi < 0 && t->pre == find_pre_def("KIMI_K2")) {   /* llama.cpp: kimi-k2 needs no merges */
+        rc = imap_init(&t->pairs, 16);
+        goto out;
+    }
     if (mi < 0 || eng_gguf_kv_type(g, mi) != ENG_GGUF_TYPE_ARRAY ||
         eng_gguf_arr_type(g, mi) != ENG_GGUF_TYPE_STRING || eng_gguf_arr_n(g, mi) > INT32_MAX) {
         eng_errf(err, errlen, "%s: " KEY_PREFIX "merges: %s", path,
-                 mi < 0 ? "missing (a gpt2 tokenizer needs its merges)" : "expected an array of strings");
+                 mi < 0 ? "missing (a BPE tokenizer needs its merges)" : "expected an array of strings");
         return ENG_ERR_FORMAT;
     }
     uint64_t nm = eng_gguf_arr_n(g, mi);
@@ -674,12 +883,12 @@ static int special_cmp(const void *pa, const void *pb, void *ctx) {
 static int build_specials(eng_tokenizer *t) {
     int32_t n = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
-        if (t->ttype[id] == TT_CONTROL || t->ttype[id] == TT_USER_DEFINED || t->ttype[id] == TT_UNKNOWN) n++;
+        if (t->attr[id] & A_SPECIAL) n++;
     t->special = malloc(((size_t)n + 1) * sizeof *t->special);
     if (!t->special) return ENG_ERR_NOMEM;
     n = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
-        if (t->ttype[id] == TT_CONTROL || t->ttype[id] == TT_USER_DEFINED || t->ttype[id] == TT_UNKNOWN)
+        if (t->attr[id] & A_SPECIAL)
             t->special[n++] = id;
     t->n_special = n;
     qsort_r(t->special, (size_t)n, sizeof *t->special, special_cmp, t);
@@ -713,21 +922,160 @@ static int build_specials(eng_tokenizer *t) {
     return ENG_OK;
 }
 
-/* tokenizer.ggml.pre -> pre-tokenizer, as llama.cpp's llama_vocab::load maps them. */
-static int parse_pre(eng_tokenizer *t, const char *s, size_t n) {
-    static const char *gpt2[] = {"default", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en",
-                                 "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt", "olmo",
-                                 "jais", NULL};
-    static const char *llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
-    static const char *llama3_like[] = {"dbrx", "smaug-bpe", NULL};
-    static const char *qwen2[] = {"qwen2", "stablelm2", "megrez", NULL};
-#define IN(list) for (int i = 0; list[i]; i++) if (strlen(list[i]) == n && !memcmp(list[i], s, n))
-    IN(gpt2) { t->pre = PRE_GPT2; return ENG_OK; }
-    IN(llama3) { t->pre = PRE_LLAMA3; t->ignore_merges = true; t->add_bos = true; return ENG_OK; }
-    IN(llama3_like) { t->pre = PRE_LLAMA3; return ENG_OK; }
-    IN(qwen2) { t->pre = PRE_QWEN2; return ENG_OK; }
-#undef IN
-    return ENG_ERR_UNSUPPORTED;
+/* Compiles the pre-tokenizer's steps (K_REGEX ones with PCRE2, JIT when it can). */
+static int build_steps(eng_tokenizer *t, const char *path, char *err, size_t errlen) {
+    for (int k = 0; k < MAX_STEPS && t->pre->rx[k]; k++) {
+        const char *rx = t->pre->rx[k];
+        split_step *st = &t->steps[t->n_steps++];
+        st->kind = (uint8_t)custom_kind(rx, &st->digits);
+        if (st->kind != K_REGEX) continue;
+        size_t n = 0, len = strlen(rx), l;
+        uint32_t *pat = malloc((8 * len + 16) * sizeof *pat);   /* a 5-byte \p{..} becomes at most 29 units */
+        if (!pat) return ENG_ERR_NOMEM;
+        st->collapsed = uses_category(rx);
+        if (st->collapsed) n = collapse_regex(rx, pat);
+        else
+            for (size_t i = 0; i < len; i += l) pat[n++] = utf8_decode((const uint8_t *)rx, len, i, &l);
+        int ec;
+        PCRE2_SIZE eo;
+        st->re = pcre2_compile((PCRE2_SPTR)pat, n, PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
+        free(pat);
+        if (!st->re) {   /* the regexes are ours: a failure here is a bug, but say which */
+            eng_errf(err, errlen, "%s: pre-tokenizer %s: regex %d does not compile (PCRE2 error %d at %zu)", path,
+                     t->pre->type, k, ec, (size_t)eo);
+            return ENG_ERR_UNSUPPORTED;
+        }
+        pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE);   /* without JIT, pcre2_match interprets */
+    }
+    return ENG_OK;
+}
+
+/* The id of the token whose text is s, or -1. */
+static int32_t token_id(const eng_tokenizer *t, const char *s) {
+    int32_t id = smap_get(t, s, strlen(s));
+    return id < t->n_vocab ? id : -1;
+}
+
+/* Sets attribute bits of the token with text s (when there is one); returns its id or -1. */
+static int32_t set_attr(eng_tokenizer *t, const char *s, uint16_t set, uint16_t clear) {
+    int32_t id = token_id(t, s);
+    if (id >= 0) t->attr[id] = (uint16_t)((t->attr[id] & ~clear) | set);
+    return id;
+}
+
+/* What llama_vocab::impl::load adds to the token types from the token texts
+ * and the model's name: end-of-generation and fill-in-the-middle texts become
+ * CONTROL (matched only with parse_special), gpt-oss and harmony fixes, and
+ * the per-model LSTRIP/RSTRIP rules (phi-3: special tokens eat the whitespace
+ * after them). Sets t->eot when no key named it. */
+static void auto_attrs(eng_tokenizer *t, const eng_gguf *g) {
+#define FULLWIDTH_BAR "\xef\xbd\x9c"
+#define LOWER_BLOCK   "\xe2\x96\x81"
+    if (t->eot < 0) {   /* the first of these texts is the end-of-turn token */
+        static const char *eot[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+                                    "<" FULLWIDTH_BAR "end" LOWER_BLOCK "of" LOWER_BLOCK "sentence" FULLWIDTH_BAR ">",
+                                    "<end_of_utterance>", NULL};
+        for (int i = 0; eot[i] && t->eot < 0; i++) t->eot = set_attr(t, eot[i], A_CONTROL, 0);
+    }
+    /* fill-in-the-middle and end-of-message tokens: when no key names one, its text makes it CONTROL */
+    static const struct { const char *key, *key2; const char *texts[9]; } fim[] = {
+        {"eom_token_id", NULL, {"<|eom_id|>"}},
+        {"fim_pre_token_id", "prefix_token_id", {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+            "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "begin" FULLWIDTH_BAR ">", "<PRE>", LOWER_BLOCK "<PRE>",
+            "<|code_prefix|>", "<|prefix|>"}},
+        {"fim_suf_token_id", "suffix_token_id", {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+            "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "hole" FULLWIDTH_BAR ">", "<SUF>", LOWER_BLOCK "<SUF>",
+            "<|code_suffix|>", "<|suffix|>"}},
+        {"fim_mid_token_id", "middle_token_id", {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+            "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "end" FULLWIDTH_BAR ">", "<MID>", LOWER_BLOCK "<MID>",
+            "<|code_middle|>", "<|middle|>"}},
+        {"fim_pad_token_id", NULL, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+        {"fim_rep_token_id", NULL, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+        {"fim_sep_token_id", NULL, {"<|file_sep|>"}},
+    };
+    for (size_t k = 0; k < sizeof fim / sizeof fim[0]; k++) {
+        char key[96], key2[96];
+        int64_t v;
+        snprintf(key, sizeof key, KEY_PREFIX "%s", fim[k].key);
+        snprintf(key2, sizeof key2, KEY_PREFIX "%s", fim[k].key2 ? fim[k].key2 : fim[k].key);
+        bool named = (eng_gguf_get_int(g, key, &v) == ENG_OK && v >= 0 && v < t->n_vocab) ||
+                     (eng_gguf_get_int(g, key2, &v) == ENG_OK && v >= 0 && v < t->n_vocab);
+        for (int i = 0; !named && i < 9 && fim[k].texts[i]; i++) named = set_attr(t, fim[k].texts[i], A_CONTROL, 0) >= 0;
+    }
+    /* end-of-generation texts */
+    static const char *eog[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+                                "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+                                "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+                                "<turn|>", "<|tool_response>",
+                                "<" FULLWIDTH_BAR "end" LOWER_BLOCK "of" LOWER_BLOCK "sentence" FULLWIDTH_BAR ">",
+                                "[e~[", NULL};
+    for (int i = 0; eog[i]; i++) set_attr(t, eog[i], A_CONTROL, 0);
+    static const char *gpt_oss[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
+    for (int i = 0; gpt_oss[i]; i++) set_attr(t, gpt_oss[i], A_USER_DEFINED, 0xFFFF);
+    /* harmony / solar-open: <|end|> is not end-of-generation, and becomes USER_DEFINED */
+    if (token_id(t, "<|end|>") >= 0 &&
+        ((token_id(t, "<|return|>") >= 0 && token_id(t, "<|call|>") >= 0) ||
+         (token_id(t, "<|calls|>") >= 0 && token_id(t, "<|flush|>") >= 0)))
+        set_attr(t, "<|end|>", A_USER_DEFINED, 0xFFFF);
+    if (token_id(t, "<|tool_response>") >= 0) set_attr(t, "</s>", A_NORMAL, 0xFFFF);   /* gemma4, paddleocr */
+#undef FULLWIDTH_BAR
+#undef LOWER_BLOCK
+
+    /* per-model attributes, by tokenizer.ggml.pre, general.architecture and the lowercased general.name */
+    const char *pre = "", *arch = "", *name = "";
+    size_t n;
+    char lname[256];
+    if (eng_gguf_get_str(g, KEY_PREFIX "pre", &pre, &n) != ENG_OK) pre = "";
+    if (eng_gguf_get_str(g, "general.architecture", &arch, &n) != ENG_OK) arch = "";
+    if (eng_gguf_get_str(g, "general.name", &name, &n) != ENG_OK) n = 0;
+    if (n >= sizeof lname) n = sizeof lname - 1;
+    for (size_t i = 0; i < n; i++) lname[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
+    lname[n] = '\0';
+    if (strstr(pre, "jina-v2-de") || strstr(pre, "jina-v2-es") || strstr(pre, "jina-v2-code") ||
+        strstr(arch, "nomic-bert-moe") || strstr(arch, "jina-bert-v3")) {
+        set_attr(t, "<mask>", A_LSTRIP, 0);
+    } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
+        for (int32_t id = 0; id < t->n_vocab; id++)
+            if (t->attr[id] & A_SPECIAL) t->attr[id] |= A_RSTRIP;
+        set_attr(t, "</s>", A_RSTRIP, 0);
+        set_attr(t, "<unk>", 0, A_RSTRIP);
+        set_attr(t, "<s>", 0, A_RSTRIP);
+        set_attr(t, "<|endoftext|>", 0, A_RSTRIP);
+    } else if (strstr(lname, "modern-bert")) {
+        set_attr(t, "[MASK]", A_LSTRIP, 0);
+    }
+}
+
+/* llama.cpp's llama_unescape_rwkv_token: "\\t" "\\n" "\\r" map to their bytes,
+ * "\\xHH" to byte HH (digits read as c >= 'a' ? c - 'a' + 10 : c - '0', as
+ * llama.cpp does), a backslash before anything else to that character.
+ * Writes at most n bytes to out and returns their count. */
+static size_t rwkv_unescape(const char *s, size_t n, char *out) {
+    size_t o = 0;
+    bool escaping = false;
+    int hex_left = 0;
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (hex_left) {
+            acc = (uint8_t)((acc << 4) + (c >= 'a' ? c - 'a' + 10 : c - '0'));
+            if (--hex_left == 0) { out[o++] = (char)acc; acc = 0; }
+            continue;
+        }
+        if (escaping) {
+            escaping = false;
+            if (c == 't') out[o++] = '\t';
+            else if (c == 'n') out[o++] = '\n';
+            else if (c == 'r') out[o++] = '\r';
+            else if (c == 'x') hex_left = 2;
+            else out[o++] = c;
+            continue;
+        }
+        if (c == '\\') { escaping = true; continue; }
+        out[o++] = c;
+    }
+    return o;
 }
 
 int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t errlen) {
@@ -747,10 +1095,12 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
         return ENG_ERR_FORMAT;
     }
     int type;
+    bool gemma4 = model_n == 6 && !memcmp(model, "gemma4", 6);   /* BPE whose pre-tokenizer is always gemma4 */
     if (model_n == 5 && !memcmp(model, "llama", 5)) type = ENG_VOCAB_SPM;
-    else if (model_n == 4 && !memcmp(model, "gpt2", 4)) type = ENG_VOCAB_BPE;
+    else if ((model_n == 4 && !memcmp(model, "gpt2", 4)) || gemma4) type = ENG_VOCAB_BPE;
+    else if (model_n == 4 && !memcmp(model, "rwkv", 4)) type = ENG_VOCAB_RWKV;
     else {
-        eng_errf(err, errlen, "%s: " KEY_PREFIX "model: unsupported tokenizer '%.*s' (supported: llama, gpt2)",
+        eng_errf(err, errlen, "%s: " KEY_PREFIX "model: unsupported tokenizer '%.*s' (supported: llama, gpt2, gemma4, rwkv)",
                  path, (int)(model_n > 64 ? 64 : model_n), model);
         return ENG_ERR_UNSUPPORTED;
     }
@@ -770,8 +1120,8 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     while (cap < 2 * ((size_t)t->n_vocab + 1024)) cap *= 2;
     t->smap = malloc(cap * sizeof *t->smap);
     t->score = calloc((size_t)t->n_vocab, sizeof *t->score);
-    t->ttype = malloc((size_t)t->n_vocab);
-    if (!t->smap || !t->score || !t->ttype) goto fail;
+    t->attr = malloc((size_t)t->n_vocab * sizeof *t->attr);
+    if (!t->smap || !t->score || !t->attr) goto fail;
     for (size_t i = 0; i < cap; i++) t->smap[i].id = -1;
     t->smap_mask = cap - 1;
     for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -784,6 +1134,16 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
         if (n == 0) {   /* llama.cpp renames empty tokens */
             n = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", i);
             s = empty;
+        }
+        if (type == ENG_VOCAB_RWKV) {   /* stored escaped: keep the bytes it stands for */
+            char *raw = malloc(n ? n : 1);
+            if (!raw) goto fail;
+            const size_t rn = rwkv_unescape(s, n, raw);
+            const int32_t id = sym_append(t, raw, rn);
+            free(raw);
+            if (id != i) goto fail;
+            if ((int32_t)rn > t->max_tok_len) t->max_tok_len = (int32_t)rn;
+            continue;
         }
         if (sym_append(t, s, n) != i) goto fail;
     }
@@ -802,7 +1162,8 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
         double v = si >= 0 ? eng_gguf_get_arr_num(g, si, (uint64_t)i) : 0.0;
         t->score[i] = isnan(v) ? -INFINITY : (float)v;
         double y = yi >= 0 ? eng_gguf_get_arr_num(g, yi, (uint64_t)i) : TT_NORMAL;
-        t->ttype[i] = (y >= TT_NORMAL && y <= TT_BYTE && y == floor(y)) ? (uint8_t)y : TT_UNDEFINED;
+        static const uint16_t attr_of_type[] = {0, A_NORMAL, A_UNKNOWN, A_CONTROL, A_USER_DEFINED, A_UNUSED, A_BYTE};
+        t->attr[i] = (y >= TT_NORMAL && y <= TT_BYTE && y == floor(y)) ? attr_of_type[(int)y] : 0;
     }
 
     /* Special ids and flags: llama.cpp's defaults, then the keys. */
@@ -814,7 +1175,7 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     t->add_bos = spm;
     t->add_eos = false;
     t->add_space_prefix = spm;
-    if (!spm) {
+    if (type == ENG_VOCAB_BPE) {   /* the pre-tokenizer (SPM and RWKV have none: llama.cpp ignores the key there) */
         const char *pre = NULL;
         size_t pre_n = 0;
         int prc = eng_gguf_get_str(g, KEY_PREFIX "pre", &pre, &pre_n);
@@ -823,12 +1184,28 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
             rc = ENG_ERR_FORMAT;
             goto fail;
         }
-        if (prc == ENG_OK && parse_pre(t, pre, pre_n) != ENG_OK) {
-            eng_errf(err, errlen, "%s: " KEY_PREFIX "pre: unsupported pre-tokenizer '%.*s'", path,
-                     (int)(pre_n > 64 ? 64 : pre_n), pre);
+        if (gemma4) { pre = "gemma4"; pre_n = 6; prc = ENG_OK; }
+        if (prc != ENG_OK) { pre = "default"; pre_n = 7; }   /* absent: llama.cpp's default rules */
+        const pre_name *pn = NULL;
+        for (int i = 0; i < N_PRE_NAMES && !pn; i++)
+            if (strlen(pre_names[i].name) == pre_n && !memcmp(pre_names[i].name, pre, pre_n)) pn = &pre_names[i];
+        if (!pn || (pn->flags & PF_UNSUPPORTED)) {
+            eng_errf(err, errlen, "%s: " KEY_PREFIX "pre: unsupported pre-tokenizer '%.*s'%s", path,
+                     (int)(pre_n > 64 ? 64 : pre_n), pre,
+                     pn ? " (it goes with tokenizer model 'whitespace', which kvreplay does not read)" : "");
             rc = ENG_ERR_UNSUPPORTED;
             goto fail;
         }
+        snprintf(t->pre_name, sizeof t->pre_name, "%s%s", pn->name, prc == ENG_OK ? "" : " (absent)");
+        t->pre = find_pre_def(pn->type);
+        ENG_ASSERT(t->pre);
+        t->byte_encode = t->pre->byte_encode;
+        t->ignore_merges = pn->flags & PF_IGNORE_MERGES;
+        t->escape_ws = pn->flags & PF_ESCAPE_WS;
+        t->nl_whole = t->pre == find_pre_def("GEMMA4");
+        if (pn->flags & PF_ADD_BOS) t->add_bos = true;
+        if (pn->flags & PF_NO_BOS) t->bos = -1;
+        if ((rc = build_steps(t, path, err, errlen)) != ENG_OK) goto fail;
     }
     if ((rc = read_id_key(g, path, KEY_PREFIX "bos_token_id", t->n_vocab, &t->bos, err, errlen)) ||
         (rc = read_id_key(g, path, KEY_PREFIX "eos_token_id", t->n_vocab, &t->eos, err, errlen)) ||
@@ -839,18 +1216,10 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
         (rc = read_bool_key(g, path, KEY_PREFIX "add_space_prefix", &t->add_space_prefix, err, errlen)))
         goto fail;
     if (t->unk >= t->n_vocab) t->unk = -1;
-    if (t->eot < 0) {   /* llama.cpp finds the end-of-turn token by its text and makes it CONTROL */
-        static const char *eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                          "<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>",
-                                          NULL};
-        for (int i = 0; eot_texts[i] && t->eot < 0; i++) {
-            int32_t id = smap_get(t, eot_texts[i], strlen(eot_texts[i]));
-            if (id < 0 || id >= t->n_vocab) continue;
-            t->eot = id;
-            t->ttype[id] = TT_CONTROL;
-        }
-    }
-    rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
+    if (t->nl_whole) t->add_bos = true;   /* llama.cpp overrides add_bos_token for gemma4 */
+    auto_attrs(t, g);
+    if (type == ENG_VOCAB_RWKV) rc = ENG_OK;   /* greedy matching needs nothing more */
+    else rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
     if (rc != ENG_OK) goto fail;
     if ((rc = build_specials(t)) != ENG_OK) goto fail;
     *out = t;
@@ -867,7 +1236,8 @@ void eng_tokenizer_free(eng_tokenizer *t) {
     free(t->sym_off);
     free(t->sym_len);
     free(t->score);
-    free(t->ttype);
+    free(t->attr);
+    for (int k = 0; k < t->n_steps; k++) pcre2_code_free(t->steps[k].re);
     free(t->smap);
     imap_free(&t->pairs);
     imap_free(&t->groups);
@@ -878,12 +1248,37 @@ void eng_tokenizer_free(eng_tokenizer *t) {
 }
 
 int     eng_tokenizer_type(const eng_tokenizer *t) { ENG_ASSERT(t); return t->type; }
+const char *eng_tokenizer_type_name(const eng_tokenizer *t) {
+    ENG_ASSERT(t);
+    return t->type == ENG_VOCAB_SPM ? "llama" : t->type == ENG_VOCAB_BPE ? "gpt2" : "rwkv";
+}
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t) { ENG_ASSERT(t); return t->n_vocab; }
 int32_t eng_tokenizer_bos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->bos; }
 int32_t eng_tokenizer_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->eos; }
 int32_t eng_tokenizer_eot(const eng_tokenizer *t) { ENG_ASSERT(t); return t->eot; }
 bool    eng_tokenizer_add_bos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->add_bos && t->bos >= 0; }
 bool    eng_tokenizer_add_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->add_eos && t->eos >= 0; }
+
+const char *eng_tokenizer_pre(const eng_tokenizer *t) { ENG_ASSERT(t); return t->pre_name; }
+
+const char *eng_tokenizer_pre_name_at(int i, const char **type, bool *supported) {
+    if (i < 0 || i >= N_PRE_NAMES) return NULL;
+    if (type) *type = pre_names[i].type;
+    if (supported) *supported = !(pre_names[i].flags & PF_UNSUPPORTED);
+    return pre_names[i].name;
+}
+
+const char *eng_tokenizer_pre_type_at(int i, const char *const **rx, unsigned *hand) {
+    if (i < 0 || i >= N_PRE_DEFS) return NULL;
+    if (rx) *rx = pre_defs[i].rx;
+    if (hand) {
+        *hand = 0;
+        uint8_t d;
+        for (int k = 0; k < MAX_STEPS && pre_defs[i].rx[k]; k++)
+            if (custom_kind(pre_defs[i].rx[k], &d) != K_REGEX) *hand |= 1u << k;
+    }
+    return pre_defs[i].type;
+}
 
 const char *eng_token_piece(const eng_tokenizer *t, int32_t id, size_t *len) {
     ENG_ASSERT(t);
@@ -899,25 +1294,41 @@ int32_t eng_token_lookup(const eng_tokenizer *t, const char *text, size_t len) {
 }
 
 // ----------------------------------------------------------------------------
-// GPT-2 style pre-tokenizers: llama.cpp's hand-written versions of the regexes,
-// over code points cp[0..n) with classes cls[0..n). They write the end index
-// of each word into ends[] and return the word count (words tile [0, n)).
+// The hand-written splitters: llama.cpp's versions of those regexes, over code
+// points cp[0..n) with classes cls[0..n). Each writes the end index of every
+// piece into ends[] and returns the piece count (pieces tile [0, n)).
 
-#define CLS(p) ((p) < n ? cls[p] : 0)
+#define CLS(p) ((p) < n ? cls[p] : UC_NONE)
 #define CPT(p) ((p) < n ? cp[p] : 0xFFFFFFFFu)
 #define ADD(e) do { if ((e) > prev) { ends[nw++] = (int32_t)(e); prev = (e); } } while (0)
+#define IS_OTHER(c) ((c) >= UC_M)   /* [^\s\p{L}\p{N}], and not past the end */
 
 static inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
-/* 's|'t|'re|'ve|'m|'ll|'d (case-insensitive when `fold`): the length matched at pos, or 0. */
+/* 's|'t|'re|'ve|'m|'ll|'d (case-insensitive when `fold`: no other code point
+ * lowercases to one of these letters): the length matched at pos, or 0. */
 static size_t contraction(const uint32_t *cp, size_t n, size_t pos, bool fold) {
-    if (cp[pos] != '\'' || pos + 1 >= n) return 0;
+    if (pos >= n || cp[pos] != '\'' || pos + 1 >= n) return 0;
     uint32_t c1 = fold ? ascii_lower(cp[pos + 1]) : cp[pos + 1];
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
     if (pos + 2 >= n) return 0;
     uint32_t c2 = fold ? ascii_lower(cp[pos + 2]) : cp[pos + 2];
     if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
     return 0;
+}
+
+/* The whitespace tail shared by the llama3-style splitters: \s*[\r\n]+ (when
+ * `rn`) | \s+(?!\S) | \s+ | one code point. Returns the new position. */
+static inline size_t ws_tail(const uint32_t *cp, const uint8_t *cls, size_t n, size_t pos, bool rn) {
+    size_t w = 0, last_rn = 0;
+    while (CLS(pos + w) == UC_W) {
+        if (rn && (cp[pos + w] == '\r' || cp[pos + w] == '\n')) last_rn = pos + w + 1;
+        w++;
+    }
+    if (last_rn > 0) return last_rn;                 /* \s*[\r\n]+ */
+    if (w > 1 && pos + w < n) return pos + w - 1;    /* \s+(?!\S) */
+    if (w > 0) return pos + w;                       /* \s+ */
+    return pos + 1;
 }
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
@@ -927,62 +1338,166 @@ static size_t split_gpt2(const uint32_t *cp, const uint8_t *cls, size_t n, int32
         size_t k = contraction(cp, n, pos, false);
         if (k) { pos += k; ADD(pos); continue; }
         uint8_t c2 = cp[pos] == ' ' ? CLS(pos + 1) : cls[pos];
-        if (c2 == CF_L || c2 == CF_N || c2 == CF_O) {   /* ' ?' then a run of one class */
+        if (c2 == UC_L || c2 == UC_N) {   /* ' ?' then a run of one class */
             pos += cp[pos] == ' ';
             while (CLS(pos) == c2) pos++;
             ADD(pos);
             continue;
         }
-        size_t w = 0;
-        while (CLS(pos + w) == CF_WS) w++;
-        if (w > 1 && pos + w < n) pos += w - 1;          /* \s+(?!\S): leave the last one */
-        else if (w > 0) pos += w;                        /* \s+ */
-        else pos++;
+        if (IS_OTHER(c2)) {
+            pos += cp[pos] == ' ';
+            while (IS_OTHER(CLS(pos))) pos++;
+            ADD(pos);
+            continue;
+        }
+        pos = ws_tail(cp, cls, n, pos, false);
         ADD(pos);
     }
     return nw;
 }
 
-/* Llama 3 (max_digits 3): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   and Qwen 2 (max_digits 1: \p{N}). */
-static size_t split_llama3(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends, size_t max_digits) {
+/* Llama 3 (digits 3): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   and Qwen 2 (digits 1: \p{N});
+ * Qwen 3.5 (marks): letters runs also take \p{M}, which leaves the third class. */
+static size_t split_llama3(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends, size_t max_digits,
+                           bool marks) {
     size_t nw = 0, prev = 0, pos = 0;
+#define WORDCH(c) ((c) == UC_L || (marks && (c) == UC_M))
     while (pos < n) {
         uint32_t c = cp[pos];
         uint8_t f = cls[pos];
         size_t k = contraction(cp, n, pos, true);
         if (k) { pos += k; ADD(pos); continue; }
-        if (!(c == '\r' || c == '\n' || f == CF_N) && (f == CF_L || CLS(pos + 1) == CF_L)) {
+        if (!(c == '\r' || c == '\n' || f == UC_N) && (WORDCH(f) || WORDCH(CLS(pos + 1)))) {
             pos++;
-            while (CLS(pos) == CF_L) pos++;
+            while (WORDCH(CLS(pos))) pos++;
             ADD(pos);
             continue;
         }
-        if (f == CF_N) {
+        if (f == UC_N) {
             size_t ini = pos;
-            while (CLS(pos) == CF_N) {
+            while (CLS(pos) == UC_N) {
                 if (++pos - ini >= max_digits) { ADD(pos); ini = pos; }
             }
             ADD(pos);
             continue;
         }
         uint8_t f2 = c == ' ' ? CLS(pos + 1) : f;
-        if (!(f2 == CF_WS || f2 == CF_L || f2 == CF_N)) {   /* f is never 0 here */
+        if (IS_OTHER(f2) && !(marks && f2 == UC_M)) {
             pos += c == ' ';
-            while (CLS(pos) == CF_O) pos++;
+            while (IS_OTHER(CLS(pos)) && !(marks && CLS(pos) == UC_M)) pos++;
             while (CPT(pos) == '\r' || CPT(pos) == '\n') pos++;
             ADD(pos);
             continue;
         }
-        size_t w = 0, last_rn = 0;
-        while (CLS(pos + w) == CF_WS) {
-            if (cp[pos + w] == '\r' || cp[pos + w] == '\n') last_rn = pos + w + 1;
-            w++;
+        pos = ws_tail(cp, cls, n, pos, true);
+        ADD(pos);
+    }
+#undef WORDCH
+    return nw;
+}
+
+/* Han ideographs as llama.cpp's unicode_cpt_is_han sees them. */
+static inline bool is_han(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+           (c >= 0x2CEB0 && c <= 0x2EBEF) || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* Kimi K2: [\p{Han}]+ | letter words without Han (an optional leading
+ * [^\r\n\p{L}\p{N}], then an optional contraction) | \p{N}{1,3} |
+ *  ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+   (llama.cpp's version). */
+static size_t split_kimi_k2(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends) {
+    size_t nw = 0, prev = 0, pos = 0;
+#define LNH(p) (CLS(p) == UC_L && !is_han(CPT(p)))
+    while (pos < n) {
+        uint32_t c = cp[pos];
+        uint8_t f = cls[pos];
+        if (is_han(c)) {
+            while (pos < n && is_han(cp[pos])) pos++;
+            ADD(pos);
+            continue;
         }
-        if (last_rn > 0) pos = last_rn;                  /* \s*[\r\n]+ */
-        else if (w > 1 && pos + w < n) pos += w - 1;     /* \s+(?!\S) */
-        else if (w > 0) pos += w;                        /* \s+ */
-        else pos++;
+        bool lead_ok = !(c == '\r' || c == '\n' || f == UC_L || f == UC_N);
+        if (LNH(pos) || (lead_ok && LNH(pos + 1))) {
+            if (lead_ok) pos++;
+            while (LNH(pos)) pos++;
+            if (CPT(pos) == '\'' && pos + 1 < n) {
+                uint32_t c1 = ascii_lower(cp[pos + 1]);
+                if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+                    pos += 2;
+                } else if (pos + 2 < n) {
+                    uint32_t c2 = ascii_lower(cp[pos + 2]);
+                    if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) pos += 3;
+                }
+            }
+            ADD(pos);
+            continue;
+        }
+        if (f == UC_N) {
+            size_t ini = pos;
+            while (CLS(pos) == UC_N) {
+                if (++pos - ini >= 3) { ADD(pos); ini = pos; }
+            }
+            ADD(pos);
+            continue;
+        }
+        uint8_t f2 = c == ' ' ? CLS(pos + 1) : f;
+        if (IS_OTHER(f2)) {
+            pos += c == ' ';
+            while (IS_OTHER(CLS(pos))) pos++;
+            while (CPT(pos) == '\r' || CPT(pos) == '\n') pos++;
+            ADD(pos);
+            continue;
+        }
+        pos = ws_tail(cp, cls, n, pos, true);
+        ADD(pos);
+    }
+#undef LNH
+    return nw;
+}
+
+/* AFMoE (and tiny_aya) digits: a run of \p{N} splits as its length mod 3
+ * leading digits, then threes. As in llama.cpp, the text before a run is not
+ * a piece of its own: it goes with the run's first group. */
+static size_t split_afmoe_digits(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends) {
+    (void)cp;
+    size_t nw = 0, prev = 0, pos = 0;
+    while (pos < n) {
+        if (cls[pos] != UC_N) { pos++; continue; }
+        size_t a = pos;
+        while (pos < n && cls[pos] == UC_N) pos++;
+        size_t cur = a + (pos - a) % 3;
+        if (cur > a) ADD(cur);
+        for (; cur < pos; cur += 3) ADD(cur + 3);
+    }
+    ADD(n);
+    return nw;
+}
+
+/* (?=(\d{3})+(?!\d)) as std::regex_iterator uses it: an empty match (a cut)
+ * wherever an ASCII digit run reaching to its end has a length that is a
+ * multiple of 3 (\d is ASCII only there, as here). */
+static size_t split_digits3(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends) {
+    (void)cls;
+    size_t nw = 0, prev = 0, pos = 0;
+    while (pos < n) {
+        if (cp[pos] < '0' || cp[pos] > '9') { pos++; continue; }
+        size_t a = pos;
+        while (pos < n && cp[pos] >= '0' && cp[pos] <= '9') pos++;
+        for (size_t c = a + (pos - a) % 3; c + 3 <= pos; c += 3) ADD(c);
+    }
+    ADD(n);
+    return nw;
+}
+
+/* [^\n]+|[\n]+ */
+static size_t split_newlines(const uint32_t *cp, const uint8_t *cls, size_t n, int32_t *ends) {
+    (void)cls;
+    size_t nw = 0, prev = 0, pos = 0;
+    while (pos < n) {
+        bool nl = cp[pos] == '\n';
+        while (pos < n && (cp[pos] == '\n') == nl) pos++;
         ADD(pos);
     }
     return nw;
@@ -991,6 +1506,8 @@ static size_t split_llama3(const uint32_t *cp, const uint8_t *cls, size_t n, int
 #undef CLS
 #undef CPT
 #undef ADD
+#undef IS_OTHER
+
 
 // ----------------------------------------------------------------------------
 // Tokenizing: a session holds one call's scratch buffers
@@ -1001,7 +1518,7 @@ typedef struct { int64_t off, len; int32_t tok; } frag;           /* tok >= 0: a
 
 typedef struct {
     const eng_tokenizer *t;
-    bool      spm, oom;
+    bool      spm, oom;                    /* oom: out of memory, or PCRE2 failed: the call fails */
     int32_t  *ids, *offs;                  /* output (n, cap) */
     size_t    n, cap;
     uint8_t  *buf;                         /* SPM: escaped text; BPE: a word's encoded text */
@@ -1009,8 +1526,13 @@ typedef struct {
     size_t    buf_cap;
     uint32_t *cps;                         /* BPE: code points of a fragment (cp_cap) */
     uint8_t  *cls, *clen;                  /* their classes and input lengths */
-    int32_t  *corig, *ends;                /* their input offsets; word ends */
-    size_t    cp_cap;
+    int32_t  *corig, *ends, *ends2;        /* their input offsets; piece ends (two generations) */
+    uint32_t *sub;                         /* K_REGEX: the code units the regex sees */
+    int32_t  *bstart;                      /* raw BPE: each symbol's offset in buf */
+    size_t    cp_cap, bstart_cap;
+    pcre2_match_data *md;                  /* K_REGEX scratch, made on first use */
+    pcre2_match_context *mc;
+    pcre2_jit_stack *jit;
     symbol   *syms;                        /* (syms_cap) */
     size_t    syms_cap;
     bigram   *heap;                        /* binary heap, best first */
@@ -1021,8 +1543,12 @@ typedef struct {
 
 static void session_free(session *s) {
     free(s->ids); free(s->offs); free(s->buf); free(s->orig);
-    free(s->cps); free(s->cls); free(s->clen); free(s->corig); free(s->ends);
+    free(s->cps); free(s->cls); free(s->clen); free(s->corig); free(s->ends); free(s->ends2);
+    free(s->sub); free(s->bstart);
     free(s->syms); free(s->heap); free(s->frags); free(s->frags2);
+    pcre2_match_data_free(s->md);
+    pcre2_match_context_free(s->mc);
+    pcre2_jit_stack_free(s->jit);
 }
 
 /* realloc *p to hold `need` elements; false (and *p untouched) on failure. */
@@ -1194,12 +1720,18 @@ static void spm_fragment(session *s, const uint8_t *text, int64_t off, int64_t l
     }
 }
 
-// GPT-2 BPE ------------------------------------------------------------------
+// BPE ------------------------------------------------------------------------
 
 static void bpe_emit(session *s, const symbol *y) {
     const eng_tokenizer *t = s->t;
-    if (y->id < t->n_vocab) {
+    if (y->id >= 0 && y->id < t->n_vocab) {
         emit(s, y->id, y->start);
+        return;
+    }
+    if (!t->byte_encode) {   /* raw UTF-8: each byte's <0xNN> token */
+        const uint8_t *b = s->buf + s->bstart[y - s->syms];
+        for (int32_t k = 0; k < y->n; k++)
+            if (t->byte_tok[b[k]] >= 0) emit(s, t->byte_tok[b[k]], y->start);
         return;
     }
     /* not a token: llama.cpp looks each byte of the text up as a token */
@@ -1210,8 +1742,26 @@ static void bpe_emit(session *s, const symbol *y) {
     }
 }
 
-/* One pre-tokenizer word: code points [a, b) of the fragment. Symbols are the
- * bytes of their UTF-8 forms; symbol.start holds the input offset. */
+/* Runs the merges of a word's ns symbols and emits the result. */
+static void bpe_merge_emit(session *s, int32_t ns) {
+    s->syms[ns - 1].next = -1;
+    s->heap_n = 0;
+    for (int32_t k = 0; k + 1 < ns; k++) try_add(s, k, k + 1);
+    merge_all(s);
+    for (int32_t i = 0; i >= 0; i = s->syms[i].next) bpe_emit(s, &s->syms[i]);
+}
+
+static bool reserve_buf(session *s, size_t need) {
+    if (need <= s->buf_cap) return true;
+    size_t c = grown(s->buf_cap, need);
+    if (!resize(&s->buf, c, 1)) return false;
+    s->buf_cap = c;   /* orig is unused for BPE */
+    return true;
+}
+
+/* One pre-tokenizer word, GPT-2 byte-level: code points [a, b) of the
+ * fragment. Symbols are the bytes of their UTF-8 forms (each a character of
+ * GPT-2's byte map); symbol.start holds the input offset. */
 static void bpe_word(session *s, size_t a, size_t b) {
     const eng_tokenizer *t = s->t;
     if (!reserve_syms(s, 4 * (b - a))) { s->oom = true; return; }
@@ -1225,13 +1775,8 @@ static void bpe_word(session *s, size_t a, size_t b) {
             ns++;
         }
     }
-    s->syms[ns - 1].next = -1;
-    if (t->ignore_merges) {   /* llama3: a word that is itself a token is taken whole */
-        size_t need = 2 * (size_t)ns;
-        if (need > s->buf_cap) {
-            if (!resize(&s->buf, need, 1)) { s->oom = true; return; }
-            s->buf_cap = need;   /* orig is unused for BPE */
-        }
+    if (t->ignore_merges) {   /* a word that is itself a token is taken whole */
+        if (!reserve_buf(s, 2 * (size_t)ns)) { s->oom = true; return; }
         size_t p = 0;
         for (int32_t k = 0; k < ns; k++) {
             int32_t id = s->syms[k].id;
@@ -1244,10 +1789,125 @@ static void bpe_word(session *s, size_t a, size_t b) {
             return;
         }
     }
-    s->heap_n = 0;
-    for (int32_t k = 0; k + 1 < ns; k++) try_add(s, k, k + 1);
-    merge_all(s);
-    for (int32_t i = 0; i >= 0; i = s->syms[i].next) bpe_emit(s, &s->syms[i]);
+    bpe_merge_emit(s, ns);
+}
+
+/* One word of a raw-UTF-8 BPE (gemma4, sarvam-moe, whitespace): symbols are
+ * the word's characters; one that is no symbol (-1) never merges and falls
+ * back to <0xNN> byte tokens. */
+static void bpe_word_raw(session *s, size_t a, size_t b) {
+    const eng_tokenizer *t = s->t;
+    size_t nb = 4 * (b - a);
+    if (!reserve_syms(s, b - a) || !reserve_buf(s, nb)) { s->oom = true; return; }
+    if (b - a > s->bstart_cap) {
+        size_t c = grown(s->bstart_cap, b - a);
+        if (!resize(&s->bstart, c, sizeof *s->bstart)) { s->oom = true; return; }
+        s->bstart_cap = c;
+    }
+    int32_t ns = 0;
+    size_t p = 0;
+    bool all_nl = true;
+    for (size_t i = a; i < b; i++) {
+        size_t l = utf8_encode(s->cps[i], s->buf + p);
+        s->syms[ns] = (symbol){smap_get(t, s->buf + p, l), s->corig[i], (int32_t)l, ns - 1, ns + 1};
+        s->bstart[ns++] = (int32_t)p;
+        all_nl = all_nl && s->cps[i] == '\n';
+        p += l;
+    }
+    /* ignore_merges, and gemma4's rule for a word of newlines only */
+    if (t->ignore_merges || (all_nl && t->nl_whole)) {
+        int32_t id = smap_get(t, s->buf, p);
+        if (id >= 0 && id < t->n_vocab) {
+            emit(s, id, s->syms[0].start);
+            return;
+        }
+    }
+    bpe_merge_emit(s, ns);
+}
+
+/* The pieces one K_REGEX step makes of units sub[0..n): llama.cpp's
+ * std::regex_iterator loop (unmatched stretches are pieces too; after an
+ * empty match, a non-empty one is tried at the same place, else the search
+ * moves on by one), run with PCRE2. false when PCRE2 fails. */
+static bool split_regex(session *s, const split_step *st, const uint32_t *sub, size_t n, int32_t *ends,
+                        size_t *count) {
+    if (!s->md) {
+        s->md = pcre2_match_data_create(1, NULL);
+        s->mc = pcre2_match_context_create(NULL);
+        s->jit = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
+        if (!s->md || !s->mc || !s->jit) return false;
+        pcre2_jit_stack_assign(s->mc, NULL, s->jit);
+    }
+    size_t nw = 0, prev = 0, pos = 0;
+    uint32_t opts = 0;
+#define ADD(e) do { if ((e) > prev) { ends[nw++] = (int32_t)(e); prev = (e); } } while (0)
+    while (pos <= n) {
+        int rc = pcre2_match(st->re, (PCRE2_SPTR)sub, n, pos, opts, s->md, s->mc);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            if (!opts) break;
+            opts = 0;
+            pos++;
+            continue;
+        }
+        if (rc < 0) return false;
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+        size_t ms = ov[0], me = ov[1];
+        ADD(ms);
+        ADD(me);
+        if (me == ms) {
+            if (ms == n) break;
+            opts = PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED;
+        } else {
+            opts = 0;
+        }
+        pos = me;
+    }
+    ADD(n);
+#undef ADD
+    *count = nw;
+    return true;
+}
+
+/* Splits the fragment's nc code points by every step of the pre-tokenizer;
+ * returns the piece ends (s->ends or s->ends2) and their count in *np. */
+static const int32_t *pre_split(session *s, size_t nc, size_t *np) {
+    const eng_tokenizer *t = s->t;
+    int32_t *cur = s->ends, *nxt = s->ends2;
+    size_t n_cur = 1;
+    cur[0] = (int32_t)nc;
+    for (int k = 0; k < t->n_steps; k++) {
+        const split_step *st = &t->steps[k];
+        if (st->kind == K_REGEX)
+            for (size_t i = 0; i < nc; i++)
+                s->sub[i] = st->collapsed ? collapse_cp(s->cps[i], s->cls[i]) : wide_cp(s->cps[i], s->cls[i]);
+        size_t n_nxt = 0, a = 0;
+        for (size_t w = 0; w < n_cur; w++) {
+            size_t b = (size_t)cur[w], m = 0;
+            const uint32_t *cp = s->cps + a;
+            const uint8_t *cl = s->cls + a;
+            int32_t *out = nxt + n_nxt;
+            switch (st->kind) {
+            case K_GPT2:         m = split_gpt2(cp, cl, b - a, out); break;
+            case K_LLAMA3:       m = split_llama3(cp, cl, b - a, out, st->digits, false); break;
+            case K_QWEN35:       m = split_llama3(cp, cl, b - a, out, 1, true); break;
+            case K_KIMI_K2:      m = split_kimi_k2(cp, cl, b - a, out); break;
+            case K_AFMOE_DIGITS: m = split_afmoe_digits(cp, cl, b - a, out); break;
+            case K_NEWLINES:     m = split_newlines(cp, cl, b - a, out); break;
+            case K_DIGITS3_FROM_RIGHT: m = split_digits3(cp, cl, b - a, out); break;
+            default:
+                if (!split_regex(s, st, s->sub + a, b - a, out, &m)) { s->oom = true; return NULL; }
+            }
+            for (size_t j = 0; j < m; j++) out[j] += (int32_t)a;
+            n_nxt += m;
+            a = b;
+        }
+        int32_t *tmp = cur;
+        cur = nxt;
+        nxt = tmp;
+        n_cur = n_nxt;
+    }
+    *np = n_cur;
+    return cur;
 }
 
 static void bpe_fragment(session *s, const uint8_t *text, int64_t off, int64_t len) {
@@ -1255,7 +1915,8 @@ static void bpe_fragment(session *s, const uint8_t *text, int64_t off, int64_t l
     if ((size_t)len > s->cp_cap) {
         size_t c = grown(s->cp_cap, (size_t)len);
         if (!resize(&s->cps, c, sizeof *s->cps) || !resize(&s->cls, c, 1) || !resize(&s->clen, c, 1) ||
-            !resize(&s->corig, c, sizeof *s->corig) || !resize(&s->ends, c, sizeof *s->ends)) {
+            !resize(&s->corig, c, sizeof *s->corig) || !resize(&s->ends, c, sizeof *s->ends) ||
+            !resize(&s->ends2, c, sizeof *s->ends2) || !resize(&s->sub, c, sizeof *s->sub)) {
             s->oom = true;
             return;
         }
@@ -1265,6 +1926,7 @@ static void bpe_fragment(session *s, const uint8_t *text, int64_t off, int64_t l
     for (size_t i = 0; i < (size_t)len;) {
         size_t l;
         uint32_t c = utf8_decode(text + off, (size_t)len, i, &l);
+        if (c == ' ' && t->escape_ws) c = 0x2581;   /* llama_escape_whitespace, before the split */
         s->cps[nc] = c;
         s->cls[nc] = c < 0x80 ? bmp_cls[c] : uni_class(c);
         s->clen[nc] = (uint8_t)l;
@@ -1272,14 +1934,14 @@ static void bpe_fragment(session *s, const uint8_t *text, int64_t off, int64_t l
         nc++;
         i += l;
     }
-    size_t nw = t->pre == PRE_GPT2 ? split_gpt2(s->cps, s->cls, nc, s->ends)
-                                   : split_llama3(s->cps, s->cls, nc, s->ends, t->pre == PRE_QWEN2 ? 1 : 3);
+    size_t nw = 0;
+    const int32_t *ends = pre_split(s, nc, &nw);
     size_t a = 0;
     for (size_t w = 0; w < nw && !s->oom; w++) {
-        bpe_word(s, a, (size_t)s->ends[w]);
-        a = (size_t)s->ends[w];
+        if (t->byte_encode) bpe_word(s, a, (size_t)ends[w]);
+        else bpe_word_raw(s, a, (size_t)ends[w]);
+        a = (size_t)ends[w];
     }
-    if (a < nc && !s->oom) bpe_word(s, a, nc);
 }
 
 // Special tokens ------------------------------------------------------------
@@ -1294,8 +1956,32 @@ static bool push_frag(session *s, frag **v, size_t *n, frag f) {
     return true;
 }
 
+/* isspace() in the C locale, as tokenizer_st_partition strips with it. */
+static inline bool is_c_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* RWKV: the longest token starting at each position, greedily (the text of
+ * a token is unique: a duplicated text maps to its last id, as llama.cpp's
+ * trie keeps the last insert). */
+static void rwkv_fragment(session *s, const uint8_t *text, int64_t off, int64_t len) {
+    const eng_tokenizer *t = s->t;
+    for (int64_t pos = off, end = off + len; pos < end && !s->oom;) {
+        int64_t l = end - pos < t->max_tok_len ? end - pos : t->max_tok_len;
+        int32_t id = -1;
+        for (; l > 0; l--)
+            if ((id = smap_get(t, text + pos, (size_t)l)) >= 0 && id < t->n_vocab) break;
+        if (l == 0) {   /* no token starts with this byte */
+            if (t->unk < 0) { s->oom = true; return; }
+            id = t->unk;
+            l = 1;
+        }
+        emit(s, id, pos);
+        pos += l;
+    }
+}
+
 /* llama.cpp's tokenizer_st_partition: for each special token, longest first,
- * every raw fragment is cut at its leftmost non-overlapping occurrences.
+ * every raw fragment is cut at its leftmost non-overlapping occurrences; a
+ * token with LSTRIP (RSTRIP) takes the whitespace before (after) it along.
  * CONTROL and UNKNOWN tokens take part only with parse_special; USER_DEFINED
  * ones always do. A trie pass first finds which special texts occur at all,
  * so only those are searched for. */
@@ -1317,7 +2003,7 @@ static void partition(session *s, const uint8_t *text, int64_t len, bool parse_s
             if (!ch) break;
             node = ch->v0;
             int32_t k = t->trie_term[node];
-            if (k >= 0 && (parse_special || t->ttype[t->special[k]] == TT_USER_DEFINED)) present[k] = any = 1;
+            if (k >= 0 && (parse_special || !(t->attr[t->special[k]] & (A_CONTROL | A_UNKNOWN)))) present[k] = any = 1;
         }
     }
     for (int32_t k = 0; any && k < t->n_special; k++) {
@@ -1325,6 +2011,7 @@ static void partition(session *s, const uint8_t *text, int64_t len, bool parse_s
         int32_t id = t->special[k];
         const char *st = sym_text(t, id);
         size_t sl = t->sym_len[id];
+        bool lstrip = t->attr[id] & A_LSTRIP, rstrip = t->attr[id] & A_RSTRIP;
         size_t n2 = 0;
         for (size_t i = 0; i < s->n_frags; i++) {
             frag f = s->frags[i];
@@ -1336,10 +2023,12 @@ static void partition(session *s, const uint8_t *text, int64_t len, bool parse_s
                 while (ok && pos < end) {
                     const uint8_t *hit = memmem(text + pos, (size_t)(end - pos), st, sl);
                     if (!hit) break;
-                    int64_t h = hit - text;
-                    if (h > pos) ok = push_frag(s, &s->frags2, &n2, (frag){pos, h - pos, -1});
+                    int64_t h = hit - text, l = h;
+                    while (lstrip && l > pos && is_c_space(text[l - 1])) l--;   /* LSTRIP: eat the spaces before */
+                    if (l > pos) ok = push_frag(s, &s->frags2, &n2, (frag){pos, l - pos, -1});
                     ok = ok && push_frag(s, &s->frags2, &n2, (frag){h, (int64_t)sl, id});
                     pos = h + (int64_t)sl;
+                    while (rstrip && pos < end && is_c_space(text[pos])) pos++;   /* RSTRIP: and after */
                 }
                 if (ok && pos < end) ok = push_frag(s, &s->frags2, &n2, (frag){pos, end - pos, -1});
             }
@@ -1374,6 +2063,7 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
             continue;
         }
         if (s.spm) spm_fragment(&s, u, f.off, f.len, t->add_space_prefix && prev_special);
+        else if (t->type == ENG_VOCAB_RWKV) rwkv_fragment(&s, u, f.off, f.len);
         else bpe_fragment(&s, u, f.off, f.len);
         prev_special = false;
     }
@@ -1392,11 +2082,42 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
     return rc;
 }
 
+int32_t *eng_tokenize_alloc(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                            bool parse_special, int32_t *n) {
+    int32_t cap = len < (size_t)INT32_MAX / 8 ? (int32_t)len + 16 : INT32_MAX / 2;
+    for (;;) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) return NULL;
+        const int32_t k = eng_tokenize(t, text, len, add_bos, add_eos, parse_special, ids, cap, NULL);
+        if (k >= 0) {
+            *n = k;
+            return ids;
+        }
+        free(ids);
+        if (k == TOK_FAIL) return NULL;
+        cap = -k;
+    }
+}
+
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     return -1;
+}
+
+/* Appends txt[j..tl) to out (when it fits in cap; *total counts every byte), U+2581 as ' '. */
+static void put_unescaped(char *out, size_t cap, size_t *total, const char *txt, size_t j, size_t tl) {
+    while (j < tl) {
+        const char *u = memmem(txt + j, tl - j, "\xE2\x96\x81", 3);
+        size_t stop = u ? (size_t)(u - txt) : tl, k = stop - j + (u ? 1 : 0);
+        if (*total + k <= cap) {
+            memcpy(out + *total, txt + j, stop - j);
+            if (u) out[*total + stop - j] = ' ';
+        }
+        *total += k;
+        j = stop + (u ? 3 : 0);
+    }
 }
 
 int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bool render_special, char *out,
@@ -1413,10 +2134,26 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
         if (id < 0 || id >= t->n_vocab) continue;
         const char *txt = sym_text(t, id);
         size_t tl = t->sym_len[id];
-        uint8_t ty = t->ttype[id];
-        if (ty == TT_CONTROL || ty == TT_UNKNOWN || ty == TT_USER_DEFINED) {
-            if (render_special || ty == TT_USER_DEFINED) PUT(txt, tl);
+        uint16_t at = t->attr[id];
+        if (at & A_SPECIAL) {
+            if (render_special || !(at & (A_CONTROL | A_UNKNOWN))) PUT(txt, tl);
             strip = spm && t->add_space_prefix;
+            continue;
+        }
+        if (t->type == ENG_VOCAB_RWKV) {   /* the unescaped bytes */
+            PUT(txt, tl);
+            continue;
+        }
+        bool byte_tok = (at & A_BYTE) && tl == 6 && !memcmp(txt, "<0x", 3) && txt[5] == '>' &&
+                        hexval(txt[3]) >= 0 && hexval(txt[4]) >= 0;
+        if (!spm && !t->byte_encode) {   /* raw UTF-8 BPE: <0xNN> bytes, U+2581 back to spaces when escaped */
+            if (byte_tok) {
+                uint8_t b = (uint8_t)(hexval(txt[3]) * 16 + hexval(txt[4]));
+                PUT(&b, 1);
+                continue;
+            }
+            if (t->escape_ws) put_unescaped(out, cap, &total, txt, 0, tl);
+            else PUT(txt, tl);
             continue;
         }
         if (!spm) {   /* GPT-2: undo the byte-to-unicode map */
@@ -1433,8 +2170,7 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
             }
             continue;
         }
-        if (ty == TT_BYTE && tl == 6 && !memcmp(txt, "<0x", 3) && txt[5] == '>' && hexval(txt[3]) >= 0 &&
-            hexval(txt[4]) >= 0) {
+        if (byte_tok) {
             uint8_t b = (uint8_t)(hexval(txt[3]) * 16 + hexval(txt[4]));
             PUT(&b, 1);
             strip = false;
@@ -1443,13 +2179,7 @@ int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bo
         size_t j = 0;
         if (strip && tl >= 3 && !memcmp(txt, "\xE2\x96\x81", 3)) j = 3;
         strip = false;
-        while (j < tl) {   /* U+2581 -> ' ' */
-            const char *u = memmem(txt + j, tl - j, "\xE2\x96\x81", 3);
-            size_t stop = u ? (size_t)(u - txt) : tl;
-            PUT(txt + j, stop - j);
-            j = stop;
-            if (u) { PUT(" ", 1); j += 3; }
-        }
+        put_unescaped(out, cap, &total, txt, j, tl);
     }
 #undef PUT
     if (total < cap) out[total] = '\0';

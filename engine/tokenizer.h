@@ -1,11 +1,15 @@
 /*
  * engine/tokenizer.h: tokenizers loaded from GGUF vocabulary metadata.
  *
- * Two models, with llama.cpp's semantics:
+ * Three models, with llama.cpp's semantics:
  *   - "llama": SentencePiece BPE (dummy-prefix space, U+2581 for spaces,
  *     score-ordered merges, byte fallback to <0xNN>);
- *   - "gpt2": byte-level BPE (byte-to-unicode map, GPT-2 pre-tokenizer
- *     split, merge ranks from tokenizer.ggml.merges).
+ *   - "gpt2" (and "gemma4"): BPE with merge ranks from tokenizer.ggml.merges
+ *     after the pre-tokenizer tokenizer.ggml.pre names (every one llama.cpp
+ *     knows; absent means llama.cpp's "default" rules), byte-level (GPT-2's
+ *     byte-to-unicode map) or, for gemma4 and sarvam-moe, raw UTF-8;
+ *   - "rwkv": RWKV's greedy longest match over escaped byte-string tokens
+ *     (the World vocabulary, or one token per byte).
  * Special/control tokens (token_type CONTROL or USER_DEFINED, e.g.
  * <|im_start|>) are matched as whole tokens only when the caller asks
  * (parse_special), as chat templates need.
@@ -32,7 +36,8 @@ typedef struct eng_tokenizer eng_tokenizer;
 
 enum eng_vocab_type {
     ENG_VOCAB_SPM  = 1,   /* tokenizer.ggml.model == "llama" */
-    ENG_VOCAB_BPE  = 2,   /* tokenizer.ggml.model == "gpt2" */
+    ENG_VOCAB_BPE  = 2,   /* tokenizer.ggml.model == "gpt2" or "gemma4" */
+    ENG_VOCAB_RWKV = 3,   /* tokenizer.ggml.model == "rwkv" */
 };
 
 /* Loads the vocabulary from g's tokenizer.ggml.* metadata (g may be closed afterwards:
@@ -42,6 +47,7 @@ int  eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_
 void eng_tokenizer_free(eng_tokenizer *t);  /* accepts NULL */
 
 int     eng_tokenizer_type(const eng_tokenizer *t);
+const char *eng_tokenizer_type_name(const eng_tokenizer *t);  /* tokenizer.ggml.model: "llama", "gpt2", "rwkv" */
 int32_t eng_tokenizer_n_vocab(const eng_tokenizer *t);
 int32_t eng_tokenizer_bos(const eng_tokenizer *t);   /* -1 when none */
 int32_t eng_tokenizer_eos(const eng_tokenizer *t);   /* -1 when none */
@@ -59,6 +65,11 @@ bool    eng_tokenizer_add_eos(const eng_tokenizer *t);
 int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool add_bos,
                      bool add_eos, bool parse_special, int32_t *out, int32_t cap, int32_t *offsets);
 
+/* eng_tokenize into a malloc'd array of the right size (caller frees): the
+ * ids, their count in *n. NULL when memory runs out or tokenizing fails. */
+int32_t *eng_tokenize_alloc(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                            bool parse_special, int32_t *n);
+
 /* Decodes ids to text: the exact inverse of eng_tokenize without BOS/EOS
  * where one exists (SPM strips the dummy-prefix space of the first piece).
  * Control tokens are rendered as their text when render_special, else omitted.
@@ -66,6 +77,21 @@ int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool 
  * count; returns -(count) when cap is too small. */
 int64_t eng_detokenize(const eng_tokenizer *t, const int32_t *ids, int32_t n, bool render_special,
                        char *out, size_t cap);
+
+/* The BPE pre-tokenizer in effect: the tokenizer.ggml.pre name ("gpt-2",
+ * "default (absent)" when the key is missing); "" for SPM. */
+const char *eng_tokenizer_pre(const eng_tokenizer *t);
+
+/* llama.cpp's pre-tokenizer names, i = 0, 1, ... (NULL past the end): *type
+ * gets the LLAMA_VOCAB_PRE_TYPE_ it maps to (without the prefix), *supported
+ * whether kvreplay tokenizes with it. */
+const char *eng_tokenizer_pre_name_at(int i, const char **type, bool *supported);
+
+/* llama.cpp's LLAMA_VOCAB_PRE_TYPE_* (without the prefix), i = 0, 1, ... in
+ * enum order (NULL past the end), with the regexes it splits by, in order
+ * (*rx: up to 6, NULL-terminated); bit k of *hand is set when regex k runs as
+ * a hand-written splitter (as in llama.cpp), clear when it runs through PCRE2. */
+const char *eng_tokenizer_pre_type_at(int i, const char *const **rx, unsigned *hand);
 
 /* The raw vocabulary piece of id (as stored, e.g. "▁time" or "<0x0A>"); NULL if out of range. */
 const char *eng_token_piece(const eng_tokenizer *t, int32_t id, size_t *len);

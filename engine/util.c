@@ -76,6 +76,11 @@ int eng_write_atomic(const char *path, const void *data, size_t n, char *err, si
         unlink(tmp);
         return ENG_ERR_IO;
     }
+    eng_fsync_dir_of(path);
+    return ENG_OK;
+}
+
+void eng_fsync_dir_of(const char *path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -83,7 +88,6 @@ int eng_write_atomic(const char *path, const void *data, size_t n, char *err, si
         fsync(dfd);  /* best effort: some filesystems refuse fsync on directories */
         close(dfd);
     }
-    return ENG_OK;
 }
 
 int eng_read_file(const char *path, char **out, size_t *n, char *err, size_t errlen) {

@@ -17,6 +17,9 @@ int eng_write_all(int fd, const void *data, size_t n);
 
 /* Writes n bytes atomically to path. Returns ENG_OK or ENG_ERR_IO (message in err). */
 int eng_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+/* fsyncs the directory that holds path (after a rename into it); best effort:
+ * some filesystems refuse fsync on directories. */
+void eng_fsync_dir_of(const char *path);
 
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, *n excludes the NUL).
  * The caller frees *out. Returns ENG_OK or ENG_ERR_IO / ENG_ERR_NOMEM. */

@@ -9,6 +9,15 @@ BASE=results/cache/models/bench-base.gguf
 [ -f "$BASE" ] || "$KVR" model synth --preset base --seed 1 -o "$BASE"
 echo "== engine prefill vs sgemm peak (threads $T), chunk sweep and kernels"
 "$KVR" bench -m "$BASE" --threads "$T" --sweep-chunks 16,32,64,128,256 --compare-kernels
+RWKV=../shared/data/models/rwkv7/tiny-rwkv-7v0-834K-FP32.bin
+if [ -f "$RWKV" ]; then
+    RW=results/cache/models/bench-rwkv7.gguf
+    [ -f "$RW" ] || "$KVR" model convert --from rwkv.cpp "$RWKV" -o "$RW"
+    echo "== RWKV-7 prefill (the real tiny model converted from rwkv.cpp, 4096 tokens), both kernels"
+    "$KVR" bench -m "$RW" --threads "$T" --tokens 4096 --reps 5 --compare-kernels
+else
+    echo "== RWKV-7 prefill: skipped, $RWKV absent"
+fi
 echo "== tokenizers (1 MB agent-style text)"
 "$KVR" bench --tokenizer -m ../shared/data/vocab/ggml-vocab-llama-spm.gguf -m ../shared/data/vocab/ggml-vocab-gpt-2.gguf --mb 1
 echo "== disk checkpoint files vs plain file I/O"

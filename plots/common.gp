@@ -85,6 +85,16 @@ legend_setup = "set lmargin at screen 0.02; set rmargin at screen 0.98; " . \
     "set xrange [0:1]; set yrange [0:1]; " . \
     "set key center center horizontal reverse Left nobox noenhanced samplen 3 width 0.5 spacing 1.1"
 
+# Cumulative series (seed002): `eval cumulative_plot` draws blocks whose
+# series are variants (lines with points) followed by "FAMILY cold" series
+# (grey reference lines, dashed), then the legend row.
+cumulative_plot = "ncold = 0; do for [i = 1:nkeys] { if (iscold(i)) { ncold = ncold + 1 } }; nvar = nkeys - ncold; " . \
+    "plot for [i = 1:nvar] blocks index (i - 1) using 1:2 with linespoints lt i notitle, " . \
+    "for [i = nvar + 1:nkeys] blocks index (i - 1) using 1:2 with lines lt 8 lw 2 dt i-nvar+1 notitle; " . \
+    "eval legend_setup; " . \
+    "plot -1 notitle, for [i = 1:nvar] keyentry with linespoints lt i title key(i), " . \
+    "for [i = nvar + 1:nkeys] keyentry with lines lt 8 lw 2 dt i-nvar+1 title key(i)"
+
 # Panels side by side: `eval panel(i, n)` sets the left/right margins of
 # panel i of n between panel_l and panel_r with panel_gap between panels
 # (set those three first when the defaults do not fit the tick labels).

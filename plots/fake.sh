@@ -137,9 +137,9 @@ BEGIN {
 mk seed002 '
 BEGIN {
     srand(2); id = 0; T = "experiments/data/agent-loop-24.jsonl"
-    split("recurrent/quirk recurrent/fixed hybrid/quirk hybrid/fixed", V, " ")
-    for (v = 1; v <= 4; v++) {
-        split(V[v], f, "/"); fixed = (f[2] == "fixed"); kk = (f[1] == "hybrid") ? 0.09 : 0.06
+    split("recurrent/quirk recurrent/fixed hybrid/quirk hybrid/fixed rwkv7/quirk rwkv7/fixed", V, " ")
+    for (v = 1; v <= 6; v++) {
+        split(V[v], f, "/"); fixed = (f[2] == "fixed"); kk = (f[1] == "hybrid") ? 0.09 : (f[1] == "rwkv7") ? 0.02 : 0.06
         run(++id, "seed002", V[v], "", "", f[1] "-small", (f[1] == "hybrid" ? 61210624 : 49807360), "slot-lcp", \
             (fixed ? "" : "full-reprocess"), "", "chunk", 64, "", "blas", "fp32", 2, 16384, "done", T)
         for (i = 0; i < 24; i++) {

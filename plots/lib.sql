@@ -28,6 +28,11 @@
 --   follow-up requests, turn > 0), the median TTFT of the cold and of the
 --   reused run (ms): the middle value, or the mean of the two middle ones;
 --   NULL when the scope has no timed request.
+-- cum_ttft: per request in replay order, the cumulative TTFT (s) of a series:
+--   each variant's reused path (sum of ttft_reuse_ms; part 0), then per model
+--   family (the variant's part before '/') the cold path (sum of the family's
+--   mean ttft_cold_ms per request, series "FAMILY cold"; part 1). Columns:
+--   part, o (series order), series, req_index, s.
 -- Only columns documented in docs/sqlite.md are used.
 CREATE TEMP VIEW sel_runs AS
 SELECT * FROM (
@@ -75,3 +80,17 @@ r50 AS (SELECT run_id, followup, avg(x) AS p50 FROM reuse
 SELECT g.run_id, g.followup, c50.p50 AS cold_p50, r50.p50 AS reuse_p50
 FROM (SELECT DISTINCT run_id, followup FROM scoped) g
 LEFT JOIN c50 USING (run_id, followup) LEFT JOIN r50 USING (run_id, followup);
+
+CREATE TEMP VIEW cum_ttft AS
+WITH v AS (SELECT *, CASE WHEN instr(variant, '/') > 0 THEN substr(variant, 1, instr(variant, '/') - 1)
+                          ELSE coalesce(variant, 'run ' || run_id) END AS fam
+           FROM req),
+reused AS (SELECT 0 AS part, vorder AS o, label AS series, req_index,
+                  sum(ttft_reuse_ms) OVER (PARTITION BY run_id ORDER BY req_index) / 1000.0 AS s
+           FROM v WHERE ttft_reuse_ms IS NOT NULL),
+coldm AS (SELECT fam, min(vorder) AS o, req_index, avg(ttft_cold_ms) AS c
+          FROM v WHERE ttft_cold_ms IS NOT NULL GROUP BY fam, req_index),
+cold AS (SELECT 1 AS part, o, fam || ' cold' AS series, req_index,
+                sum(c) OVER (PARTITION BY fam ORDER BY req_index) / 1000.0 AS s
+         FROM coldm)
+SELECT * FROM reused UNION ALL SELECT * FROM cold;

@@ -82,7 +82,7 @@ figorder() {
     case "$1" in
     seed000) echo "seed000-prefilled seed000-ttft seed000-anchor" ;;
     seed001) echo "seed001-reuse seed001-prefilled" ;;
-    seed002) echo "seed002-cumulative seed002-summary" ;;
+    seed002) echo "seed002-cumulative seed002-rwkv7 seed002-summary" ;;
     seed003) echo "seed003-identical seed003-sweep" ;;
     seed004) echo "seed004-reuse seed004-ttft" ;;
     esac
@@ -169,10 +169,13 @@ sequence removal (recurrent and hybrid models) the server discards the cached
 state and re-prefills the whole prompt on every turn instead of restoring a
 context checkpoint. Variants *MODEL/quirk* run `--quirk full-reprocess`,
 *MODEL/fixed* restore the checkpoint taken on the prefill grid; MODEL is a
-recurrent and a hybrid model. Figure `seed002-cumulative` plots the cumulative
-time to first token of the reused path over the agent loop, with the cold
-path of each model family for reference; `seed002-summary` the median TTFT
-and the prefilled tokens per variant; the table shows the per-run figures.
+synthetic recurrent (Mamba-2) and hybrid model, and a real trained recurrent
+model: the tiny RWKV-7 of rwkv.cpp's test suite, converted from its file, on a
+shorter loop (its vocabulary is bytes). Figure `seed002-cumulative` plots the
+cumulative time to first token of the reused path over the agent loop, with
+the cold path of each model family for reference, `seed002-rwkv7` the same on
+the real model; `seed002-summary` the median TTFT and the prefilled tokens per
+variant; the table shows the per-run figures.
 EOF
         ;;
     seed003) cat <<'EOF'

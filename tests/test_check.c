@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kvr.h"
+#include "proc.h"
 #include "status.h"
 #include "synth.h"
 #include "synth_transcript.h"
@@ -60,7 +60,7 @@ static int teardown(void **state) {
 static int check(char *out, char *err, const char *policy, const char *fault, const char *req, const char *index) {
     const char *args[] = {"check", "-m", g_model, "-t", g_tr, "--decode", "2", "--policy", policy, "--inject-fault",
                           fault, "--fault-request", req, "--fault-index", index, NULL};
-    return kvr_run(NULL, out, 4096, err, 4096, args);
+    return proc_run(NULL, out, 4096, err, 4096, args);
 }
 
 static void a_planted_fault_is_caught_with_exit_1(void **state) {

@@ -26,7 +26,7 @@
 #include <xxhash.h>
 
 #include "diskcache.h"
-#include "kvr.h"
+#include "proc.h"
 #include "sqlq.h"
 #include "status.h"
 #include "synth.h"
@@ -73,8 +73,8 @@ static int teardown(void **state) {
 
 /* kvreplay with args; stderr into err; fsize > 0 caps every file it writes. */
 static int kvr(char *err, size_t cap, rlim_t fsize, const char *const *args) {
-    kvr_opts o = {.fsize = fsize, .uid = -1};
-    return kvr_run(&o, NULL, 0, err, cap, args);
+    proc_opts o = {.fsize = fsize, .uid = -1};
+    return proc_run(&o, NULL, 0, err, cap, args);
 }
 
 static int count(const char *hay, const char *needle) {

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
-#include "kvr.h"
+#include "proc.h"
 #include "status.h"
 #include "synth.h"
 #include "synth_transcript.h"
@@ -60,6 +60,11 @@ static const row k_rows[] = {
     {"model synth", {"model", "synth", "--seed", "1", "--vocab", "@", "-o", "OUT"}, K_INPUT},
     {"model synth", {"model", "synth", "--seed", "1", "-o", "@"}, K_OUTPUT},
     {"model info", {"model", "info", "@"}, K_INPUT},
+    {"model convert", {"model", "convert", "--from", "rwkv.cpp", "@", "-o", "OUT"}, K_INPUT},
+    {"model convert", {"model", "convert", "--from", "rwkv.cpp", "MODEL", "-o", "@"}, K_OUTPUT},
+    {"logits", {"logits", "-m", "@", "-p", "hello"}, K_INPUT},
+    {"render", {"render", "-t", "@"}, K_INPUT},
+    {"render", {"render", "-t", "TR", "-m", "@"}, K_INPUT},
     {"tokenize", {"tokenize", "-m", "@", "hello"}, K_INPUT},
     {"generate", {"generate", "-m", "@", "-n", "1"}, K_INPUT},
     {"bench", {"bench", "-m", "@"}, K_INPUT},
@@ -118,7 +123,7 @@ static int setup(void **state) {
     snprintf(g_out, sizeof g_out, "%s/out.any", g_dir);
     snprintf(g_db, sizeof g_db, "%s/good.sqlite", g_dir);
     const char *args[] = {"replay", "-m", g_model, "-t", g_tr, "--db", g_db, "--decode", "1", "--quiet", NULL};
-    if (kvr_run(NULL, NULL, 0, NULL, 0, args) != 0) return -1;
+    if (proc_run(NULL, NULL, 0, NULL, 0, args) != 0) return -1;
     snprintf(g_bad[0], sizeof g_bad[0], "%s/no-such-file", g_dir);
     snprintf(g_bad[1], sizeof g_bad[1], "%s/a-directory", g_dir);
     snprintf(g_bad[2], sizeof g_bad[2], "%s/unreadable", g_dir);
@@ -159,7 +164,7 @@ static void add_name(names *ns, const char *s, size_t len) {
 static void registered(names *ns) {
     static char out[16384];
     const char *help[] = {"--help", NULL};
-    assert_int_equal(kvr_run(NULL, out, sizeof out, NULL, 0, help), 0);
+    assert_int_equal(proc_run(NULL, out, sizeof out, NULL, 0, help), 0);
     char *line = out;
     for (char *nl; line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
@@ -169,7 +174,7 @@ static void registered(names *ns) {
         add_name(ns, line + 2, n);
     }
     const char *model[] = {"model", "--help", NULL};
-    assert_int_equal(kvr_run(NULL, out, sizeof out, NULL, 0, model), 0);
+    assert_int_equal(proc_run(NULL, out, sizeof out, NULL, 0, model), 0);
     for (char *p = out; (p = strstr(p, "kvreplay model ")); p += 15) {
         char buf[48];
         size_t n = strcspn(p + 15, " \n");
@@ -200,10 +205,10 @@ static void expand(const char *const *tmpl, int k, const char **argv) {
 static const char *try_kind(const char *cmd, const char *const *tmpl, int k, char *why, size_t cap) {
     const char *argv[20];
     expand(tmpl, k, argv);
-    kvr_opts o = {.uid = (1 << k) == K_UNREADABLE ? 65534 : -1};
+    proc_opts o = {.uid = (1 << k) == K_UNREADABLE ? 65534 : -1};
     static char out[8192], err[8192];
     unlink(g_out);
-    int rc = kvr_run(&o, out, sizeof out, err, sizeof err, argv);
+    int rc = proc_run(&o, out, sizeof out, err, sizeof err, argv);
     const char *path = g_bad[k];
     if (rc == 126) return NULL;  /* could not become nobody: covered by the non-root run */
     if (getenv("KVR_VERBOSE")) fprintf(stderr, "[%s %s] rc=%d %.160s\n", cmd, k_kind_name[k], rc, err);
@@ -238,7 +243,7 @@ static int discovered_rows(const char *cmd, row *rows, int cap) {
     argv[0] = words[0];
     if (nw == 2) argv[1] = words[1];
     else argv[1] = "--help", argv[2] = NULL;
-    if (kvr_run(NULL, help, sizeof help, NULL, 0, argv) != 0) return 0;
+    if (proc_run(NULL, help, sizeof help, NULL, 0, argv) != 0) return 0;
     int n = 0;
     static char store[16][48];
     for (char *p = help; *p && n < cap; p++) {
@@ -327,7 +332,7 @@ static void every_importer_exits_2_naming_a_bad_input_path(void **state) {
     (void)state;
     static char help[16384];
     const char *argv[] = {"import", "--help", NULL};
-    assert_int_equal(kvr_run(NULL, help, sizeof help, NULL, 0, argv), 0);
+    assert_int_equal(proc_run(NULL, help, sizeof help, NULL, 0, argv), 0);
     char *p = strstr(help, "formats:");
     assert_non_null(p);
     static char report[32768];
@@ -372,7 +377,7 @@ static void a_thread_count_above_the_cap_is_refused_naming_the_flag(void **state
     const char *bench[] = {"bench", "-m", g_model, "--threads", "1000", NULL};
     const char *const *cmds[] = {gen, info, bench};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, cmds[i]), 2);
+        assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, cmds[i]), 2);
         assert_non_null(strstr(err, "--threads: expected an integer in [1, 256], got '1000'"));
     }
 }
@@ -391,11 +396,11 @@ static void an_empty_transcript_is_exit_2_not_a_run_of_nothing(void **state) {
     fputs("{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":42}\n", f);
     fclose(f);
     const char *a[] = {"replay", "-m", g_model, "-t", empty, "--db", db, NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, a), 2);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, a), 2);
     assert_non_null(strstr(err, "no requests to replay (the transcript is empty)"));
     assert_non_null(strstr(err, empty));
     const char *b[] = {"check", "-m", g_model, "-t", bad, "--skip-bad", NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, b), 2);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, b), 2);
     assert_non_null(strstr(err, "every line was bad and skipped"));
 }
 
@@ -403,7 +408,7 @@ static void limit_0_means_every_request_and_says_so(void **state) {
     (void)state;
     char out[16384], db[200];
     const char *help[] = {"replay", "--help", NULL};
-    assert_int_equal(kvr_run(NULL, out, sizeof out, NULL, 0, help), 0);
+    assert_int_equal(proc_run(NULL, out, sizeof out, NULL, 0, help), 0);
     assert_non_null(strstr(out, "(default 0: all of them)"));
     char two[200];
     snprintf(two, sizeof two, "%s/two.jsonl", g_dir);
@@ -418,19 +423,19 @@ static void limit_0_means_every_request_and_says_so(void **state) {
     hx_transcript_free(&t);
     snprintf(db, sizeof db, "%s/limit.sqlite", g_dir);
     const char *a[] = {"replay", "-m", g_model, "-t", two, "--db", db, "--decode", "1", "--limit", "0", NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, NULL, 0, a), 0);
-    assert_int_equal(kvr_q_int_or(db, "select count(*) from requests", -1), 2);
+    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, a), 0);
+    assert_int_equal(db_int_or(db, "select count(*) from requests", -1), 2);
 }
 
 static void a_missing_or_directory_spec_names_the_path_without_a_bogus_line(void **state) {
     (void)state;
     char err[4096];
     const char *a[] = {"experiment", g_bad[0], "--db", g_db, NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, a), 2);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, a), 2);
     assert_null(strstr(err, ":-1:"));
     assert_non_null(strstr(err, "No such file or directory"));
     const char *b[] = {"experiment", g_bad[1], "--db", g_db, NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, b), 2);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, b), 2);
     assert_null(strstr(err, "expected near"));
     assert_non_null(strstr(err, "Is a directory"));
 }
@@ -454,7 +459,7 @@ static void a_special_token_id_outside_the_vocabulary_is_refused_naming_the_key(
     eng_gguf_close(g);
     free(buf);
     const char *a[] = {"tokenize", "-m", vocab, "hello", NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, a), 2);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, a), 2);
     assert_non_null(strstr(err, "tokenizer.ggml.bos_token_id: 4294967295 is not a token id of this vocabulary"));
 }
 

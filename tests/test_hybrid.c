@@ -1,8 +1,9 @@
 /*
  * tests/test_hybrid.c: memory kinds beyond full attention, end to end
- * through the public API: sliding-window attention (kvreplay-swa),
- * Mamba-2 (mamba2) and the hybrid of both with full attention
- * (granitehybrid), tiny synthetic models.
+ * through the public API: sliding-window attention (cohere2, and
+ * kvreplay-swa, the older synthetic architecture, still read), Mamba-2
+ * (mamba2) and the hybrid of both with full attention (granitehybrid),
+ * tiny synthetic models.
  *
  *   - the bit-exactness invariant with checkpoints: prefill k tokens (and a
  *     few more that the next request does not share), restore the newest
@@ -35,12 +36,16 @@
 
 #include "gguf.h"
 #include "internal.h"
+#include "mamba2.h"
+#include "swa.h"
 #include "model.h"
 #include "status.h"
+#include "runcli.h"
+#include "seqcheck.h"
 #include "synth.h"
 
-enum { A_SWA, A_SWA_WIDE, A_REC, A_HYB, A_HYB2, N_MODELS };
-static const char *const g_arch[N_MODELS] = {"swa", "swa", "recurrent", "hybrid", "hybrid"};
+enum { A_SWA, A_SWA_WIDE, A_REC, A_HYB, A_HYB2, A_SWA_OLD, N_MODELS };
+static const char *const g_arch[N_MODELS] = {"swa", "swa", "recurrent", "hybrid", "hybrid", "kvreplay-swa"};
 static char g_dir[64], g_path[N_MODELS][128];
 enum { NT = 256 };
 static int32_t g_toks[NT];
@@ -81,118 +86,16 @@ static eng_model *load_t(int a, eng_kernel k, eng_precision p, int32_t threads) 
 
 static eng_model *load(int a, eng_kernel k, eng_precision p) { return load_t(a, k, p, 1); }
 
-static char *blob_of(const eng_seq *s, size_t *n) {
-    *n = eng_seq_serialized_size(s);
-    char *b = malloc(*n);
-    size_t w = 0;
-    assert_int_equal(eng_seq_serialize(s, b, *n, &w), ENG_OK);
-    assert_int_equal(w, *n);
-    return b;
-}
-
-static void assert_same_state(const eng_seq *a, const eng_seq *b, const char *what) {
-    eng_seq_diff d;
-    assert_int_equal(eng_seq_compare(a, b, &d), ENG_OK);
-    if (!d.equal) fail_msg("%s: states differ: part %d layer %d pos %d index %lld", what, d.part, d.layer, d.pos,
-                           (long long)d.index);
-    size_t na, nb;
-    char *ba = blob_of(a, &na), *bb = blob_of(b, &nb);
-    assert_int_equal(na, nb);
-    assert_memory_equal(ba, bb, na);
-    free(ba);
-    free(bb);
-}
-
-/* Grid checkpoints taken during a prefill (on_chunk), kept by n_tokens. */
-typedef struct ckpts {
-    eng_ckpt *c[NT + 1];
-    int32_t   C;
-} ckpts;
-
-static void keep_ckpt(void *ud, eng_seq *s, int32_t n) {
-    ckpts *k = ud;
-    if (n % k->C != 0 || k->c[n]) return;  /* grid positions only */
-    k->c[n] = eng_seq_checkpoint(s);
-    assert_non_null(k->c[n]);
-}
-
-static void ckpts_free(ckpts *k) {
-    for (int i = 0; i <= NT; i++) eng_ckpt_free(k->c[i]);
-    memset(k, 0, sizeof *k);
-}
+#define blob_of sc_blob
+#define assert_same_state sc_same_state
 
 // ----------------------------------------------------------------------------
 // The invariant with checkpoints
 
-/* One split: the slot served tokens [0, k) plus 5 tokens the next prompt
- * does not share (its state went past k); the next prompt is [0, n). */
-static void check_split(const eng_model *m, int32_t n, int32_t k, int32_t C, const float *lcold,
-                        const eng_seq *cold, const float *dcold, int *cases) {
-    const int32_t V = eng_model_get_info(m)->n_vocab;
-    eng_prefill_params pp = eng_prefill_params_default();
-    pp.chunk = C;
-    ckpts kp = {.C = C};
-    pp.on_chunk = keep_ckpt;
-    pp.ud = &kp;
-    eng_seq *s = eng_seq_new(m, NT + 16);
-    assert_int_equal(eng_prefill(s, g_toks, k, &pp, NULL), ENG_OK);
-    const int32_t other[5] = {3, 1, 4, 1, 5};
-    for (int i = 0; i < 5; i++) assert_int_equal(eng_decode(s, other[i], NULL), ENG_OK);
-    int32_t g = k / C * C;
-    while (g > 0 && !kp.c[g]) g -= C;
-    pp.on_chunk = NULL;
-    float *l = malloc(sizeof(float) * V);
-    if (g > 0) {
-        assert_int_equal(eng_seq_restore(s, kp.c[g]), ENG_OK);
-        assert_int_equal(eng_seq_n_tokens(s), g);
-    } else {
-        assert_int_equal(eng_seq_truncate(s, 0), ENG_OK);
-    }
-    assert_int_equal(eng_prefill(s, g_toks + g, n - g, &pp, l), ENG_OK);
-    if (memcmp(l, lcold, sizeof(float) * V) != 0) fail_msg("split k=%d (restore at %d), C=%d: logits differ", k, g, C);
-    assert_same_state(s, cold, "after the prompt");
-    /* two decode steps from there */
-    float *d = malloc(sizeof(float) * V);
-    int32_t t = eng_argmax(l, V);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(eng_decode(s, t, d), ENG_OK);
-        assert_memory_equal(d, dcold + (int64_t)i * V, sizeof(float) * V);
-        t = eng_argmax(d, V);
-    }
-    free(d);
-    free(l);
-    ckpts_free(&kp);
-    eng_seq_free(s);
-    (*cases)++;
-}
-
 static void invariant_t(int a, eng_kernel kern, eng_precision prec, int32_t threads) {
     eng_model *m = load_t(a, kern, prec, threads);
-    const int32_t V = eng_model_get_info(m)->n_vocab;
-    const int32_t chunks[] = {16, 64};
-    const int32_t ns[] = {70, 150, 200};
-    int cases = 0;
-    for (size_t c = 0; c < 2; c++)
-        for (size_t q = 0; q < 3; q++) {
-            const int32_t C = chunks[c], n = ns[q];
-            eng_prefill_params pp = eng_prefill_params_default();
-            pp.chunk = C;
-            eng_seq *cold = eng_seq_new(m, NT + 16), *dec = eng_seq_new(m, NT + 16);
-            float *lc = malloc(sizeof(float) * V), *dc = malloc(sizeof(float) * V * 2);
-            assert_int_equal(eng_prefill(cold, g_toks, n, &pp, lc), ENG_OK);
-            /* cold's two decode steps, on a copy */
-            assert_int_equal(eng_seq_copy(dec, cold), ENG_OK);
-            int32_t t = eng_argmax(lc, V);
-            for (int i = 0; i < 2; i++) {
-                assert_int_equal(eng_decode(dec, t, dc + (int64_t)i * V), ENG_OK);
-                t = eng_argmax(dc + (int64_t)i * V, V);
-            }
-            const int32_t cand[] = {1, C - 1, C, C + 1, 2 * C, 2 * C + 3, n / 2, n - 1, n - C + 1, n};
-            for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
-                if (cand[i] >= 1 && cand[i] <= n) check_split(m, n, cand[i], C, lc, cold, dc, &cases);
-            free(lc); free(dc);
-            eng_seq_free(cold); eng_seq_free(dec);
-        }
+    const int32_t chunks[] = {16, 64}, ns[] = {70, 150, 200};
+    const int cases = sc_invariant(m, g_toks, NT + 16, chunks, 2, ns, 3);
     print_message("%s (%s, window %d) %s/%s, %d threads: %d splits bit-identical to cold\n", g_arch[a],
                   eng_model_get_info(m)->arch, eng_model_get_info(m)->n_swa, eng_kernel_name(kern),
                   eng_precision_name(prec), threads, cases);
@@ -208,6 +111,7 @@ static void grid_checkpoint_restore_is_bit_identical_to_cold_swa(void **state) {
         for (int p = 0; p < 2; p++) {
             invariant(A_SWA, (eng_kernel)k, (eng_precision)p);
             invariant(A_SWA_WIDE, (eng_kernel)k, (eng_precision)p);
+            invariant(A_SWA_OLD, (eng_kernel)k, (eng_precision)p);
         }
 }
 
@@ -265,33 +169,11 @@ static void off_grid_checkpoint_then_prefill_is_measured(void **state) {
     for (int ai = 0; ai < 3; ai++)
         for (int kern = 0; kern < 2; kern++) {
             eng_model *m = load(archs[ai], (eng_kernel)kern, ENG_PRECISION_FP32);
-            const int32_t V = eng_model_get_info(m)->n_vocab, C = 64, n = 200;
-            eng_prefill_params pp = eng_prefill_params_default();
-            pp.chunk = C;
-            eng_seq *cold = eng_seq_new(m, NT), *s = eng_seq_new(m, NT);
-            float *lc = malloc(sizeof(float) * V), *l = malloc(sizeof(float) * V);
-            assert_int_equal(eng_prefill(cold, g_toks, n, &pp, lc), ENG_OK);
-            int differ = 0, total = 0;
             const int32_t ks[] = {37, 70, 100, 150};
-            for (int i = 0; i < 4; i++) {
-                eng_seq_reset(s);
-                assert_int_equal(eng_prefill(s, g_toks, ks[i], &pp, NULL), ENG_OK);
-                eng_ckpt *c = eng_seq_checkpoint(s);  /* at ks[i], off the grid */
-                assert_int_equal(eng_decode(s, 9, NULL), ENG_OK);
-                assert_int_equal(eng_seq_restore(s, c), ENG_OK);
-                assert_int_equal(eng_prefill(s, g_toks + ks[i], n - ks[i], &pp, l), ENG_OK);
-                eng_seq_diff d;
-                assert_int_equal(eng_seq_compare(s, cold, &d), ENG_OK);
-                const bool same = !memcmp(l, lc, sizeof(float) * V) && d.equal;
-                differ += !same;
-                total++;
-                if (kern == ENG_KERNEL_REF) assert_true(same);
-                eng_ckpt_free(c);
-            }
+            const int differ = sc_off_grid_differences(m, g_toks, 200, ks, 4), total = 4;
+            if (kern == ENG_KERNEL_REF) assert_int_equal(differ, 0);
             print_message("%s %s: off-grid checkpoint + shifted chunks differ from cold on %d of %d splits\n",
                           g_arch[archs[ai]], eng_kernel_name((eng_kernel)kern), differ, total);
-            free(lc); free(l);
-            eng_seq_free(cold); eng_seq_free(s);
             eng_model_free(m);
         }
 }
@@ -451,14 +333,22 @@ static void info_reports_layer_kinds_and_memory_sizes(void **state) {
     assert_int_equal(in->kv_bytes_per_token, 2 * 2 * 4 * (in->n_head_kv * in->head_dim));
     assert_int_equal(in->rec_state_bytes, 2 * 4 * (4 * 16 * 32 + 3 * (128 + 32)));
     eng_model_free(m);
-    m = load(A_SWA, ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
-    in = eng_model_get_info(m);
-    assert_string_equal(in->arch, "kvreplay-swa");
-    assert_int_equal(in->n_swa, 40);
-    assert_int_equal(eng_model_layer_kind(m, 0), ENG_LAYER_ATTN_SWA);
-    assert_int_equal(eng_model_layer_kind(m, 1), ENG_LAYER_ATTN);
-    assert_int_equal(in->swa_bytes_per_token, 2 * 4 * (in->n_head_kv * in->head_dim));
-    eng_model_free(m);
+    for (int a = A_SWA; a <= A_SWA_OLD; a += A_SWA_OLD - A_SWA) {
+        m = load(a, ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
+        in = eng_model_get_info(m);
+        assert_string_equal(in->arch, a == A_SWA ? "cohere2" : "kvreplay-swa");
+        assert_int_equal(in->n_swa, 40);
+        assert_int_equal(eng_model_layer_kind(m, 0), ENG_LAYER_ATTN_SWA);
+        assert_int_equal(eng_model_layer_kind(m, 1), ENG_LAYER_ATTN);
+        assert_string_equal(eng_model_layer_kind_name(m, 0), "swa");
+        assert_int_equal(in->swa_bytes_per_token, 2 * 4 * (in->n_head_kv * in->head_dim));
+        if (a == A_SWA) {  /* layer norm, no ffn_norm, the head tied to token_embd */
+            assert_true(in->norm_eps == 1e-5f);
+            const int64_t D = in->n_embd, F = in->n_ff, GE = in->n_head_kv * in->head_dim;
+            assert_int_equal(in->n_params, in->n_vocab * D + D + 2 * (D + D * (D + 2 * GE) + D * D + 3 * D * F));
+        }
+        eng_model_free(m);
+    }
     m = load(A_REC, ENG_KERNEL_BLAS, ENG_PRECISION_FP32);
     in = eng_model_get_info(m);
     assert_string_equal(in->arch, "mamba2");
@@ -554,8 +444,8 @@ static void compare_catches_a_flip_in_recurrent_conv_and_window_memory(void **st
     eng_seq *a = eng_seq_new(m, NT), *b = eng_seq_new(m, NT);
     assert_int_equal(eng_prefill(a, g_toks, 70, NULL, NULL), ENG_OK);
     assert_int_equal(eng_seq_copy(b, a), ENG_OK);
-    const eng_ssm_hparams *hp = &m->ssm_hp;
-    float *x = &b->mem[2].ssm.ssm[77];
+    const eng_ssm_hparams *hp = eng_mamba2_hparams(m, 2);
+    float *x = &((eng_ssm_state *)b->mem[2].state)->ssm[77];
     uint32_t u;
     memcpy(&u, x, 4);
     u ^= 1u;  /* one ULP */
@@ -567,7 +457,7 @@ static void compare_catches_a_flip_in_recurrent_conv_and_window_memory(void **st
     assert_int_equal(d.layer, 2);
     assert_int_equal(d.index, 77);
     assert_int_equal(eng_seq_copy(b, a), ENG_OK);
-    b->mem[0].ssm.conv[5] += 1.0f;
+    ((eng_ssm_state *)b->mem[0].state)->conv[5] += 1.0f;
     assert_int_equal(eng_seq_compare(a, b, &d), ENG_OK);
     assert_int_equal(d.part, ENG_SEQ_PART_STATE);
     assert_int_equal(d.layer, 0);
@@ -580,7 +470,7 @@ static void compare_catches_a_flip_in_recurrent_conv_and_window_memory(void **st
     b = eng_seq_new(m, NT);
     assert_int_equal(eng_prefill(a, g_toks, 70, NULL, NULL), ENG_OK);
     assert_int_equal(eng_seq_copy(b, a), ENG_OK);
-    eng_swa_mem *w = &b->mem[0].swa;
+    eng_swa_mem *w = b->mem[0].state;
     w->v[(int64_t)(60 % w->n_cells) * w->n_embd_kv + 3] += 1.0f;
     assert_int_equal(eng_seq_compare(a, b, &d), ENG_OK);
     assert_int_equal(d.part, ENG_SEQ_PART_V);
@@ -642,12 +532,12 @@ static void assert_shape(const eng_gguf *g, const char *name, int64_t ne0, int64
     assert_int_equal(t->type, ENG_GGML_TYPE_F32);
 }
 
-/* llama.cpp's mamba2 and granitehybrid keys and tensor shapes, kvreplay-swa's
- * window keys; the same params give the same bytes. */
+/* llama.cpp's cohere2, mamba2 and granitehybrid keys and tensor shapes,
+ * kvreplay-swa's window keys; the same params give the same bytes. */
 static void synthetic_archs_carry_the_documented_keys_and_shapes(void **state) {
     (void)state;
-    for (int a = A_SWA; a <= A_HYB; a++) {
-        if (a == A_SWA_WIDE) continue;
+    for (int a = A_SWA; a <= A_SWA_OLD; a++) {
+        if (a == A_SWA_WIDE || a == A_HYB2) continue;
         eng_synth_params p = eng_synth_preset_arch(g_arch[a], "tiny");
         assert_true(p.ok);
         p.seed = 9;
@@ -664,10 +554,32 @@ static void synthetic_archs_carry_the_documented_keys_and_shapes(void **state) {
         size_t len;
         assert_int_equal(eng_gguf_get_str(g, "general.architecture", &arch, &len), ENG_OK);
         if (a == A_SWA) {
+            assert_int_equal(len, strlen("cohere2"));
+            assert_memory_equal(arch, "cohere2", len);
+            assert_int_equal(kv_int(g, "cohere2.attention.sliding_window"), 40);
+            assert_int_equal(kv_int(g, "cohere2.attention.sliding_window_pattern"), 2);
+            double v = 0;
+            assert_int_equal(eng_gguf_get_float(g, "cohere2.attention.layer_norm_epsilon", &v), ENG_OK);
+            assert_true((float)v == 1e-5f);
+            assert_int_equal(eng_gguf_get_float(g, "cohere2.logit_scale", &v), ENG_OK);
+            assert_true((float)v == 0.25f);  /* 2 / sqrt(64) */
+            assert_int_equal(eng_gguf_find_key(g, "cohere2.attention.layer_norm_rms_epsilon"), -1);
+            assert_shape(g, "blk.0.attn_q.weight", 64, 64);
+            assert_shape(g, "blk.1.ffn_gate.weight", 64, 176);
+            assert_null(eng_gguf_find_tensor(g, "blk.0.ffn_norm.weight"));  /* FFN reads the attention norm */
+            assert_null(eng_gguf_find_tensor(g, "output.weight"));          /* tied */
+        } else if (a == A_SWA_OLD) {  /* as the swa of earlier versions wrote it, name included */
             assert_int_equal(len, strlen("kvreplay-swa"));
+            const char *nm;
+            size_t nl;
+            assert_int_equal(eng_gguf_get_str(g, "general.name", &nm, &nl), ENG_OK);
+            assert_int_equal(nl, strlen("kvreplay-synth-swa-tiny"));
+            assert_memory_equal(nm, "kvreplay-synth-swa-tiny", nl);
             assert_int_equal(kv_int(g, "kvreplay-swa.attention.sliding_window"), 40);
             assert_int_equal(kv_int(g, "kvreplay-swa.attention.sliding_window_pattern"), 2);
             assert_shape(g, "blk.0.attn_q.weight", 64, 64);
+            assert_non_null(eng_gguf_find_tensor(g, "blk.0.ffn_norm.weight"));
+            assert_non_null(eng_gguf_find_tensor(g, "output.weight"));
         } else {
             const char *pre = a == A_REC ? "mamba2" : "granitehybrid";
             char key[96];
@@ -757,24 +669,57 @@ static void granitehybrid_without_rope_is_refused_naming_the_key(void **state) {
     free(b);
 }
 
+/* cohere2's head is token_embd: llama.cpp refuses a file with an
+ * output.weight (an extra tensor), and so does the engine, naming it. */
+static void cohere2_with_an_output_tensor_is_refused_naming_it(void **state) {
+    (void)state;
+    eng_synth_params p = eng_synth_preset_arch("swa", "tiny");
+    p.seed = 4;
+    char err[256] = "";
+    /* the synthetic file, and a copy with output.weight added (token_embd's data) */
+    eng_gguf_writer *w = eng_gguf_writer_new(3, 32);
+    eng_gguf *g;
+    char path[160];
+    snprintf(path, sizeof path, "%s/cohere2.gguf", g_dir);
+    assert_int_equal(eng_synth_write(&p, path, err, sizeof err), ENG_OK);
+    assert_int_equal(eng_gguf_open(path, &g, err, sizeof err), ENG_OK);
+    assert_int_equal(eng_gguf_writer_copy_kv(w, g, ""), ENG_OK);
+    for (int64_t i = 0; i < eng_gguf_n_tensors(g); i++) {
+        const eng_gguf_tensor *t = eng_gguf_tensor_at(g, i);
+        assert_int_equal(eng_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), ENG_OK);
+    }
+    const eng_gguf_tensor *te = eng_gguf_find_tensor(g, "token_embd.weight");
+    assert_int_equal(eng_gguf_writer_add_tensor(w, "output.weight", te->type, te->n_dims, te->ne, te->data, te->nbytes),
+                     ENG_OK);
+    char path2[160];
+    snprintf(path2, sizeof path2, "%s/cohere2-out.gguf", g_dir);
+    assert_int_equal(eng_gguf_writer_write(w, path2, err, sizeof err), ENG_OK);
+    eng_gguf_writer_free(w);
+    eng_gguf_close(g);
+    eng_numerics num = eng_numerics_default();
+    eng_model *m = NULL;
+    assert_int_equal(eng_model_load(path, &num, &m, err, sizeof err), ENG_OK);
+    eng_model_free(m);
+    m = NULL;
+    assert_int_equal(eng_model_load(path2, &num, &m, err, sizeof err), ENG_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err, "output.weight"));
+    unlink(path);
+    unlink(path2);
+}
+
 // ----------------------------------------------------------------------------
 // The CLI
 
-static const char *kvreplay_bin(void) {
-    static char bin[256];
-    const char *b = getenv("BUILD");
-    snprintf(bin, sizeof bin, "%s/kvreplay", b ? b : "build");
-    return access(bin, X_OK) == 0 ? bin : NULL;
-}
+#define kvreplay_bin kvr_bin
 
 static json_t *run_json(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
+    char *out = NULL;
+    assert_int_equal(kvr_run(cmd, &out, NULL), 0);
     json_error_t je;
-    json_t *o = json_loadf(f, 0, &je);
-    int st = pclose(f);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    json_t *o = json_loads(out ? out : "", 0, &je);
     if (!o) fail_msg("%s: not JSON: %s", cmd, je.text);
+    free(out);
     return o;
 }
 
@@ -843,6 +788,7 @@ int main(void) {
         cmocka_unit_test(prefill_flops_count_the_new_layers),
         cmocka_unit_test(synthetic_archs_carry_the_documented_keys_and_shapes),
         cmocka_unit_test(granitehybrid_without_rope_is_refused_naming_the_key),
+        cmocka_unit_test(cohere2_with_an_output_tensor_is_refused_naming_it),
         cmocka_unit_test(model_info_reports_memory_kinds_and_sizes),
         cmocka_unit_test(bench_checkpoints_reports_save_and_restore_against_memcpy),
     };

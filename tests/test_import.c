@@ -177,7 +177,7 @@ static void claude_code_lines_merge_into_requests_and_sidechains(void **state) {
     assert_int_equal(t.n, 6);
     const char *S = "7d4c9a2e-1f3b-4c5d-9e8f-0a1b2c3d4e5f";
     char side[128];
-    snprintf(side, sizeof side, "%s/sidechain-0", S);
+    snprintf(side, sizeof side, "%s/agent-a1b2", S);
     const char *sess[] = {S, S, side, side, S, S};
     static const int turns[] = {0, 1, 0, 1, 2, 3};
     static const int n_msgs[] = {1, 3, 1, 3, 5, 7};
@@ -188,10 +188,14 @@ static void claude_code_lines_merge_into_requests_and_sidechains(void **state) {
         assert_int_equal(t.reqs[i].n_messages, n_msgs[i]);
         assert_int_equal(t.reqs[i].response.n_blocks, n_resp[i]);
     }
-    /* the first user line and the isMeta line (through an attachment line) merge */
+    /* the stand-in's context reminder first, then the user line, the todo reminder (an
+     * attachment line) and the isMeta line, merged into one user message */
     const hx_message *u = &t.reqs[0].messages[0];
-    assert_int_equal(u->n_blocks, 2);
-    assert_true(strstr(u->blocks[1].text, "CLAUDE.md") != NULL);
+    assert_int_equal(u->n_blocks, 4);
+    assert_true(strncmp(u->blocks[0].text, "<system-reminder>\nContext for the user's requests.", 50) == 0);
+    assert_string_equal(u->blocks[1].text, "The test test_cache_evict in tests/test_cache.c fails. Can you fix it?");
+    assert_true(strncmp(u->blocks[2].text, "<system-reminder>\nThe todo list is empty", 40) == 0);
+    assert_true(strstr(u->blocks[3].text, "CLAUDE.md") != NULL);
     /* three assistant lines of req_011 -> one turn */
     assert_int_equal(t.reqs[0].response.blocks[0].type, HX_BLOCK_THINKING);
     assert_string_equal(t.reqs[0].response.blocks[2].name, "Read");
@@ -200,15 +204,21 @@ static void claude_code_lines_merge_into_requests_and_sidechains(void **state) {
     assert_int_equal(last->n_blocks, 2);
     assert_string_equal(last->blocks[0].id, "toolu_D");
     assert_true(last->blocks[1].is_error);
-    /* the stand-in system prompt: billing header with a per-request checksum */
-    char want[128];
-    snprintf(want, sizeof want, "x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=%05llx;",
+    /* the stand-in system prompt: billing header (the log's version) with a per-request checksum */
+    char want[160];
+    snprintf(want, sizeof want, "x-anthropic-billing-header: cc_version=2.1.101.%03llx; cc_entrypoint=cli; cch=%05llx;",
+             (unsigned long long)(XXH3_64bits(S, strlen(S)) >> 52),
              (unsigned long long)(XXH3_64bits("req_011", 7) >> 44));
     assert_string_equal(t.reqs[0].system[0].text, want);
     assert_string_not_equal(t.reqs[0].system[0].text, t.reqs[1].system[0].text);
-    assert_int_equal(t.reqs[0].n_system, 3);
-    assert_true(strncmp(t.reqs[0].system[1].text, "You are Claude Code, Anthropic's official CLI for Claude.", 57) == 0);
-    assert_true(t.reqs[0].n_tools >= 7);
+    assert_int_equal(t.reqs[0].n_system, 4);
+    assert_string_equal(t.reqs[0].system[1].text, "You are Claude Code, Anthropic's official CLI for Claude.");
+    assert_non_null(strstr(t.reqs[0].system[3].text, "Working directory: /home/dev/src/kvstore\n"));
+    assert_non_null(strstr(t.reqs[0].system[3].text, "Platform: linux\n"));
+    assert_true(t.reqs[0].n_tools >= 9);
+    /* usage recorded per request */
+    assert_true(t.reqs[0].usage.present);
+    assert_int_equal(hx_call_usage_total(&t.reqs[0].usage), 4);
     assert_sessions_extend(&t);
     assert_round_trips(&t);
     hx_transcript_free(&t);
@@ -226,8 +236,15 @@ static void claude_code_unknown_types_are_skipped_and_a_loop_is_an_error(void **
     int64_t skipped = 0;
     assert_int_equal(import_text(HX_IMPORT_CLAUDE_CODE, false, text, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
     assert_string_equal(err, "in.jsonl:3: parentUuid: the parentUuid chain loops");
-    assert_int_equal(import_text(HX_IMPORT_CLAUDE_CODE, true, text, &t, &skipped, err, sizeof err), ENG_OK);
-    assert_int_equal(skipped, 1);
+    /* --skip-bad: no line is bad, the request is dropped whole and counted */
+    hx_import_stats st = {0};
+    hx_import_opts o = {0};
+    o.format = HX_IMPORT_CLAUDE_CODE;
+    o.skip_bad = true;
+    o.stats = &st;
+    assert_int_equal(hx_import_buffer(&o, "in.jsonl", text, strlen(text), &t, &skipped, err, sizeof err), ENG_OK);
+    assert_int_equal(skipped, 0);
+    assert_int_equal(st.dropped_requests, 1);
     assert_int_equal(t.n, 0);
     hx_transcript_free(&t);
 }
@@ -241,7 +258,7 @@ static void claude_code_session_flag_renames_main_and_sidechains(void **state) {
     char err[256] = "";
     assert_int_equal(hx_import_file(&o, CLAUDE, &t, NULL, err, sizeof err), ENG_OK);
     assert_string_equal(t.reqs[0].session, "cc");
-    assert_string_equal(t.reqs[2].session, "cc/sidechain-0");
+    assert_string_equal(t.reqs[2].session, "cc/agent-a1b2");
     hx_transcript_free(&t);
 }
 
@@ -314,8 +331,13 @@ static void a_bad_line_names_file_line_and_field(void **state) {
         {HX_IMPORT_OPENAI, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "in.jsonl:1: messages[0].tool_call_id: missing or not a string"},
         {HX_IMPORT_OPENAI, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video\"}]}]}",
          "in.jsonl:1: messages[0].content[0].type: unknown content part type \"video\""},
-        {HX_IMPORT_CLAUDE_CODE, "{\"type\":\"user\",\"uuid\":\"a\",\"message\":{\"role\":\"assistant\",\"content\":\"x\"}}",
+        {HX_IMPORT_CLAUDE_CODE, "{\"type\":\"user\",\"uuid\":\"a\",\"parentUuid\":null,\"message\":{\"role\":\"assistant\",\"content\":\"x\"}}",
          "in.jsonl:1: message.role: expected \"user\" (the line's type)"},
+        {HX_IMPORT_CLAUDE_CODE, "{\"type\":\"user\",\"uuid\":\"a\",\"message\":{\"role\":\"user\",\"content\":\"x\"}}",
+         "in.jsonl:1: parentUuid: missing (null for the first line of a conversation)"},
+        {HX_IMPORT_ANTHROPIC, "[{\"messages\":[]}]",
+         "in.jsonl:1: expected a JSON object, found an array (JSONL holds one object per line; a file that is one "
+         "array converts with: jq -c '.[]' in.jsonl)"},
         {HX_IMPORT_CLAUDE_CODE, "{\"type\":\"assistant\",\"message\":{\"role\":\"assistant\",\"content\":[]}}", "in.jsonl:1: uuid: missing"},
         {HX_IMPORT_CLAUDE_CODE, "{\"type\":\"user\",\"uuid\":\"a\"", "in.jsonl:1: invalid JSON at column "},
     };
@@ -477,6 +499,7 @@ static void fuzzed_samples_import_or_fail_with_a_message(void **state) {
     fuzz_one(HX_IMPORT_ANTHROPIC, ANTHROPIC, 400, 1);
     fuzz_one(HX_IMPORT_OPENAI, OPENAI, 600, 2);
     fuzz_one(HX_IMPORT_CLAUDE_CODE, CLAUDE, 400, 3);
+    fuzz_one(HX_IMPORT_CLAUDE_CODE, "tests/data/claude_code_current.jsonl", 300, 5);
     fuzz_one(HX_IMPORT_SWE_AGENT, SWE, 400, 4);
 }
 

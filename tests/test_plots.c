@@ -41,7 +41,7 @@ static fixture fx;
 static const char *const figures[] = {
     "seed000-prefilled", "seed000-ttft",     "seed000-anchor",
     "seed001-reuse",     "seed001-prefilled",
-    "seed002-cumulative", "seed002-summary",
+    "seed002-cumulative", "seed002-rwkv7", "seed002-summary",
     "seed003-identical", "seed003-sweep",
     "seed004-reuse",     "seed004-ttft",
 };

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "compare.h"
+#include "attn.h"
 #include "internal.h"
 #include "model.h"
 #include "status.h"
@@ -312,7 +313,7 @@ static void seq_compare_reports_a_dropped_kv_row_at_its_layer_and_position(void 
     assert_int_equal(eng_seq_compare(s, c, &d), ENG_OK);
     assert_true(d.equal);
     const int32_t layer = 1, pos = 33;
-    eng_attn_mem *mem = &c->mem[layer].attn;
+    eng_attn_mem *mem = (eng_attn_mem *)c->mem[layer].state;
     memset(mem->k + (int64_t)pos * mem->n_embd_kv, 0, sizeof(float) * (size_t)mem->n_embd_kv);  /* drop the row */
     assert_int_equal(eng_seq_compare(s, c, &d), ENG_OK);
     assert_false(d.equal);
@@ -321,7 +322,7 @@ static void seq_compare_reports_a_dropped_kv_row_at_its_layer_and_position(void 
     assert_int_equal(d.pos, pos);
     assert_int_equal(d.index, 0);
     /* a V row one ulp off, in layer 0, is found first (layer order) */
-    eng_attn_mem *m0 = &c->mem[0].attn;
+    eng_attn_mem *m0 = (eng_attn_mem *)c->mem[0].state;
     m0->v[(int64_t)7 * m0->n_embd_kv + 5] = hx_next_ulp(m0->v[(int64_t)7 * m0->n_embd_kv + 5]);
     assert_int_equal(eng_seq_compare(s, c, &d), ENG_OK);
     assert_int_equal(d.part, ENG_SEQ_PART_V);

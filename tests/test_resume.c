@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kvr.h"
+#include "proc.h"
 #include "sqlq.h"
 #include "status.h"
 #include "synth.h"
@@ -83,7 +83,7 @@ static int teardown(void **state) {
 /* Waits (at most 60 s) until sql on db returns at least n; returns the last value. */
 static int64_t wait_for(const char *db, const char *sql, int64_t n) {
     int64_t v = -1;
-    for (int i = 0; i < 12000 && (v = kvr_q_int_or(db, sql, -1)) < n; i++) usleep(5000);
+    for (int i = 0; i < 12000 && (v = db_int_or(db, sql, -1)) < n; i++) usleep(5000);
     return v;
 }
 
@@ -94,12 +94,12 @@ static void experiment_resume_after_a_kill_inside_variant_2_runs_each_variant_on
     snprintf(ref, sizeof ref, "%s/whole.sqlite", g_dir);
     snprintf(cache, sizeof cache, "%s/cache", g_dir);
     const char *args[] = {"experiment", g_spec, "--db", db, "--cache-root", cache, NULL};
-    pid_t pid = kvr_spawn(args);
+    pid_t pid = proc_spawn(args);
     assert_true(pid > 0);
     /* kill once variant 2 has committed two of its eight requests */
     int64_t n = wait_for(db, "select count(*) from requests r join runs u using (run_id) where u.variant = 'v2'", 2);
     kill(pid, SIGKILL);
-    assert_int_equal(kvr_wait(pid), 128 + SIGKILL);
+    assert_int_equal(proc_wait(pid), 128 + SIGKILL);
     assert_true(n >= 2);
     assert_true(q_int(db, "select count(*) from requests r join runs u using (run_id) where u.variant = 'v2'") < 8);
     assert_int_equal(q_int(db, "select count(*) from runs where variant = 'v1' and status = 'done'"), 1);
@@ -107,7 +107,7 @@ static void experiment_resume_after_a_kill_inside_variant_2_runs_each_variant_on
 
     const char *resume[] = {"experiment", g_spec, "--db", db, "--cache-root", cache, "--resume", NULL};
     char err[4096];
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, resume), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, resume), 0);
     /* one run per variant, all complete, each request once */
     assert_int_equal(q_int(db, "select count(*) from runs"), 3);
     assert_int_equal(q_int(db, "select count(distinct variant) from runs where status = 'done'"), 3);
@@ -117,13 +117,13 @@ static void experiment_resume_after_a_kill_inside_variant_2_runs_each_variant_on
     assert_int_equal(q_int(db, "select count(distinct run_id || '/' || session || '/' || turn) from requests"), 14);
     assert_int_equal(q_int(db, "select count(*) from steps"), 3 * 4 + 8 * 20 + 3 * 4);
     /* a second --resume has nothing left to do */
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, resume), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, resume), 0);
     assert_int_equal(q_int(db, "select count(*) from runs"), 3);
     assert_int_equal(q_int(db, "select count(*) from requests"), 14);
 
     /* the same requests, reuse and verdicts as an experiment that was never interrupted */
     const char *whole[] = {"experiment", g_spec, "--db", ref, "--cache-root", cache, NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, whole), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, whole), 0);
     char sql[600];
     snprintf(sql, sizeof sql, "attach '%s' as w; select count(*) from requests a join runs ua using (run_id) "
              "join (select * from w.requests b join w.runs ub using (run_id)) b on ua.variant = b.variant and "
@@ -138,8 +138,8 @@ static void replay_resume_of_a_complete_run_replays_nothing(void **state) {
     char db[200], err[4096];
     snprintf(db, sizeof db, "%s/done.sqlite", g_dir);
     const char *args[] = {"replay", "-m", g_model, "-t", g_short, "--db", db, "--decode", "2", "--resume", NULL};
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, args), 0);
-    assert_int_equal(kvr_run(NULL, NULL, 0, err, sizeof err, args), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, args), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, err, sizeof err, args), 0);
     assert_non_null(strstr(err, "is complete: nothing to resume"));
     assert_int_equal(q_int(db, "select count(*) from runs"), 1);
     assert_int_equal(q_int(db, "select count(*) from requests"), 3);
@@ -150,16 +150,16 @@ static void a_second_resume_of_a_run_being_written_is_refused_with_exit_2(void *
     char db[200], err[4096];
     snprintf(db, sizeof db, "%s/twice.sqlite", g_dir);
     const char *first[] = {"replay", "-m", g_model, "-t", g_long, "--db", db, "--decode", "60", NULL};
-    pid_t pid = kvr_spawn(first);
+    pid_t pid = proc_spawn(first);
     wait_for(db, "select count(*) from requests", 2);
     kill(pid, SIGKILL);
-    kvr_wait(pid);
+    proc_wait(pid);
     assert_int_equal(q_int(db, "select status = 'running' from runs"), 1);
     const char *resume[] = {"replay", "-m", g_model, "-t", g_long, "--db", db, "--decode", "60", "--resume", NULL};
-    pid_t a = kvr_spawn(resume);
+    pid_t a = proc_spawn(resume);
     assert_int_equal(wait_for(db, "select resumes from runs", 1), 1);  /* a holds the run */
-    int rc = kvr_run(NULL, NULL, 0, err, sizeof err, resume);
-    assert_int_equal(kvr_wait(a), 0);
+    int rc = proc_run(NULL, NULL, 0, err, sizeof err, resume);
+    assert_int_equal(proc_wait(a), 0);
     if (rc == 0 && strstr(err, "nothing to resume")) skip();  /* a finished before b started: not concurrent */
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err, "is being written by another kvreplay process"));

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attn.h"
 #include "internal.h"
 #include "model.h"
 #include "status.h"
@@ -136,7 +137,7 @@ static void reset_returns_to_the_state_of_a_fresh_sequence(void **state) {
     assert_int_equal(eng_seq_n_tokens(s), 0);
     /* every row is zero again, not only the logical length */
     for (int32_t il = 0; il < m->info.n_layer; il++) {
-        const eng_attn_mem *a = &s->mem[il].attn, *b = &fresh->mem[il].attn;
+        const eng_attn_mem *a = s->mem[il].state, *b = fresh->mem[il].state;
         assert_memory_equal(a->k, b->k, sizeof(float) * 64 * (size_t)a->n_embd_kv);
         assert_memory_equal(a->v, b->v, sizeof(float) * 64 * (size_t)a->n_embd_kv);
     }

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "ssm.h"
+#include "mamba2.h"
 #include "status.h"
 
 // ----------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 /*
- * tests/test_transcript.c: transcript format v1: parsing every field, the
- * FILE:LINE: FIELD error contract, canonical writing (write -> read -> write
- * is byte-identical) and a seeded fuzz of truncations and byte flips.
+ * tests/test_transcript.c: transcript formats v1 and v2: parsing every
+ * field, the FILE:LINE: FIELD error contract, canonical writing (write ->
+ * read -> write is byte-identical), v2's compact lines (a session stored
+ * once; a line after a skipped one cannot be rebuilt), header, usage and
+ * notes, and a seeded fuzz of truncations and byte flips.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -116,9 +118,12 @@ static void write_read_write_is_byte_identical(void **state) {
     assert_int_equal(eng_read_file(p2, &y, &ny, err, sizeof err), ENG_OK);
     assert_int_equal(nx, ny);
     assert_memory_equal(x, y, nx);
-    /* canonical line: fixed key order, compact */
-    const char *head = "{\"v\":1,\"session\":\"demo\",\"turn\":0,\"system\":[{\"type\":\"text\"";
+    /* canonical line: fixed key order, compact; the session's next request is compact */
+    const char *head = "{\"v\":2,\"session\":\"demo\",\"turn\":0,\"system\":[{\"type\":\"text\"";
     assert_true(strncmp(x, head, strlen(head)) == 0);
+    const char *second = strchr(x, '\n') + 1;
+    const char *head2 = "{\"v\":2,\"session\":\"demo\",\"turn\":1,\"prev\":0,";
+    assert_true(strncmp(second, head2, strlen(head2)) == 0);
     free(x);
     free(y);
     hx_transcript_free(&a);
@@ -184,8 +189,20 @@ static void bad_fields_are_named(void **state) {
     static const struct {
         const char *line, *want;
     } cases[] = {
-        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: v: unsupported version 2 (expected 1)"},
-        {"{\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: v: missing (expected 1)"},
+        {"{\"v\":3,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: v: unsupported version 3 (expected 1 or 2)"},
+        {"{\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: v: missing (expected 1 or 2)"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"notes\":[]}",
+         "t.jsonl:1: notes: unknown field in a version 1 line (a version 2 field)"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":1,\"prev\":0,\"append\":[]}",
+         "t.jsonl:1: prev: session \"s\" has no earlier request in this file"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"messages\":[],\"append\":[]}",
+         "t.jsonl:1: append: allowed only on a compact line (one with prev)"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"messages\":[],\"usage\":{\"input_tokens\":1,"
+         "\"cache_read_input_tokens\":2,\"cache_creation_input_tokens\":3,\"total\":7}}",
+         "t.jsonl:1: usage.total: 7 is not the sum of the three counts (6)"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"messages\":[],\"usage\":{\"input_tokens\":1}}",
+         "t.jsonl:1: usage.cache_read_input_tokens: missing"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"messages\":[],\"notes\":[1]}", "t.jsonl:1: notes[0]: expected a string"},
         {"{\"v\":1,\"turn\":0,\"prompt\":\"a\"}", "t.jsonl:1: session: missing"},
         {"{\"v\":1,\"session\":\"s\",\"turn\":-1,\"prompt\":\"a\"}", "t.jsonl:1: turn: expected an integer in [0, 2147483647]"},
         {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"extra\":1}", "t.jsonl:1: extra: unknown field"},
@@ -374,8 +391,163 @@ static void fuzzed_transcripts_parse_or_fail_with_a_message(void **state) {
     free(orig);
 }
 
+
+// ----------------------------------------------------------------------------
+// Format v2: compact lines, header, usage, notes
+
+static const char k_v2[] =
+    "{\"v\":2,\"header\":{\"format\":\"test\",\"requests\":3}}\n"
+    "{\"v\":2,\"session\":\"a\",\"turn\":0,\"system\":[{\"type\":\"text\",\"text\":\"H cch=11111;\"},{\"type\":\"text\",\"text\":\"S\"}],"
+    "\"tools\":[{\"name\":\"Read\",\"description\":\"d\",\"input_schema\":{}}],"
+    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response\":{\"content\":[{\"type\":\"text\",\"text\":\"yo\"}]},"
+    "\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":10,\"cache_creation_input_tokens\":7,\"total\":20},"
+    "\"notes\":[\"made by hand\"]}\n"
+    "{\"v\":2,\"session\":\"a\",\"turn\":1,\"prev\":0,\"system\":[{\"type\":\"text\",\"text\":\"H cch=22222;\"},null],"
+    "\"append\":[{\"role\":\"user\",\"content\":\"more\"}],\"response\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n"
+    "{\"v\":2,\"session\":\"a\",\"turn\":2,\"prev\":1,\"prev_response\":false,\"tools\":[],"
+    "\"append\":[{\"role\":\"user\",\"content\":\"again\"}]}\n";
+
+static void compact_lines_rebuild_whole_requests(void **state) {
+    (void)state;
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str(k_v2, false, &t, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(t.n, 3);
+    assert_string_equal(t.header, "{\"format\":\"test\",\"requests\":3}");
+    const hx_request *r1 = &t.reqs[1], *r2 = &t.reqs[2];
+    /* turn 1: turn 0's messages + its response + the appended message; system block 1 inherited */
+    assert_int_equal(r1->n_messages, 3);
+    assert_int_equal(r1->messages[1].role, HX_ROLE_ASSISTANT);
+    assert_string_equal(r1->messages[1].blocks[0].text, "yo");
+    assert_string_equal(r1->messages[2].blocks[0].text, "more");
+    assert_int_equal(r1->n_system, 2);
+    assert_string_equal(r1->system[0].text, "H cch=22222;");
+    assert_string_equal(r1->system[1].text, "S");
+    assert_int_equal(r1->n_tools, 1);
+    /* turn 2: without turn 1's response, tools replaced by none, system inherited whole */
+    assert_int_equal(r2->n_messages, 4);
+    assert_string_equal(r2->messages[3].blocks[0].text, "again");
+    assert_int_equal(r2->n_tools, 0);
+    assert_string_equal(r2->system[0].text, "H cch=22222;");
+    assert_int_equal(r2->response.n_blocks, 0);
+    /* usage and notes */
+    assert_true(t.reqs[0].usage.present);
+    assert_int_equal(hx_call_usage_total(&t.reqs[0].usage), 20);
+    assert_int_equal(t.reqs[0].usage.prompt_tokens, -1);
+    assert_string_equal(t.reqs[0].notes, "[\"made by hand\"]");
+    assert_false(r1->usage.present);
+    /* the same rendered prompt as the whole line it stands for */
+    hx_render a;
+    assert_int_equal(hx_render_prompt(HX_TEMPLATE_CHATML, r2, &a, err, sizeof err), ENG_OK);
+    const char *want =
+        "<|im_start|>system\nH cch=22222;S<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n"
+        "<|im_start|>user\nmore<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n";
+    assert_string_equal(a.text, want);
+    hx_render_free(&a);
+    /* written back: compact again, and byte-identical after another round */
+    char *x, *y;
+    size_t nx, ny;
+    assert_int_equal(hx_transcript_serialize(&t, &x, &nx, err, sizeof err), ENG_OK);
+    hx_transcript u;
+    assert_int_equal(hx_transcript_parse(x, nx, "w", false, &u, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_transcript_serialize(&u, &y, &ny, err, sizeof err), ENG_OK);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, nx);
+    for (int32_t i = 0; i < t.n; i++) assert_true(hx_request_equal(&t.reqs[i], &u.reqs[i]));
+    assert_non_null(strstr(x, "\"prev\":1,\"prev_response\":false,\"tools\":[]"));
+    assert_non_null(strstr(x, "\"system\":[{\"type\":\"text\",\"text\":\"H cch=22222;\"},null]"));
+    assert_non_null(strstr(x, "\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":10,"
+                              "\"cache_creation_input_tokens\":7,\"total\":20},\"notes\":[\"made by hand\"]}"));
+    /* version 1: self-contained lines, no v2 fields; the same structures */
+    char *v1;
+    size_t n1;
+    assert_int_equal(hx_transcript_serialize_version(&t, 1, &v1, &n1, err, sizeof err), ENG_OK);
+    assert_null(strstr(v1, "\"prev\""));
+    assert_null(strstr(v1, "\"usage\""));
+    assert_null(strstr(v1, "\"header\""));
+    hx_transcript w;
+    assert_int_equal(hx_transcript_parse(v1, n1, "v1", false, &w, NULL, err, sizeof err), ENG_OK);
+    for (int32_t i = 0; i < t.n; i++) assert_true(hx_request_equal(&t.reqs[i], &w.reqs[i]));
+    free(x);
+    free(y);
+    free(v1);
+    hx_transcript_free(&t);
+    hx_transcript_free(&u);
+    hx_transcript_free(&w);
+}
+
+static void a_compact_line_after_a_skipped_line_is_skipped_too(void **state) {
+    (void)state;
+    /* turn 1 is damaged: turn 2 extends it and cannot be rebuilt; session b is untouched */
+    const char *text =
+        "{\"v\":2,\"session\":\"a\",\"turn\":0,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n"
+        "{\"v\":2,\"session\":\"a\",\"turn\":1,\"prev\":0,\"append\":[{\"role\":\"robot\",\"content\":\"x\"}]}\n"
+        "{\"v\":2,\"session\":\"b\",\"turn\":0,\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n"
+        "{\"v\":2,\"session\":\"a\",\"turn\":2,\"prev\":1,\"append\":[{\"role\":\"user\",\"content\":\"y\"}]}\n"
+        "{\"v\":2,\"session\":\"a\",\"turn\":3,\"messages\":[{\"role\":\"user\",\"content\":\"fresh\"}]}\n"
+        "{\"v\":2,\"session\":\"a\",\"turn\":4,\"prev\":3,\"append\":[{\"role\":\"user\",\"content\":\"z\"}]}\n";
+    hx_transcript t;
+    char err[256] = "";
+    int64_t skipped = 0;
+    assert_int_equal(parse_str(text, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl:2: append[0].role: unknown role \"robot\" (expected user, assistant, system or tool)");
+    assert_int_equal(parse_str(text, true, &t, &skipped, err, sizeof err), ENG_OK);
+    assert_int_equal(skipped, 2);
+    assert_int_equal(t.n, 4);
+    assert_string_equal(t.reqs[1].session, "b");
+    assert_int_equal(t.reqs[2].turn, 3);
+    assert_int_equal(t.reqs[3].n_messages, 2); /* a whole line restores the chain */
+    assert_string_equal(t.reqs[3].messages[1].blocks[0].text, "z");
+    hx_transcript_free(&t);
+    /* the message names the skipped line */
+    const char *two = "{\"v\":2,\"session\":\"a\",\"turn\":0,\"messages\":[]}\n{\"v\":2,\"session\":\"a\",\"turn\":1,\"prompt\":7}\n"
+                      "{\"v\":2,\"session\":\"a\",\"turn\":2,\"prev\":0,\"append\":[]}\n";
+    assert_int_equal(parse_str(two, true, &t, &skipped, err, sizeof err), ENG_OK);
+    assert_int_equal(skipped, 2);
+    hx_transcript_free(&t);
+    const char *wrong = "{\"v\":2,\"session\":\"a\",\"turn\":0,\"messages\":[]}\n"
+                        "{\"v\":2,\"session\":\"a\",\"turn\":1,\"prev\":5,\"append\":[]}\n";
+    assert_int_equal(parse_str(wrong, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl:2: prev: 5 is not the turn of the previous request of session \"a\" (0)");
+    const char *late = "{\"v\":2,\"session\":\"a\",\"turn\":0,\"messages\":[]}\n{\"v\":2,\"header\":{}}\n";
+    assert_int_equal(parse_str(late, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl:2: header: allowed only on the first line");
+    const char *nullsys = "{\"v\":2,\"session\":\"a\",\"turn\":0,\"system\":\"s\",\"messages\":[]}\n"
+                          "{\"v\":2,\"session\":\"a\",\"turn\":1,\"prev\":0,\"system\":[null,null],\"append\":[]}\n";
+    assert_int_equal(parse_str(nullsys, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl:2: system[1]: null (the previous request's block) but the previous request has 1 system blocks");
+}
+
+static void a_byte_order_mark_is_accepted_and_utf16_is_refused_by_name(void **state) {
+    (void)state;
+    const char *line = "{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\"}\n";
+    char buf[128];
+    snprintf(buf, sizeof buf, "\xEF\xBB\xBF%s", line);
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str(buf, false, &t, NULL, err, sizeof err), ENG_OK);
+    assert_string_equal(t.reqs[0].prompt, "a");
+    hx_transcript_free(&t);
+    const char u16[] = "\xFF\xFE{\0\"\0v\0\"\0";
+    assert_int_equal(hx_transcript_parse(u16, sizeof u16 - 1, "w.jsonl", false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_true(strncmp(err, "w.jsonl: the file is UTF-16 encoded", 35) == 0);
+    assert_non_null(strstr(err, "iconv -f UTF-16 -t UTF-8"));
+    /* a pretty-printed document is named as such */
+    const char *pretty = "{\n  \"v\": 1,\n  \"session\": \"s\",\n  \"turn\": 0,\n  \"prompt\": \"a\"\n}\n";
+    assert_int_equal(parse_str(pretty, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+    assert_string_equal(err, "t.jsonl: the file is one pretty-printed JSON object (7 lines), not JSONL (one JSON object "
+                             "per line); convert it with: jq -c . t.jsonl");
+    /* an integer beyond 2^63-1 in meta (not read) does not fail the line */
+    const char *big = "{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"meta\":{\"inode\":18446744073709551616}}\n";
+    assert_int_equal(parse_str(big, false, &t, NULL, err, sizeof err), ENG_OK);
+    hx_transcript_free(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(compact_lines_rebuild_whole_requests),
+        cmocka_unit_test(a_compact_line_after_a_skipped_line_is_skipped_too),
+        cmocka_unit_test(a_byte_order_mark_is_accepted_and_utf16_is_refused_by_name),
         cmocka_unit_test(sample_with_every_field_parses),
         cmocka_unit_test(reading_what_was_written_gives_identical_structures),
         cmocka_unit_test(write_read_write_is_byte_identical),

@@ -29,21 +29,6 @@ int hx_exit_for_input(int status) {
     return status == ENG_OK ? HX_EXIT_OK : status == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
 }
 
-void hx_check_output_path(const char *flag, const char *path) {
-    struct stat sb;
-    if (!path || !*path) hx_die(HX_EXIT_USAGE, "%s: an output file is required", flag);
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        hx_die(HX_EXIT_USAGE, "%s: %s: is a directory (expected an output file)", flag, path);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return;  /* the current directory */
-    if (slash == dir) slash[1] = '\0';
-    else *slash = '\0';
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        hx_die(HX_EXIT_USAGE, "%s: %s: cannot create it: %s is not a directory", flag, path, dir);
-}
-
 const char *hx_opt(int argc, char **argv, int *i, const char *name) {
     const char *a = argv[*i];
     size_t n = strlen(name);
@@ -160,6 +145,14 @@ void hx_parse_kernel(const char *flag, const char *v, void *field) {
 
 void hx_parse_precision(const char *flag, const char *v, void *field) {
     if (eng_precision_parse(v, field)) hx_die(HX_EXIT_USAGE, "%s: expected fp32 or bf16, got '%s'", flag, v);
+}
+
+void hx_fput_piece(FILE *f, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7F || c == '\\') fprintf(f, "\\x%02X", c);
+        else fputc(c, f);
+    }
 }
 
 void hx_usage(FILE *f, const char *text, const hx_option *table) {

@@ -35,11 +35,6 @@
  * 2 for anything else (missing, a directory, unreadable, malformed). */
 int hx_exit_for_input(int status);
 
-/* Checks, before any work, that path can be created as an output file: not
- * a directory, in a directory that exists. Exits 2 naming the flag and the
- * path otherwise. */
-void hx_check_output_path(const char *flag, const char *path);
-
 #ifndef KVR_GIT_REV
 #define KVR_GIT_REV "unknown"
 #endif
@@ -100,7 +95,7 @@ typedef struct hx_int_list {
     int32_t n;
 } hx_int_list;
 
-#define HX_STR_LIST_MAX 16
+#define HX_STR_LIST_MAX 64
 typedef struct hx_str_list {
     const char *v[HX_STR_LIST_MAX];
     int32_t     n;
@@ -144,6 +139,9 @@ void hx_parse_precision(const char *flag, const char *value, void *field);
      hx_parse_kernel},                                                                                               \
     {"--precision", NULL, "fp32|bf16", "(default fp32)", HX_OPT_CUSTOM, offsetof(type, num.precision), 0, 0,         \
      hx_parse_precision}
+/* Writes a token piece to f with whitespace, control bytes, DEL and '\\'
+ * as \xNN, so one piece never spans or hides a separator. */
+void hx_fput_piece(FILE *f, const char *p, size_t n);
 /* --help of a command: text (usage line and description), then table's lines. */
 void hx_usage(FILE *f, const char *text, const hx_option *table);
 /* Prints table's help lines, "  --name METAVAR   help", to f; prefix (or
@@ -175,6 +173,7 @@ void        hx_set_argv(int argc, char **argv);
  * these are for the commands and tests that call one directly). */
 int hx_cmd_model(int argc, char **argv);             /* model synth | model info */
 int hx_cmd_tokenize(int argc, char **argv);
+int hx_cmd_logits(int argc, char **argv);
 int hx_cmd_generate(int argc, char **argv);
 int hx_cmd_bench(int argc, char **argv);
 int hx_cmd_synth_transcript(int argc, char **argv);

@@ -279,15 +279,16 @@ int hx_bench_tokenizer(int argc, char **argv) {
         if (!exact) exit_code = HX_EXIT_INTERNAL;
         double mbs = (double)text.len / 1e6 / best_tok, tps = n / best_tok;
         double dmbs = (double)text.len / 1e6 / best_detok;
-        const char *type = eng_tokenizer_type(t) == ENG_VOCAB_SPM ? "llama" : "gpt2";
+        const char *type = eng_tokenizer_type_name(t);
+        const char *pre = eng_tokenizer_pre(t);
         if (json) {
-            json_array_append_new(jv, json_pack("{s:s, s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:b}", "path", paths[k],
-                                                "type", type, "n_vocab", (int)eng_tokenizer_n_vocab(t), "tokens",
+            json_array_append_new(jv, json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:b}", "path", paths[k],
+                                                "type", type, "pre", pre, "n_vocab", (int)eng_tokenizer_n_vocab(t), "tokens",
                                                 (json_int_t)n, "tokenize_s", best_tok, "tokenize_mb_s", mbs,
                                                 "tokens_s", tps, "detokenize_mb_s", dmbs, "roundtrip_exact", exact));
         } else {
-            printf("%-40s %-5s  %8d tokens  tokenize %7.2f MB/s  %9.0f tokens/s  detokenize %7.1f MB/s  round trip %s\n",
-                   paths[k], type, n, mbs, tps, dmbs, exact ? "exact" : "DIFFERS");
+            printf("%-40s %-5s %-16s %8d tokens  tokenize %7.2f MB/s  %9.0f tokens/s  detokenize %7.1f MB/s  round trip %s\n",
+                   paths[k], type, pre[0] ? pre : "-", n, mbs, tps, dmbs, exact ? "exact" : "DIFFERS");
         }
         free(ids);
         free(back);

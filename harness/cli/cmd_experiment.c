@@ -5,7 +5,10 @@
  * names its inputs and its runs:
  *   vars:        {"demo": {NAME: VALUE, ...}, "full": {...}}: ${NAME} in any
  *                string below is replaced by the value for the chosen scale;
- *   models:      {ID: {"path": FILE} | {"synth": [model synth args]}};
+ *   models:      {ID: {"path": FILE} | {"synth": [model synth args]}
+ *                    | {"convert": [model convert args]}}; a model converted
+ *                    from a file that is absent (shared data not installed)
+ *                    skips the runs that use it, with a message;
  *   transcripts: {ID: {"path": FILE} | {"synth": [synth-transcript args]}
  *                    | {"import": [import args]}};
  *   runs:        [{"variant": NAME, "model": ID, "transcript": ID,
@@ -35,6 +38,7 @@
 #define MAX_ARGS 96
 
 int hx_cmd_model_synth(int argc, char **argv);
+int hx_cmd_model_convert(int argc, char **argv);
 
 typedef struct xctx {
     const char *spec_path;
@@ -161,18 +165,33 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
         if (!json_is_string(p)) { eng_errf(err, errlen, "%s: %s.%s.path: expected a string", x->spec_path, kind, id); return ENG_ERR_FORMAT; }
         return substitute(x, json_string_value(p), path, cap, err, errlen);
     }
-    const char *gen = json_object_get(e, "synth") ? "synth" : json_object_get(e, "import") ? "import" : NULL;
-    if (!gen) { eng_errf(err, errlen, "%s: %s.%s: expected path, synth or import", x->spec_path, kind, id); return ENG_ERR_FORMAT; }
+    const char *gen = json_object_get(e, "synth")     ? "synth"
+                      : json_object_get(e, "import")  ? "import"
+                      : json_object_get(e, "convert") ? "convert" : NULL;
+    int is_model = !strcmp(kind, "models");
+    if (!gen || (!strcmp(gen, "convert") && !is_model) || (!strcmp(gen, "import") && is_model)) {
+        eng_errf(err, errlen, "%s: %s.%s: expected path, %s", x->spec_path, kind, id,
+                 is_model ? "synth or convert" : "synth or import");
+        return ENG_ERR_FORMAT;
+    }
     char *argv[MAX_ARGS];
     int argc = 0;
-    int is_model = !strcmp(kind, "models");
-    argv[argc++] = strdup(is_model ? "synth" : !strcmp(gen, "synth") ? "synth-transcript" : "import");
+    argv[argc++] = strdup(is_model ? gen : !strcmp(gen, "synth") ? "synth-transcript" : "import");
     char field[160];
     snprintf(field, sizeof field, "%s.%s.%s", kind, id, gen);
     int rc = expand_args(x, json_object_get(e, gen), field, argv, &argc, err, errlen);
     if (rc) { free_args(argv, argc); return rc; }
     for (int i = 1; i + 1 < argc; i++)  /* the generator's seed, recorded in the run */
         if (seed && !strcmp(argv[i], "--seed")) *seed = strtoll(argv[i + 1], NULL, 10);
+    if (!strcmp(gen, "convert"))  /* its input file (the argument that is no option's value) must exist */
+        for (int i = 1; i < argc; i++) {
+            if (argv[i][0] == '-') { i++; continue; }
+            if (!file_exists(argv[i])) {
+                eng_errf(err, errlen, "%s: %s.%s.convert: %s absent", x->spec_path, kind, id, argv[i]);
+                free_args(argv, argc);
+                return ENG_ERR_NOT_FOUND;
+            }
+        }
     /* cache key: the generator and its expanded arguments */
     XXH64_hash_t h = 0;
     for (int i = 0; i < argc; i++) h = XXH64(argv[i], strlen(argv[i]) + 1, h);
@@ -184,7 +203,7 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
         argv[argc++] = strdup("-o");
         argv[argc++] = strdup(path);
         if (eng_stderr_is_tty()) fprintf(stderr, "kvreplay: generating %s\n", path);
-        int code = is_model ? hx_cmd_model_synth(argc, argv)
+        int code = is_model ? (!strcmp(gen, "synth") ? hx_cmd_model_synth(argc, argv) : hx_cmd_model_convert(argc, argv))
                  : !strcmp(gen, "synth") ? hx_cmd_synth_transcript(argc, argv) : hx_cmd_import(argc, argv);
         if (code != HX_EXIT_OK) {
             eng_errf(err, errlen, "%s: %s.%s: generator failed (exit %d)", x->spec_path, kind, id, code);
@@ -233,7 +252,7 @@ int hx_cmd_experiment(int argc, char **argv) {
     x.vars = vars ? json_object_get(vars, scale) : NULL;
 
     hx_coldcache *cold = hx_coldcache_new(cold_mib << 20);
-    int code = HX_EXIT_OK, n_runs = 0, n_complete = 0;
+    int code = HX_EXIT_OK, n_runs = 0, n_complete = 0, n_skipped = 0;
     double t0 = eng_now_s();
     size_t ri;
     json_t *run;
@@ -269,8 +288,14 @@ int hx_cmd_experiment(int argc, char **argv) {
             }
             char model_path[1024], tr_path[1024];
             int64_t tr_seed;
-            if (resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, NULL,
-                              err, sizeof err) ||
+            int mrc = resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, NULL,
+                                    err, sizeof err);
+            if (mrc == ENG_ERR_NOT_FOUND) {  /* a model from shared data that is not installed */
+                fprintf(stderr, "kvreplay: %s: variant %s skipped\n", err, json_string_value(variant));
+                n_skipped++;
+                continue;
+            }
+            if (mrc ||
                 resolve_input(&x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path, &tr_seed,
                               err, sizeof err)) {
                 fprintf(stderr, "kvreplay: %s\n", err);
@@ -327,9 +352,10 @@ out:
         hx_coldcache_stats cs = hx_coldcache_get_stats(cold);
         char done_note[64] = "";
         if (n_complete) snprintf(done_note, sizeof done_note, " (%d already complete, not re-run)", n_complete);
-        fprintf(stderr, "kvreplay: experiment %s (%s scale): %d runs%s in %.1fs -> %s; shared cold cache: %lld hits, "
+        fprintf(stderr, "kvreplay: experiment %s (%s scale): %d runs%s in %.1fs -> %s%s; shared cold cache: %lld hits, "
                 "%lld misses, %.1fs of cold prefill+decode not recomputed\n",
-                json_string_value(name), scale, n_runs, done_note, eng_now_s() - t0, db, (long long)cs.hits,
+                json_string_value(name), scale, n_runs, done_note, eng_now_s() - t0, db,
+                n_skipped ? " (some variants skipped: input absent)" : "", (long long)cs.hits,
                 (long long)cs.misses, cs.saved_ms / 1e3);
     }
     hx_coldcache_free(cold);

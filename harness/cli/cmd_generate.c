@@ -69,19 +69,12 @@ int hx_cmd_generate(int argc, char **argv) {
         hx_die(HX_EXIT_USAGE, "%s: tokenizer: the model has no vocabulary (use --ids and no prompt)", model);
 
     /* The prompt: [BOS] + tokens of the text. */
-    int32_t cap = 64, n_prompt = 0;
+    int32_t n_prompt = 0;
     int32_t *toks = NULL;
     const char *text = prompt ? prompt : "";
     const bool add_bos = !no_bos && tok && eng_tokenizer_add_bos(tok) && eng_tokenizer_bos(tok) >= 0;
-    for (;;) {
-        free(toks);
-        toks = malloc(sizeof *toks * (size_t)cap);
-        if (!toks) hx_die(HX_EXIT_INTERNAL, "generate: out of memory");
-        if (!tok) { n_prompt = 0; break; }
-        n_prompt = eng_tokenize(tok, text, strlen(text), add_bos, false, false, toks, cap, NULL);
-        if (n_prompt >= 0) break;
-        cap = -n_prompt;
-    }
+    if (tok && !(toks = eng_tokenize_alloc(tok, text, strlen(text), add_bos, false, false, &n_prompt)))
+        hx_die(HX_EXIT_INTERNAL, "generate: out of memory");
     if (n_prompt == 0)
         hx_die(HX_EXIT_USAGE, "generate: empty prompt and no BOS token: nothing to condition on");
 

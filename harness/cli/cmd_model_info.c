@@ -1,7 +1,7 @@
 /*
  * harness/cli/cmd_model_info.c: `kvreplay model info`: what a GGUF model is
  * (architecture, shape, parameters, layer kinds, sliding window, Mamba-2
- * dims, memory sizes: full-attention KV bytes per token, window bytes,
+ * and RWKV-7 dims, memory sizes: full-attention KV bytes per token, window bytes,
  * recurrent state bytes per sequence and the checkpoint size, vocabulary,
  * SHA-256, fingerprint under the chosen numerics) and how close its decisions are:
  * the median gap between the top two logits of the last prompt token over
@@ -29,8 +29,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kvreplay model info [OPTIONS] MODEL.gguf\n"
             "\n"
-            "Describes a model: shape, parameters, layer kinds (attn, attn_swa, recurrent), the\n"
-            "sliding window and Mamba-2 dims, memory sizes (KV bytes per token, window and recurrent\n"
+            "Describes a model: shape, parameters, layer kinds (memory: attn, attn_swa, recurrent;\n"
+            "kind: attn, swa, mamba2, rwkv7), the sliding window, Mamba-2 and RWKV-7 dims, memory\n"
+            "sizes (KV bytes per token, window and recurrent\n"
             "state bytes per sequence, checkpoint bytes), vocabulary, sha256, fingerprint, and the\n"
             "median top-1/top-2 logit gap over seeded random prompts.\n"
             "\n"
@@ -132,9 +133,11 @@ int hx_cmd_model_info(int argc, char **argv) {
 
     if (json) {
         json_t *o = json_object();
-        json_t *kinds = json_array();
-        for (int32_t il = 0; il < in->n_layer; il++)
+        json_t *kinds = json_array(), *types = json_array();
+        for (int32_t il = 0; il < in->n_layer; il++) {
             json_array_append_new(kinds, json_string(kind_name(eng_model_layer_kind(m, il))));
+            json_array_append_new(types, json_string(eng_model_layer_kind_name(m, il)));
+        }
         json_object_set_new(o, "path", json_string(path));
         json_object_set_new(o, "arch", json_string(in->arch));
         json_object_set_new(o, "name", json_string(in->name));
@@ -149,12 +152,14 @@ int hx_cmd_model_info(int argc, char **argv) {
         json_object_set_new(o, "n_rot", json_integer(in->n_rot));
         json_object_set_new(o, "rope_freq_base", json_float(in->rope_freq_base));
         json_object_set_new(o, "rms_eps", json_float(in->rms_eps));
+        json_object_set_new(o, "norm_eps", json_float(in->norm_eps));
         json_object_set_new(o, "n_swa", json_integer(in->n_swa));
         json_object_set_new(o, "layer_kinds", kinds);
+        json_object_set_new(o, "layer_types", types);
         json_object_set_new(o, "n_layer_attn", json_integer(in->n_layer_attn));
         json_object_set_new(o, "n_layer_swa", json_integer(in->n_layer_swa));
         json_object_set_new(o, "n_layer_rec", json_integer(in->n_layer_rec));
-        if (in->n_layer_rec > 0) {
+        if (in->ssm_d_inner > 0) {
             json_t *ssm = json_object();
             json_object_set_new(ssm, "d_inner", json_integer(in->ssm_d_inner));
             json_object_set_new(ssm, "d_state", json_integer(in->ssm_d_state));
@@ -165,6 +170,14 @@ int hx_cmd_model_info(int argc, char **argv) {
             json_object_set_new(o, "ssm", ssm);
         } else {
             json_object_set_new(o, "ssm", json_null());
+        }
+        if (in->wkv_head_size > 0) {
+            json_t *r = json_object();
+            json_object_set_new(r, "head_size", json_integer(in->wkv_head_size));
+            json_object_set_new(r, "n_head", json_integer(in->n_embd / in->wkv_head_size));
+            json_object_set_new(o, "rwkv7", r);
+        } else {
+            json_object_set_new(o, "rwkv7", json_null());
         }
         json_object_set_new(o, "kv_bytes_per_token", json_integer(in->kv_bytes_per_token));
         json_object_set_new(o, "swa_bytes_per_token", json_integer(in->swa_bytes_per_token));
@@ -180,7 +193,7 @@ int hx_cmd_model_info(int argc, char **argv) {
         json_object_set_new(o, "chat_template", json_string(in->chat_template));
         if (tok) {
             json_t *t = json_object();
-            json_object_set_new(t, "type", json_string(eng_tokenizer_type(tok) == ENG_VOCAB_BPE ? "gpt2" : "llama"));
+            json_object_set_new(t, "type", json_string(eng_tokenizer_type_name(tok)));
             json_object_set_new(t, "n_vocab", json_integer(eng_tokenizer_n_vocab(tok)));
             json_object_set_new(t, "bos", json_integer(eng_tokenizer_bos(tok)));
             json_object_set_new(t, "eos", json_integer(eng_tokenizer_eos(tok)));
@@ -203,15 +216,19 @@ int hx_cmd_model_info(int argc, char **argv) {
     } else {
         printf("model        %s\n", path);
         printf("arch         %s (%s)\n", in->arch, in->name);
-        printf("shape        V %d, D %d, L %d, H %d, G %d, E %d, F %d, rope %d/%g, eps %g, ctx %d\n",
+        printf("shape        V %d, D %d, L %d, H %d, G %d, E %d, F %d, rope %d/%g, %s eps %g, ctx %d\n",
                in->n_vocab, in->n_embd, in->n_layer, in->n_head, in->n_head_kv, in->head_dim, in->n_ff,
-               in->n_rot, in->rope_freq_base, in->rms_eps, in->n_ctx_train);
+               in->n_rot, in->rope_freq_base, in->norm_eps > 0 ? "layer-norm" : "rms",
+               in->norm_eps > 0 ? in->norm_eps : in->rms_eps, in->n_ctx_train);
         printf("params       %lld\n", (long long)in->n_params);
         printf("layers       %d attn, %d attn_swa (window %d), %d recurrent:", in->n_layer_attn, in->n_layer_swa,
                in->n_swa, in->n_layer_rec);
-        for (int32_t il = 0; il < in->n_layer; il++) printf(" %s", kind_name(eng_model_layer_kind(m, il)));
+        for (int32_t il = 0; il < in->n_layer; il++) printf(" %s", eng_model_layer_kind_name(m, il));
         printf("\n");
-        if (in->n_layer_rec > 0)
+        if (in->wkv_head_size > 0)
+            printf("rwkv7        heads %d x %d, channel mix %d\n", in->n_embd / in->wkv_head_size, in->wkv_head_size,
+                   in->n_ff);
+        if (in->ssm_d_inner > 0)
             printf("ssm          Mamba-2: inner %d, state %d, heads %d x %d, groups %d, conv %d\n", in->ssm_d_inner,
                    in->ssm_d_state, in->ssm_n_head, in->ssm_head_dim, in->ssm_n_group, in->ssm_d_conv);
         printf("memory       KV %lld bytes/token (full attention); window %lld bytes/token x %d (sliding: %lld "
@@ -221,7 +238,7 @@ int hx_cmd_model_info(int argc, char **argv) {
                (long long)ckpt_bytes);
         if (tok)
             printf("vocabulary   %s, %d tokens, bos %d, eos %d%s\n",
-                   eng_tokenizer_type(tok) == ENG_VOCAB_BPE ? "gpt2" : "llama", eng_tokenizer_n_vocab(tok),
+                   eng_tokenizer_type_name(tok), eng_tokenizer_n_vocab(tok),
                    eng_tokenizer_bos(tok), eng_tokenizer_eos(tok), eng_tokenizer_add_bos(tok) ? ", adds BOS" : "");
         else
             printf("vocabulary   none\n");

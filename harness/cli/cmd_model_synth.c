@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 #include "gguf.h"
+#include "jsonl.h"
 #include "status.h"
 #include "synth.h"
 
@@ -18,36 +19,44 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: kvreplay model synth [--arch llama|swa|recurrent|hybrid] [--preset tiny|small|base]\n"
-    "           [--layers N] [--dim D] [--heads H] [--kv-heads G] [--ff F] [--ctx N] [--rot R]\n"
-    "           [--window W] [--attn-every K]\n"
+    "usage: kvreplay model synth [--arch llama|swa|kvreplay-swa|recurrent|hybrid|rwkv7]\n"
+    "           [--preset tiny|small|base] [--layers N] [--dim D] [--heads H] [--kv-heads G]\n"
+    "           [--ff F] [--ctx N] [--rot R] [--window W] [--attn-every K]\n"
     "           [--ssm-state N] [--ssm-head-dim P] [--ssm-groups G] [--ssm-conv K]\n"
+    "           [--wkv-head-size S] [--lora R]\n"
     "           [--vocab VOCAB.gguf] [--type f32|f16|bf16|q8_0] [--name NAME]\n"
     "           --seed S -o model.gguf\n"
     "\n"
     "Writes a GGUF model with random weights drawn from the seed (the same options\n"
-    "give a byte-identical file).\n"
+    "give a byte-identical file). Every architecture but kvreplay-swa is llama.cpp's\n"
+    "own, key for key and tensor for tensor (docs/gguf.md).\n"
     "\n"
     "  --arch A         llama (default): full attention (GGUF arch llama);\n"
     "                   swa: sliding-window attention with a full-attention layer every\n"
-    "                     K-th layer (GGUF arch kvreplay-swa, kvreplay's own);\n"
+    "                     K-th layer (GGUF arch cohere2: layer norm, attention and FFN in\n"
+    "                     parallel, RoPE on the sliding layers only, tied head);\n"
+    "                   kvreplay-swa: llama layers with the same window pattern (GGUF arch\n"
+    "                     kvreplay-swa, kvreplay's own: the swa of earlier versions);\n"
     "                   recurrent: Mamba-2 layers only, no FFN (GGUF arch mamba2);\n"
     "                   hybrid: Mamba-2 layers with a full-attention layer every K-th,\n"
-    "                     SwiGLU FFN in every layer (GGUF arch granitehybrid)\n"
+    "                     SwiGLU FFN in every layer (GGUF arch granitehybrid);\n"
+    "                   rwkv7: RWKV-7 layers (GGUF arch rwkv7)\n"
     "  --preset P       tiny (default), small, base; per arch (D, L, H, G, F, ctx):\n"
     "                   llama      tiny 64,2,4,2,176,4096  small 256,4,8,4,704,16384\n"
     "                              base 1024,12,16,8,2816,8192\n"
     "                   swa        llama's shapes; window 40 / 512 / 1024,\n"
-    "                              attention every 2 / 4 / 6 layers\n"
+    "                              attention every 2 / 4 / 6 layers (kvreplay-swa: the same)\n"
     "                   recurrent  tiny D 64 L 2, small 256 8, base 1024 24; SSM state\n"
     "                              16 / 64 / 64, head dim 32 / 64 / 64, 1 group, conv 4\n"
     "                   hybrid     tiny 64,4,4,2,176  small 256,8,8,4,704  base 1024,12,16,8,2816;\n"
     "                              attention every 2 / 4 / 4; SSM as recurrent\n"
+    "                   rwkv7      tiny D 128 L 2 F 512, small 256 4 1024, base 1024 12 4096;\n"
+    "                              head size 64; LoRA ranks 32 / 32,32,32,64 / 64,64,32,160\n"
     "  --layers N       block count L\n"
     "  --dim D          embedding length D (attention head dim = D / heads; SSM inner size 2D)\n"
     "  --heads H        query heads (llama, swa, hybrid)\n"
     "  --kv-heads G     key/value heads (H must be a multiple of G)\n"
-    "  --ff F           feed-forward length (llama, swa, hybrid)\n"
+    "  --ff F           feed-forward length (llama, swa, hybrid; rwkv7's channel mix)\n"
     "  --ctx N          context length recorded in the metadata\n"
     "  --rot R          rope dimensions (even, <= head dim; default the head dim)\n"
     "  --window W       sliding window (swa): a query at p sees keys p-W+1 .. p\n"
@@ -56,6 +65,8 @@ static const char usage[] =
     "  --ssm-head-dim P SSM head dim; heads = 2D / P\n"
     "  --ssm-groups G   B/C groups (divides the SSM heads)\n"
     "  --ssm-conv K     causal conv kernel length\n"
+    "  --wkv-head-size S  rwkv7 head size (divides D; llama.cpp's CPU kernel needs 64)\n"
+    "  --lora R         rwkv7: every LoRA rank (decay, learning rate, value mix, gate)\n"
     "  --vocab FILE     copy every tokenizer.* key from this GGUF; the vocabulary size\n"
     "                   follows it (default: a built-in 259-token SentencePiece byte vocabulary)\n"
     "  --type T         matrix type: f32 (default), f16, bf16, q8_0 (norms, SSM vectors and\n"
@@ -98,12 +109,16 @@ int hx_cmd_model_synth(int argc, char **argv) {
         if ((v = hx_opt(argc, argv, &i, "--preset"))) preset = v;
         else if ((v = hx_opt(argc, argv, &i, "--arch"))) arch = v;
     }
-    if (!eng_synth_gguf_arch(arch))
-        hx_die(HX_EXIT_USAGE, "--arch: expected llama, swa, recurrent or hybrid, got '%s'", arch);
+    if (!eng_synth_gguf_arch(arch)) {
+        char known[160] = "";
+        for (int32_t k = 0, n = 0; eng_synth_arch_name(k); k++)
+            n += snprintf(known + n, sizeof known - (size_t)n, "%s%s", k ? ", " : "", eng_synth_arch_name(k));
+        hx_die(HX_EXIT_USAGE, "--arch: expected one of %s, got '%s'", known, arch);
+    }
     eng_synth_params p = eng_synth_preset_arch(arch, preset);
     if (!p.ok) hx_die(HX_EXIT_USAGE, "--preset: expected tiny, small or base, got '%s'", preset);
-    const bool attn = strcmp(arch, "recurrent") != 0;
-    const bool ssm = !strcmp(arch, "recurrent") || !strcmp(arch, "hybrid");
+    const unsigned groups = eng_synth_arch_groups(arch);
+    const bool attn = groups & ENG_SYNTH_HEADS, ssm = groups & ENG_SYNTH_SSM, wkv = groups & ENG_SYNTH_WKV;
 
     const char *out = NULL, *v;
     bool have_seed = false;
@@ -118,17 +133,17 @@ int hx_cmd_model_synth(int argc, char **argv) {
             need("--kv-heads", arch, attn);
             p.n_head_kv = (int32_t)hx_parse_int("--kv-heads", v, 1, 4096);
         } else if ((v = hx_opt(argc, argv, &i, "--ff"))) {
-            need("--ff", arch, attn);
+            need("--ff", arch, groups & ENG_SYNTH_FF);
             p.n_ff = (int32_t)hx_parse_int("--ff", v, 1, 1 << 20);
         } else if ((v = hx_opt(argc, argv, &i, "--ctx"))) p.n_ctx = (int32_t)hx_parse_int("--ctx", v, 1, INT32_MAX);
         else if ((v = hx_opt(argc, argv, &i, "--rot"))) {
             need("--rot", arch, attn);
             p.n_rot = (int32_t)hx_parse_int("--rot", v, 2, 65536);
         } else if ((v = hx_opt(argc, argv, &i, "--window"))) {
-            need("--window", arch, !strcmp(arch, "swa"));
+            need("--window", arch, groups & ENG_SYNTH_SWA);
             p.n_swa = (int32_t)hx_parse_int("--window", v, 1, INT32_MAX);
         } else if ((v = hx_opt(argc, argv, &i, "--attn-every"))) {
-            need("--attn-every", arch, !strcmp(arch, "swa") || !strcmp(arch, "hybrid"));
+            need("--attn-every", arch, groups & ENG_SYNTH_EVERY);
             p.attn_every = (int32_t)hx_parse_int("--attn-every", v, 0, 1 << 20);
         } else if ((v = hx_opt(argc, argv, &i, "--ssm-state"))) {
             need("--ssm-state", arch, ssm);
@@ -142,6 +157,12 @@ int hx_cmd_model_synth(int argc, char **argv) {
         } else if ((v = hx_opt(argc, argv, &i, "--ssm-conv"))) {
             need("--ssm-conv", arch, ssm);
             p.ssm_d_conv = (int32_t)hx_parse_int("--ssm-conv", v, 1, 64);
+        } else if ((v = hx_opt(argc, argv, &i, "--wkv-head-size"))) {
+            need("--wkv-head-size", arch, wkv);
+            p.wkv_head_size = (int32_t)hx_parse_int("--wkv-head-size", v, 1, 4096);
+        } else if ((v = hx_opt(argc, argv, &i, "--lora"))) {
+            need("--lora", arch, wkv);
+            p.lora_decay = p.lora_iclr = p.lora_mix = p.lora_gate = (int32_t)hx_parse_int("--lora", v, 1, 4096);
         } else if ((v = hx_opt(argc, argv, &i, "--vocab"))) p.vocab_path = v;
         else if ((v = hx_opt(argc, argv, &i, "--type"))) p.type = parse_type(v);
         else if ((v = hx_opt(argc, argv, &i, "--name"))) p.name = v;
@@ -153,7 +174,8 @@ int hx_cmd_model_synth(int argc, char **argv) {
     if (!out) hx_die(HX_EXIT_USAGE, "model synth: -o FILE is required (see kvreplay model synth --help)");
     if (p.vocab_path && access(p.vocab_path, R_OK) != 0)
         hx_die(HX_EXIT_USAGE, "%s: --vocab: cannot read: %s", p.vocab_path, strerror(errno));
-    hx_check_output_path("-o", out);
+    char oerr[1024];
+    if (hx_output_check(out, oerr, sizeof oerr) != ENG_OK) hx_die(HX_EXIT_USAGE, "model synth: -o %s", oerr);
 
     char err[512] = "";
     if (p.vocab_path) {  /* the vocabulary is an input: whatever is wrong with it is exit 2 */
@@ -186,18 +208,20 @@ int hx_cmd_model_synth(int argc, char **argv) {
     eng_gguf_get_str(g, "kvreplay.synth.preset", &label, &label_len);
     size_t bytes;
     eng_gguf_bytes(g, &bytes);
-    char shape[160] = "", extra[160] = "";
+    char shape[160] = "", extra[200] = "";
     if (attn)
         snprintf(shape, sizeof shape, ", H %d, G %d, F %d, rot %lld", p.n_head, p.n_head_kv, p.n_ff, (long long)n_rot);
-    if (!strcmp(arch, "swa"))
-        snprintf(extra, sizeof extra, ", window %d, attention every %d", p.n_swa, p.attn_every);
-    else if (ssm) {
-        int k = 0;
-        if (!strcmp(arch, "hybrid")) k = snprintf(extra, sizeof extra, ", attention every %d", p.attn_every);
+    else if (wkv)
+        snprintf(shape, sizeof shape, ", heads %d x %d, F %d, LoRA %d/%d/%d/%d", p.n_embd / p.wkv_head_size,
+                 p.wkv_head_size, p.n_ff, p.lora_decay, p.lora_iclr, p.lora_mix, p.lora_gate);
+    int k = 0;
+    if (groups & ENG_SYNTH_SWA) k = snprintf(extra, sizeof extra, ", window %d", p.n_swa);
+    if (groups & ENG_SYNTH_EVERY)
+        k += snprintf(extra + k, sizeof extra - (size_t)k, ", attention every %d", p.attn_every);
+    if (ssm)
         snprintf(extra + k, sizeof extra - (size_t)k, ", SSM inner %d, state %d, heads %d x %d, groups %d, conv %d",
                  2 * p.n_embd, p.ssm_d_state, p.ssm_head_dim > 0 ? 2 * p.n_embd / p.ssm_head_dim : 0,
                  p.ssm_head_dim, p.ssm_n_group, p.ssm_d_conv);
-    }
     fprintf(stderr,
             "model synth: wrote %s: arch %s (%s), preset %.*s, seed %llu, V %lld, D %d, L %d%s, ctx %d%s, "
             "type %s, vocab %s, %lld tensors, %lld params, %zu bytes\n",

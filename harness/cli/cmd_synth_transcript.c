@@ -1,6 +1,6 @@
 /*
  * harness/cli/cmd_synth_transcript.c: `kvreplay synth-transcript`: writes a seeded
- * synthetic transcript (harness/transcripts/synth_transcript.h) as transcript v1.
+ * synthetic transcript (harness/transcripts/synth_transcript.h) as transcript v2 (compact lines).
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +14,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kvreplay synth-transcript --scenario agent|extend|static [--seed S] -o FILE.jsonl [OPTIONS]\n"
             "\n"
-            "Writes a seeded synthetic transcript (transcript v1, docs/transcripts.md). The same flags\n"
+            "Writes a seeded synthetic transcript (transcript v2, docs/transcripts.md). The same flags\n"
             "always give a byte-identical file.\n"
             "\n"
             "common:\n"
@@ -88,7 +88,6 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     int sc = hx_synth_scenario_from_name(scenario);
     if (sc < 0) hx_die(HX_EXIT_USAGE, "%s: --scenario: expected agent, extend or static, got '%s'", argv[0], scenario);
     if (!outp) hx_die(HX_EXIT_USAGE, "%s: -o FILE is required", argv[0]);
-    hx_check_output_path("-o", outp);
     if (v_sys && v_systok) hx_die(HX_EXIT_USAGE, "%s: give --system-bytes or --system-tokens-approx, not both", argv[0]);
 
     hx_synth_params p;
@@ -128,6 +127,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     rc = hx_transcript_write(outp, &t, err, sizeof err);
     int32_t n = t.n;
     hx_transcript_free(&t);
+    if (rc == ENG_ERR_ARG) hx_die(HX_EXIT_USAGE, "%s: -o %s", argv[0], err); /* an unsafe or empty -o */
     if (rc) hx_die(HX_EXIT_INTERNAL, "%s", err);
     fprintf(stderr, "synth-transcript: wrote %d requests (%d sessions) to %s\n", n, p.sessions, outp);
     return HX_EXIT_OK;

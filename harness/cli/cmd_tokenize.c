@@ -55,14 +55,6 @@ static char *read_stdin(size_t *n) {
     return b;
 }
 
-static void print_piece(const char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c <= 0x20 || c == 0x7F || c == '\\') printf("\\x%02X", c);
-        else putchar(c);
-    }
-}
-
 int hx_cmd_tokenize(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     const char *model = NULL, *text_arg = NULL;
@@ -102,20 +94,15 @@ int hx_cmd_tokenize(int argc, char **argv) {
         text = owned;
     }
     bool add_bos = !no_bos && eng_tokenizer_add_bos(t), add_eos = !no_bos && eng_tokenizer_add_eos(t);
-    int32_t cap = len < (size_t)INT32_MAX / 8 ? (int32_t)len + 16 : INT32_MAX / 2;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids), n;
-    while (ids && (n = eng_tokenize(t, text, len, add_bos, add_eos, special, ids, cap, NULL)) < 0 && n != INT32_MIN) {
-        cap = -n;
-        free(ids);
-        ids = malloc((size_t)cap * sizeof *ids);
-    }
-    if (!ids || n == INT32_MIN) hx_die(HX_EXIT_INTERNAL, "tokenize: out of memory (%zu bytes of text)", len);
+    int32_t n = 0;
+    int32_t *ids = eng_tokenize_alloc(t, text, len, add_bos, add_eos, special, &n);
+    if (!ids) hx_die(HX_EXIT_INTERNAL, "tokenize: out of memory (%zu bytes of text)", len);
     for (int32_t i = 0; i < n; i++) {
         if (i) putchar(' ');
         if (pieces) {
             size_t pl;
             const char *p = eng_token_piece(t, ids[i], &pl);
-            print_piece(p, pl);
+            hx_fput_piece(stdout, p, pl);
         } else {
             printf("%d", ids[i]);
         }

@@ -14,12 +14,14 @@
 // order is --help's.
 
 #define HX_COMMAND_LIST(X) \
-    X("model",            hx_cmd_model,             "model synth | model info: write or describe a GGUF model") \
+    X("model",            hx_cmd_model,             "model synth | info | convert: write, describe or convert a GGUF model") \
     X("tokenize",         hx_cmd_tokenize,          "tokenize text with a model's vocabulary") \
+    X("logits",           hx_cmd_logits,            "the logits of a prompt's last (or every) position, exact") \
     X("generate",         hx_cmd_generate,          "greedy generation from a prompt") \
     X("bench",            hx_cmd_bench,             "prefill tok/s and GFLOP/s against the sgemm peak") \
     X("synth-transcript", hx_cmd_synth_transcript,  "write a seeded synthetic agent transcript") \
-    X("import",           hx_cmd_import,            "convert anthropic/openai/claude-code/swe-agent logs to transcript v1") \
+    X("import",           hx_cmd_import,            "convert anthropic/openai/claude-code/swe-agent logs to a transcript") \
+    X("render",           hx_cmd_render,            "print the exact prompt text (or tokens) replay feeds for one request") \
     X("replay",           hx_cmd_replay,            "replay a transcript cold and through a cache policy, log to SQLite") \
     X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
     X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "normalize.h"
 #include "status.h"
 
@@ -15,7 +16,33 @@ struct hx_prepare_ctx {
     hx_template          tmpl;
     hx_normalize         norm;
     char                 norm_names[128];
+    const char          *source;  /* the transcript's path, for messages (borrowed), or NULL */
 };
+
+void hx_prepare_ctx_set_source(hx_prepare_ctx *c, const char *path) { c->source = path; }
+
+int hx_vocab_load(const char *path, eng_tokenizer **tok, char **chat_template, char *err, size_t errlen) {
+    *tok = NULL;
+    if (chat_template) *chat_template = NULL;
+    eng_gguf *g = NULL;
+    int rc = eng_gguf_open(path, &g, err, errlen);
+    if (rc) return rc;
+    rc = eng_tokenizer_load(g, tok, err, errlen);
+    if (rc == ENG_OK && chat_template) {
+        const char *s = NULL;
+        size_t n = 0;
+        if (eng_gguf_get_str(g, "tokenizer.chat_template", &s, &n) == ENG_OK && s) {
+            if (!(*chat_template = malloc(n + 1))) rc = ENG_ERR_NOMEM;
+            else memcpy(*chat_template, s, n), (*chat_template)[n] = '\0';
+        }
+    }
+    eng_gguf_close(g);
+    if (rc) {
+        eng_tokenizer_free(*tok);
+        *tok = NULL;
+    }
+    return rc;
+}
 
 int hx_prepare_ctx_new(const eng_tokenizer *tok, const char *template_name, const char *chat_template_meta,
                        const char *normalize, hx_prepare_ctx **out, char *err, size_t errlen) {
@@ -116,8 +143,8 @@ int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, si
         int32_t V = eng_tokenizer_n_vocab(c->tok);
         for (int32_t i = 0; i < r->n_tokens; i++) {
             if (r->tokens[i] < 0 || r->tokens[i] >= V) {
-                eng_errf(err, errlen, "line %lld: tokens[%d]: id %d is outside the vocabulary [0, %d)",
-                         (long long)r->line, i, r->tokens[i], V);
+                eng_errf(err, errlen, "%s:%lld: tokens[%d]: id %d is outside the vocabulary [0, %d)",
+                         c->source ? c->source : "transcript", (long long)r->line, i, r->tokens[i], V);
                 rc = ENG_ERR_ARG;
                 goto fail;
             }
@@ -139,7 +166,8 @@ int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, si
         }
     }
     if (out->n < 1) {
-        eng_errf(err, errlen, "line %lld: the prompt is empty (no tokens)", (long long)r->line);
+        eng_errf(err, errlen, "%s:%lld: the prompt is empty (no tokens)", c->source ? c->source : "transcript",
+                 (long long)r->line);
         rc = ENG_ERR_ARG;
         goto fail;
     }

@@ -44,6 +44,13 @@ typedef struct hx_prepare_ctx hx_prepare_ctx;
 int  hx_prepare_ctx_new(const eng_tokenizer *tok, const char *template_name, const char *chat_template_meta,
                         const char *normalize, hx_prepare_ctx **out, char *err, size_t errlen);
 void hx_prepare_ctx_free(hx_prepare_ctx *c);  /* accepts NULL */
+/* The transcript's path, named in error messages ("PATH:LINE: ..."); borrowed. */
+void hx_prepare_ctx_set_source(hx_prepare_ctx *c, const char *path);
+/* Loads the vocabulary of a GGUF file (a model or a vocabulary-only file)
+ * and, when chat_template is not NULL, a malloc'd copy of its
+ * tokenizer.chat_template (NULL when absent). ENG_OK or the error of the
+ * GGUF/tokenizer loader with a message naming the file. */
+int  hx_vocab_load(const char *path, eng_tokenizer **tok, char **chat_template, char *err, size_t errlen);
 const char *hx_prepare_template_name(const hx_prepare_ctx *c);
 const char *hx_prepare_normalize_names(const hx_prepare_ctx *c);
 

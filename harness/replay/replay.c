@@ -73,7 +73,7 @@ static void parse_fault(const char *flag, const char *v, void *field) {
  * policies' own options) run control. */
 static const hx_option k_inputs[] = {
     {"--model", "-m", "FILE.gguf", "model (required)", HX_OPT_STRING, OPT(model_path), 0, 0, NULL},
-    {"--transcript", "-t", "FILE", "transcript v1 JSONL (required; see kvreplay import / synth-transcript)",
+    {"--transcript", "-t", "FILE", "transcript JSONL, v1 or v2 (required; see kvreplay import / synth-transcript)",
      HX_OPT_STRING, OPT(transcript_path), 0, 0, NULL},
     {"--db", NULL, "FILE.sqlite", "results database (created if absent)", HX_OPT_STRING, OPT(db_path), 0, 0, NULL},
     {"--policy", NULL, "P", NULL, HX_OPT_STRING, OPT(policy), 0, 0, NULL},
@@ -527,6 +527,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     rc = hx_prepare_ctx_new(tok, o->template_name, eng_model_get_info(x.m)->chat_template, o->normalize, &pc,
                             err, sizeof err);
     if (rc != ENG_OK) { code = HX_EXIT_USAGE; goto fail; }
+    hx_prepare_ctx_set_source(pc, o->transcript_path);
     prep = calloc((size_t)(n_req > 0 ? n_req : 1), sizeof *prep);
     if (!prep) { code = HX_EXIT_INTERNAL; snprintf(err, sizeof err, "out of memory"); goto fail; }
     int32_t n_ctx = o->n_ctx;

@@ -19,7 +19,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "cc_standin.h"
 #include "importer.h"
+#include "jsonl.h"
 #include "normalize.h"
 #include "status.h"
 #include "util.h"
@@ -88,15 +90,20 @@ bool hx_imp_next_line(const char *data, size_t n, size_t *pos, int64_t *lineno, 
     return false;
 }
 
-json_t *hx_imp_load_line(const char *s, size_t len, const char *path, int64_t line, char *err, size_t errlen) {
+json_t *hx_imp_load_line(const char *data, size_t n, const char *s, size_t len, const char *path, int64_t line,
+                         size_t *n_big, char *err, size_t errlen) {
     json_error_t je;
-    json_t *j = json_loadb(s, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = hx_jsonl_load(s, len, n_big, &je);
     if (!j) {
-        hx_errf_at(err, errlen, path, line, NULL, "invalid JSON at column %d: %s", je.column, je.text);
+        hx_jsonl_explain(data, n, path, line, je.column, je.text, err, errlen);
         return NULL;
     }
     if (!json_is_object(j)) {
-        hx_errf_at(err, errlen, path, line, NULL, "expected a JSON object");
+        if (json_is_array(j))
+            hx_errf_at(err, errlen, path, line, NULL, "expected a JSON object, found an array (JSONL holds one object "
+                       "per line; a file that is one array converts with: jq -c '.[]' %s)", path);
+        else
+            hx_errf_at(err, errlen, path, line, NULL, "expected a JSON object");
         json_decref(j);
         return NULL;
     }
@@ -156,14 +163,7 @@ int hx_imp_standin_apply(const hx_imp_standin *s, hx_request *q, const char *req
         if (!(q->system = calloc((size_t)s->n_system, sizeof *q->system))) return ENG_ERR_NOMEM;
         for (int32_t i = 0; i < s->n_system; i++, q->n_system++)
             if (hx_block_copy(&q->system[i], &s->system[i])) return ENG_ERR_NOMEM;
-        if (s->billing && req_id) {
-            char text[128];
-            uint64_t h = XXH3_64bits(req_id, strlen(req_id));
-            snprintf(text, sizeof text, "x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=%05llx;",
-                     (unsigned long long)(h >> 44));
-            free(q->system[0].text);
-            if (!(q->system[0].text = hx_strdup(text))) return ENG_ERR_NOMEM;
-        }
+        if (s->billing && req_id && hx_cc_billing_cch(&q->system[0].text, req_id)) return ENG_ERR_NOMEM;
     }
     if (s->n_tools) {
         if (!(q->tools = calloc((size_t)s->n_tools, sizeof *q->tools))) return ENG_ERR_NOMEM;
@@ -276,9 +276,22 @@ int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, s
     size_t len;
     int rc = ENG_OK;
     while (hx_imp_next_line(data, n, &pos, &lineno, &s, &len)) {
-        json_t *j = hx_imp_load_line(s, len, path, lineno, err, errlen);
+        size_t n_big = 0;
+        json_t *j = hx_imp_load_line(data, n, s, len, path, lineno, &n_big, err, errlen);
         hx_request q;
         rc = ENG_ERR_FORMAT;
+        if (j && n_big) { /* an integer beyond 2^63-1 where the importer reads is refused; elsewhere counted */
+            static const char *const k_read[] = {"system", "tools", "messages"};
+            char f[HX_IMP_FIELD_MAX];
+            for (size_t k = 0; k < 3 && j; k++) {
+                if (hx_json_find_big(json_object_get(j, k_read[k]), k_read[k], f, sizeof f)) {
+                    hx_errf_at(err, errlen, path, lineno, f, "an integer beyond 2^63-1 (it cannot be kept exactly)");
+                    json_decref(j);
+                    j = NULL;
+                }
+            }
+            if (j && o->stats) o->stats->big_integers += (int64_t)n_big;
+        }
         if (j) {
             rc = request(j, path, lineno, &q, err, errlen);
             json_decref(j);
@@ -301,24 +314,35 @@ int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, s
 // ----------------------------------------------------------------------------
 // Overrides (--system-file, --tools-file) and entry points
 
+static bool utf8_ok(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);  /* jansson refuses invalid UTF-8 */
+    json_decref(j);
+    return j != NULL;
+}
+
 static int load_overrides(const hx_import_opts *o, hx_imp_standin *s, char *err, size_t errlen) {
     char *data = NULL;
     size_t n = 0;
     int rc = ENG_OK;
     if (o->system_file) {
         if ((rc = eng_read_file(o->system_file, &data, &n, err, errlen))) return rc;
-        size_t i = 0;
+        size_t bom = n >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3) ? 3 : 0;
+        size_t i = bom;
         while (i < n && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) i++;
         json_error_t je;
-        json_t *j = (i < n && (data[i] == '[' || data[i] == '"')) ? json_loadb(data, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je) : NULL;
+        json_t *j = (i < n && (data[i] == '[' || data[i] == '"'))
+                        ? json_loadb(data + bom, n - bom, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je) : NULL;
         if (j) {
             rc = hx_system_from_json(j, o->system_file, 0, "system", &s->system, &s->n_system, err, errlen);
             json_decref(j);
         } else if (memchr(data, '\0', n)) {
             hx_errf_at(err, errlen, o->system_file, 0, NULL, "contains a NUL byte");
             rc = ENG_ERR_FORMAT;
+        } else if (!utf8_ok(data + bom, n - bom)) {
+            hx_errf_at(err, errlen, o->system_file, 0, NULL, "is not valid UTF-8 text");
+            rc = ENG_ERR_FORMAT;
         } else if (!(s->system = calloc(1, sizeof *s->system)) ||
-                   hx_block_init(&s->system[0], HX_BLOCK_TEXT, data, NULL, NULL, NULL, false)) {
+                   hx_block_init(&s->system[0], HX_BLOCK_TEXT, data + bom, NULL, NULL, NULL, false)) {
             rc = ENG_ERR_NOMEM;
         } else {
             s->n_system = 1;
@@ -343,6 +367,82 @@ static int load_overrides(const hx_import_opts *o, hx_imp_standin *s, char *err,
     return ENG_OK;
 }
 
+/* The header of an imported transcript: format, source, counts (canonical JSON). */
+static int make_header(const hx_import_opts *o, const char *path, const hx_transcript *t, int64_t skipped,
+                       const hx_import_stats *st, char **out) {
+    hx_strmap seen = {0};
+    int32_t n_sessions = 0;
+    for (int32_t i = 0; i < t->n; i++)
+        if (!hx_strmap_get(&seen, t->reqs[i].session, NULL)) {
+            if (hx_strmap_put(&seen, t->reqs[i].session, i)) {
+                hx_strmap_free(&seen);
+                return ENG_ERR_NOMEM;
+            }
+            n_sessions++;
+        }
+    hx_strmap_free(&seen);
+    const char *base = strrchr(path, '/');
+    json_t *h = json_pack("{s:s,s:s,s:i,s:i,s:I}", "format", hx_import_format_name(o->format), "source",
+                          base ? base + 1 : path, "requests", t->n, "sessions", n_sessions, "skipped_lines",
+                          (json_int_t)skipped);
+    if (!h) return ENG_ERR_NOMEM;
+    int bad = 0;
+    const struct {
+        const char *key;
+        int64_t     v;
+    } counts[] = {
+        {"dropped_requests", st->dropped_requests},     {"relinked_api_errors", st->relinked},
+        {"unknown_blocks", st->unknown_blocks},         {"tool_references", st->tool_references},
+        {"empty_thinking_dropped", st->empty_thinking}, {"synthetic_messages", st->synthetic},
+        {"api_error_messages_left_out", st->api_error_messages}, {"attachments_sent", st->attachments},
+        {"attachments_not_sent", st->attachments_unsent}, {"unknown_attachments", st->unknown_attachments},
+        {"big_integers", st->big_integers},             {"subagent_sessions", st->sidechain_sessions},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (counts[i].v) bad |= json_object_set_new(h, counts[i].key, json_integer(counts[i].v));
+    if (st->unknown_types[0]) bad |= json_object_set_new(h, "unknown_block_types", json_string(st->unknown_types));
+    if (st->unknown_attachment_types[0])
+        bad |= json_object_set_new(h, "unknown_attachment_types", json_string(st->unknown_attachment_types));
+    const hx_importer *imp = hx_importer_at(o->format);
+    if (o->system_file) bad |= json_object_set_new(h, "system_file", json_string(o->system_file));
+    if (o->tools_file) bad |= json_object_set_new(h, "tools_file", json_string(o->tools_file));
+    if (imp && imp->own_prefix && (!o->system_file || !o->tools_file))
+        bad |= json_object_set_new(h, "stand_in", json_string("built-in Claude Code stand-in (docs/transcripts.md)"));
+    char vol[64];
+    int32_t n_vol = 0;
+    if (!bad && hx_import_volatile(t, vol, sizeof vol, &n_vol) == ENG_OK && vol[0])
+        bad |= json_object_set_new(h, "volatile", json_pack("{s:s,s:i}", "normalize", vol, "requests", n_vol));
+    *out = bad ? NULL : hx_json_canonical(h);
+    json_decref(h);
+    return *out ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+int hx_import_volatile(const hx_transcript *t, char *buf, size_t len, int32_t *n_requests) {
+    static const char *const rules[] = {"anthropic-cch"};
+    buf[0] = '\0';
+    *n_requests = 0;
+    size_t off = 0;
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++) {
+        hx_normalize nz;
+        if (hx_normalize_parse(rules[k], &nz)) continue;
+        int32_t changed = 0;
+        for (int32_t i = 0; i < t->n; i++) {
+            hx_request c;
+            if (hx_request_copy(&c, &t->reqs[i])) return ENG_ERR_NOMEM;
+            int r = hx_normalize_apply(&nz, &c);
+            hx_request_free(&c);
+            if (r < 0) return ENG_ERR_NOMEM;
+            changed += r > 0;
+        }
+        if (changed > 0) {
+            int w = snprintf(buf + off, len - off, "%s%s", off ? "," : "", rules[k]);
+            if (w > 0 && (size_t)w < len - off) off += (size_t)w;
+            if (changed > *n_requests) *n_requests = changed;
+        }
+    }
+    return ENG_OK;
+}
+
 int hx_import_buffer(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
                      int64_t *n_skipped, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -350,6 +450,13 @@ int hx_import_buffer(const hx_import_opts *o, const char *path, const char *data
     if (!n_skipped) n_skipped = &skipped_local;
     *n_skipped = 0;
     if (!path) path = "-";
+    hx_import_stats st_local = {0};
+    hx_import_opts oo = *o;
+    if (!oo.stats) oo.stats = &st_local;
+    int64_t start = hx_jsonl_start(data, n, path, err, errlen);
+    if (start < 0) return ENG_ERR_FORMAT;
+    data += start;
+    n -= (size_t)start;
     hx_imp_standin si = {0};
     int rc = load_overrides(o, &si, err, errlen);
     if (rc) {
@@ -362,7 +469,7 @@ int hx_import_buffer(const hx_import_opts *o, const char *path, const char *data
     }
     const hx_importer *imp = hx_importer_at(o->format);
     if (imp) {
-        rc = imp->import(o, path, data, n, out, n_skipped, &si, err, errlen);
+        rc = imp->import(&oo, path, data, n, out, n_skipped, &si, err, errlen);
     } else {
         eng_errf(err, errlen, "import: unknown format %d", (int)o->format);
         rc = ENG_ERR_ARG;
@@ -388,6 +495,8 @@ int hx_import_buffer(const hx_import_opts *o, const char *path, const char *data
         }
     }
     hx_imp_standin_free(&si);
+    oo.stats->skipped_lines = *n_skipped;
+    if (rc == ENG_OK) rc = make_header(&oo, path, out, *n_skipped, oo.stats, &out->header);
     if (rc) hx_transcript_free(out);
     return rc;
 }

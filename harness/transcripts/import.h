@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/import.h: converting recorded agent logs into transcript v1
+ * harness/transcripts/import.h: converting recorded agent logs into transcripts
  * (`kvreplay import`). Formats (shared/FORMATS.md, rules in docs/transcripts.md):
  *
  *   anthropic    JSONL of Messages API request bodies, one model call per line.
@@ -19,13 +19,16 @@
  * otherwise the response is empty.
  *
  * Claude Code logs carry no system prompt or tools: the importer supplies
- * the built-in stand-in of hx_synth_agent_prefix(seed 0, 24000 bytes), whose
- * billing header checksum is the first 5 hex digits of XXH3-64(requestId),
- * unless system_file / tools_file are given.
+ * a stand-in per session (cc_standin.h), whose billing header checksum is
+ * the first 5 hex digits of XXH3-64(requestId), unless system_file /
+ * tools_file are given.
  *
  * Errors name "FILE:LINE: FIELD: what is wrong" (swe-agent: "FILE: FIELD: ...").
- * With skip_bad a bad line (or history entry, or Claude Code request whose
- * chain is broken) is skipped and counted instead.
+ * With skip_bad a bad line (or history entry) is skipped and counted
+ * instead, and a Claude Code request whose history lost a skipped line is
+ * dropped whole (counted in stats). A UTF-8 byte-order mark is skipped; a
+ * UTF-16 file or a pretty-printed JSON document gets a message saying so.
+ * The result carries a header (out->header): format, source and the counts.
  */
 #ifndef HX_IMPORT_H
 #define HX_IMPORT_H
@@ -33,6 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "transcript.h"
 
@@ -44,6 +48,28 @@ typedef enum hx_import_format {
     HX_IMPORT_CLAUDE_CODE = 2,
     HX_IMPORT_SWE_AGENT   = 3,
 } hx_import_format;
+
+/* What an import did besides converting: counts of what the input held
+ * that did not map one to one (filled by the importer when
+ * hx_import_opts.stats is set; zero otherwise). */
+typedef struct hx_import_stats {
+    int64_t skipped_lines;        /* bad lines skipped (--skip-bad) */
+    int64_t dropped_requests;     /* requests dropped whole: their history lost a skipped line */
+    int64_t relinked;             /* chain links re-made (late api_error lines) */
+    int64_t unknown_blocks;       /* content blocks of unknown types, kept as their JSON text */
+    char    unknown_types[160];   /* their types, comma-separated */
+    int64_t tool_references;      /* tool_reference blocks (deferred tools loaded by tool search) */
+    int64_t empty_thinking;       /* thinking blocks with empty text (signature only), dropped */
+    int64_t synthetic;            /* client-made assistant messages (model "<synthetic>"): not model calls */
+    int64_t api_error_messages;   /* of those, API error messages: left out of later prompts */
+    int64_t attachments;          /* attachment lines sent as text */
+    int64_t attachments_unsent;   /* attachment lines the client does not send (documented types) */
+    int64_t unknown_attachments;  /* attachment lines of unknown types, sent as their JSON text */
+    char    unknown_attachment_types[160];
+    int64_t big_integers;         /* integers beyond 2^63-1 in fields not read, read as reals */
+    int64_t sidechain_sessions;   /* subagent sessions */
+    FILE   *report;               /* where the importer says what it did per request (e.g. stderr), or NULL */
+} hx_import_stats;
 
 typedef struct hx_import_opts {
     hx_import_format format;
@@ -57,6 +83,7 @@ typedef struct hx_import_opts {
     const char *tools_file;   /* NULL, or a JSON array of tools (Anthropic or OpenAI shape)
                                  that replaces every request's tools */
     const void *format_opts;  /* the importer's own options struct, or NULL: its defaults */
+    hx_import_stats *stats;   /* out (may be NULL): what the import did */
 } hx_import_opts;
 
 /* An importer's --from name ("anthropic", "openai", "claude-code", "swe-agent", ...)
@@ -71,6 +98,12 @@ const char *hx_import_format_name(hx_import_format f);  /* "?" when out of range
  * ENG_ERR_NOMEM; *out is zeroed on failure. n_skipped may be NULL. */
 int hx_import_buffer(const hx_import_opts *opts, const char *path, const char *data, size_t n,
                      hx_transcript *out, int64_t *n_skipped, char *err, size_t errlen);
+/* The --normalize rules that change the requests of t: a comma list such as
+ * "anthropic-cch" (the per-request billing checksum of Claude Code) written
+ * into buf ("" when none), and *n_requests the number of requests a rule
+ * changes. Works on copies; t is not modified. ENG_OK or ENG_ERR_NOMEM. */
+int hx_import_volatile(const hx_transcript *t, char *buf, size_t len, int32_t *n_requests);
+
 /* Reads path and calls hx_import_buffer. ENG_ERR_IO when it cannot be read. */
 int hx_import_file(const hx_import_opts *opts, const char *path, hx_transcript *out, int64_t *n_skipped,
                    char *err, size_t errlen);

@@ -69,22 +69,27 @@ const char *hx_normalize_names(const hx_normalize *n, char *buf, size_t len) {
     return buf;
 }
 
+/* The next "cch=" that starts a field of the header line [line, line_end)
+ * at or after p (at the line start or after ' ', ';' or ':'), or NULL. */
+static const char *next_cch(const char *p, const char *line, const char *line_end) {
+    for (const char *s = p; s + 4 <= line_end; s++)
+        if (memcmp(s, "cch=", 4) == 0 && (s == line || s[-1] == ' ' || s[-1] == ';' || s[-1] == ':')) return s;
+    return NULL;
+}
+
+/* The end of the value that starts at v: the next ';', or the line end. */
+static const char *value_end(const char *v, const char *line_end) {
+    while (v < line_end && *v != ';') v++;
+    return v;
+}
+
 /* Rewrites the cch fields of the header line [line, line_end) into b.
  * Returns the number of values changed. */
 static int rewrite_line(eng_buf *b, const char *line, const char *line_end, int *rc) {
     int changed = 0;
-    const char *p = line;
-    while (p < line_end) {
-        const char *hit = NULL;
-        for (const char *s = p; s + 4 <= line_end; s++) {
-            if (memcmp(s, "cch=", 4) == 0 && (s == line || s[-1] == ' ' || s[-1] == ';' || s[-1] == ':')) {
-                hit = s;
-                break;
-            }
-        }
-        if (!hit) break;
-        const char *v = hit + 4, *ve = v;
-        while (ve < line_end && *ve != ';') ve++;
+    const char *p = line, *hit;
+    while (p < line_end && (hit = next_cch(p, line, line_end)) != NULL) {
+        const char *v = hit + 4, *ve = value_end(v, line_end);
         size_t vlen = (size_t)(ve - v), clen = sizeof HX_NORMALIZE_CCH_VALUE - 1;
         if (eng_buf_append(b, p, (size_t)(v - p)) || eng_buf_append(b, HX_NORMALIZE_CCH_VALUE, clen)) {
             *rc = ENG_ERR_NOMEM;
@@ -95,6 +100,45 @@ static int rewrite_line(eng_buf *b, const char *line, const char *line_end, int 
     }
     if (eng_buf_append(b, p, (size_t)(line_end - p))) *rc = ENG_ERR_NOMEM;
     return changed;
+}
+
+/* Appends the cch values of the header lines of text to out (at most cap). */
+static int cch_values(const char *text, int every_line, hx_part part, int32_t index, int32_t block,
+                      hx_norm_span *out, int n, int cap) {
+    size_t hl = sizeof k_header - 1;
+    const char *p = text;
+    while (p && *p) {
+        const char *nl = strchr(p, '\n');
+        const char *end = nl ? nl : p + strlen(p);
+        if (strncmp(p, k_header, hl) == 0) {
+            const char *q = p, *hit;
+            while ((hit = next_cch(q, p, end)) != NULL) {
+                const char *v = hit + 4, *ve = value_end(v, end);
+                if (n < cap) out[n] = (hx_norm_span){part, index, block, (size_t)(v - text), (size_t)(ve - v)};
+                n++;
+                q = ve;
+            }
+        }
+        if (!every_line) break;
+        p = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+int hx_normalize_spans(const hx_normalize *nz, const hx_request *r, hx_norm_span *out, int cap) {
+    int n = 0;
+    if (!nz || !(nz->rules & HX_NORMALIZE_ANTHROPIC_CCH) || !r) return 0;
+    for (int32_t i = 0; i < r->n_system; i++) n = cch_values(r->system[i].text, 0, HX_PART_SYSTEM, i, -1, out, n, cap);
+    if (r->n_messages > 0 && r->messages[0].role == HX_ROLE_USER) {
+        const hx_message *m = &r->messages[0];
+        for (int32_t b = 0; b < m->n_blocks; b++) {
+            if (m->blocks[b].type != HX_BLOCK_TEXT) continue;
+            n = cch_values(m->blocks[b].text, 0, HX_PART_MESSAGE, 0, b, out, n, cap);
+            break;
+        }
+    }
+    if (r->prompt) n = cch_values(r->prompt, 1, HX_PART_PROMPT, -1, -1, out, n, cap);
+    return n;
 }
 
 int hx_normalize_cch_text(char **text, int every_line) {

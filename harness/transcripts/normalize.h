@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "template.h"
 #include "transcript.h"
 
 #define HX_NORMALIZE_ANTHROPIC_CCH (1u << 0)
@@ -56,6 +57,21 @@ const char *hx_normalize_names(const hx_normalize *n, char *buf, size_t len);
  * changed text (>= 0; 0 when n is NULL or has no rule), or ENG_ERR_NOMEM
  * (r is then still valid, possibly partly normalized). */
 int hx_normalize_apply(const hx_normalize *n, hx_request *r);
+
+/* Where a rule's values lie in a request: text offset and length inside a
+ * system block (part HX_PART_SYSTEM, index i), a message block (part
+ * HX_PART_MESSAGE, index m, block b) or the raw prompt (HX_PART_PROMPT). */
+typedef struct hx_norm_span {
+    hx_part part;
+    int32_t index, block;
+    size_t  off, len;
+} hx_norm_span;
+
+/* The spans of r (normalized or not) that n's rules rewrite: for
+ * anthropic-cch, the value of every cch= field of a billing header line.
+ * Writes at most cap into out and returns how many there are (0 without a
+ * rule). Used to mark normalized text (kvreplay render). */
+int hx_normalize_spans(const hx_normalize *n, const hx_request *r, hx_norm_span *out, int cap);
 
 /* The anthropic-cch rule on one malloc'd text: when *text starts with
  * "x-anthropic-billing-header:" (or, with every_line, for each line that

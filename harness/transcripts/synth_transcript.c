@@ -32,7 +32,7 @@
 // ----------------------------------------------------------------------------
 // Random streams and a sticky-error text buffer
 
-enum { STREAM_PREFIX = 1, STREAM_REPO = 2, STREAM_SESSION = 3, STREAM_CCH = 4, STREAM_EXTEND = 5 };
+enum { STREAM_PREFIX = 1, STREAM_REPO = 2, STREAM_SESSION = 3, STREAM_CCH = 4, STREAM_EXTEND = 5, STREAM_TEXT = 6 };
 
 static gsl_rng *rng_new(uint64_t seed, uint32_t stream, uint64_t index) {
     uint64_t key[3] = {seed, stream, index};
@@ -727,6 +727,25 @@ static char *instruction_block(uint64_t seed, int64_t system_bytes, int64_t fixe
     int64_t target = system_bytes - fixed_bytes;
     instructions(r, &o, target);
     sb_puts(&o, "\n");
+    gsl_rng_free(r);
+    return sb_take(&o);
+}
+
+int hx_synth_agent_tools(hx_tool **tools, int32_t *n_tools) { return make_tools(tools, n_tools, NULL); }
+
+char *hx_synth_instruction_text(uint64_t seed, uint64_t index, int64_t bytes, bool intro) {
+    gsl_rng *r = rng_new(seed, STREAM_TEXT, index);
+    if (!r) return NULL;
+    sbuf o = {0};
+    if (intro) {
+        instructions(r, &o, bytes);
+    } else {
+        while (!o.rc && (int64_t)o.b.len < bytes) {
+            if (o.b.len) sb_puts(&o, coin(r, 0.3) ? "\n\n" : " ");
+            if (coin(r, 0.25)) sb_puts(&o, "- ");
+            sentence(r, &o);
+        }
+    }
     gsl_rng_free(r);
     return sb_take(&o);
 }

@@ -92,4 +92,15 @@ int  hx_synth_transcript(const hx_synth_params *p, hx_transcript *out, char *err
 int  hx_synth_agent_prefix(uint64_t seed, int64_t system_bytes, const char *cch, hx_block **system,
                            int32_t *n_system, hx_tool **tools, int32_t *n_tools);
 
+/* The agent scenario's tool definitions (Bash, Read, Edit, Write, Grep, Glob,
+ * TodoWrite, WebFetch, Task), own wording, realistic schemas: a malloc'd
+ * array the caller frees. Returns ENG_OK or ENG_ERR_NOMEM. */
+int  hx_synth_agent_tools(hx_tool **tools, int32_t *n_tools);
+
+/* Generated instruction prose of at least `bytes` bytes (a pure function of
+ * seed and index): with intro, an opening paragraph and `# Heading`
+ * sections with bullet lists and examples, as a system prompt; without,
+ * plain sentences and bullets, as a tool's usage notes. malloc'd; NULL on OOM. */
+char *hx_synth_instruction_text(uint64_t seed, uint64_t index, int64_t bytes, bool intro);
+
 #endif /* HX_SYNTH_TRANSCRIPT_H */

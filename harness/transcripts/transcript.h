@@ -1,12 +1,16 @@
 /*
- * harness/transcripts/transcript.h: kvreplay transcript format v1 (docs/transcripts.md).
+ * harness/transcripts/transcript.h: kvreplay transcript formats v1 and v2 (docs/transcripts.md).
  *
  * A transcript is JSONL, one request (one model call) per line, in replay
- * order. Every line is self-contained: the whole prompt of that call (system
- * blocks, tool definitions, messages) plus the recorded response, so a
- * request can be rendered without looking at earlier lines. A line either
- * has structured `messages` (rendered through a chat template), or a raw
- * `prompt` string, or pre-tokenized `tokens`.
+ * order. A v1 line is self-contained: the whole prompt of that call (system
+ * blocks, tool definitions, messages) plus the recorded response. A v2 file
+ * may start with a header line (import metadata), and a v2 line may be
+ * compact: it names the previous request of its session (`prev`) and holds
+ * only the messages it appends, so a session is stored once; reading
+ * expands every line into a whole request, so the rest of kvreplay sees the
+ * same structures from either version. A line either has structured
+ * `messages` (rendered through a chat template), or a raw `prompt` string,
+ * or pre-tokenized `tokens`.
  *
  * Invariant after hx_transcript_read: every string field is non-NULL where
  * documented below, block types are valid, tool_use inputs and tool schemas
@@ -56,6 +60,17 @@ typedef struct hx_tool {
     char *schema;       /* input schema as canonical JSON ("{}" when absent) */
 } hx_tool;
 
+/* What the recorded call's own log said about its prompt size (Anthropic
+ * message.usage), and what the imported prompt came to (import -m). */
+typedef struct hx_call_usage {
+    bool    present;         /* the log recorded usage for this call */
+    int64_t input;           /* input_tokens (>= 0) */
+    int64_t cache_read;      /* cache_read_input_tokens (>= 0) */
+    int64_t cache_creation;  /* cache_creation_input_tokens (>= 0) */
+    int64_t prompt_tokens;   /* the imported prompt's tokens (import -m), or -1: not counted */
+    char   *counted_with;    /* "VOCAB-FILE TEMPLATE" the tokens were counted with; NULL when not counted */
+} hx_call_usage;
+
 typedef struct hx_request {
     char      *session;      /* never NULL */
     int32_t    turn;         /* >= 0, increasing within a session */
@@ -71,26 +86,38 @@ typedef struct hx_request {
     int32_t   *tokens;       /* pre-tokenized prompt, or NULL */
     int32_t    n_tokens;
     char      *response_text; /* raw response text (with prompt/tokens), or NULL */
+    hx_call_usage   usage;        /* v2 `usage`; usage.present false when absent */
+    char      *notes;        /* v2 `notes`: canonical JSON array of strings (what the importer did), or NULL */
 } hx_request;
 
 typedef struct hx_transcript {
     char       *path;
     hx_request *reqs;
     int32_t     n;
+    char       *header;  /* v2 header line's object as canonical JSON (import metadata), or NULL */
 } hx_transcript;
 
-/* Reads a transcript v1 file. A bad line is ENG_ERR_FORMAT with err
- * "FILE:LINE: FIELD: what is wrong" unless skip_bad, in which case it is
- * skipped and counted in *n_skipped (may be NULL). Returns ENG_OK,
- * ENG_ERR_IO, ENG_ERR_FORMAT or ENG_ERR_NOMEM. *out is zeroed on failure. */
+/* Reads a transcript file (v1 or v2 lines; a UTF-8 byte-order mark is
+ * skipped). A bad line is ENG_ERR_FORMAT with err "FILE:LINE: FIELD: what
+ * is wrong" unless skip_bad, in which case it is skipped and counted in
+ * *n_skipped (may be NULL); a compact line whose previous request was
+ * skipped cannot be rebuilt and is skipped (and counted) too. Returns
+ * ENG_OK, ENG_ERR_IO, ENG_ERR_FORMAT or ENG_ERR_NOMEM. *out is zeroed on
+ * failure. */
 int  hx_transcript_read(const char *path, bool skip_bad, hx_transcript *out, int64_t *n_skipped,
                         char *err, size_t errlen);
-/* Parses one line (len bytes, no newline needed); same error contract, with
- * path and line used in the message. */
+/* Parses one self-contained line (v1, or v2 without `prev`; len bytes, no
+ * newline needed); same error contract, with path and line used in the
+ * message. */
 int  hx_request_parse(const char *json, size_t len, const char *path, int64_t line,
                       hx_request *out, char *err, size_t errlen);
-/* Writes t as transcript v1, atomically (temp file, fsync, rename). */
+/* Writes t as transcript v2 (compact lines, header when t->header), through
+ * hx_write_atomic (jsonl.h: temp file, fsync, rename; a non-regular target
+ * is refused with ENG_ERR_ARG). */
 int  hx_transcript_write(const char *path, const hx_transcript *t, char *err, size_t errlen);
+/* The same with the format version chosen: 2, or 1 (self-contained lines;
+ * usage, notes and the header are not kept). */
+int  hx_transcript_write_version(const char *path, const hx_transcript *t, int version, char *err, size_t errlen);
 void hx_transcript_free(hx_transcript *t);  /* accepts NULL and zeroed */
 void hx_request_free(hx_request *r);        /* accepts NULL */
 
@@ -121,10 +148,13 @@ hx_request_kind hx_request_kind_of(const hx_request *r);  /* r must not be NULL 
 int  hx_transcript_parse(const char *data, size_t n, const char *path, bool skip_bad,
                          hx_transcript *out, int64_t *n_skipped, char *err, size_t errlen);
 /* Serializes t exactly as hx_transcript_write writes it: one canonical line
- * per request, each ending in '\n'. *out is malloc'd (caller frees), *n its
- * length. Returns ENG_OK, ENG_ERR_FORMAT (a string is not valid UTF-8; err
- * names the request) or ENG_ERR_NOMEM. */
+ * per request, each ending in '\n' (v2: compact lines after an optional
+ * header line). *out is malloc'd (caller frees), *n its length. Returns
+ * ENG_OK, ENG_ERR_FORMAT (a string is not valid UTF-8; err names the
+ * request) or ENG_ERR_NOMEM. */
 int  hx_transcript_serialize(const hx_transcript *t, char **out, size_t *n, char *err, size_t errlen);
+int  hx_transcript_serialize_version(const hx_transcript *t, int version, char **out, size_t *n, char *err,
+                                     size_t errlen);
 
 /* Error message helper: "PATH:LINE: FIELD: <fmt>" ("PATH: FIELD: ..." when
  * line <= 0, no "FIELD: " when field is NULL or empty). err may be NULL. */
@@ -140,6 +170,20 @@ int  hx_block_from_json(const struct json_t *j, const char *path, int64_t line, 
 /* content: a string (one TEXT block) or an array of blocks. */
 int  hx_blocks_from_json(const struct json_t *content, const char *path, int64_t line,
                          const char *field, hx_block **out, int32_t *n, char *err, size_t errlen);
+
+/* How an importer reads the blocks of a log it does not control. */
+typedef struct hx_block_opts {
+    bool    lenient;           /* a block of an unknown type (also inside a tool_result) becomes a TEXT block
+                                  holding the block's canonical JSON, counted, instead of an error */
+    bool    drop_empty_thinking; /* a thinking block with empty text is dropped (counted) */
+    int64_t n_unknown;         /* out: blocks kept as JSON text */
+    int64_t n_empty_thinking;  /* out: empty thinking blocks dropped */
+    int64_t n_tool_reference;  /* out: tool_reference blocks read (inside tool_result content) */
+    char    unknown_types[160];/* out: the distinct unknown types, comma-separated (truncated) */
+} hx_block_opts;
+/* hx_blocks_from_json with opts (NULL: the strict v1 rules). */
+int  hx_blocks_from_json_opts(const struct json_t *content, const char *path, int64_t line, const char *field,
+                              hx_block_opts *opts, hx_block **out, int32_t *n, char *err, size_t errlen);
 /* A message object {"role","content"} (role tool: see docs). */
 int  hx_message_from_json(const struct json_t *j, const char *path, int64_t line, const char *field,
                           hx_message *out, char *err, size_t errlen);
@@ -175,6 +219,9 @@ bool hx_message_equal(const hx_message *a, const hx_message *b);
 int  hx_tool_copy(hx_tool *dst, const hx_tool *src);
 void hx_tool_free(hx_tool *t);
 int  hx_request_copy(hx_request *dst, const hx_request *src);
+void hx_call_usage_free(hx_call_usage *u);  /* accepts NULL; leaves it zeroed */
+int  hx_call_usage_copy(hx_call_usage *dst, const hx_call_usage *src);
+int64_t hx_call_usage_total(const hx_call_usage *u);  /* input + cache_read + cache_creation; -1 when absent */
 /* Deep equality of everything a request renders from plus session and turn
  * (the source line is ignored). */
 bool hx_request_equal(const hx_request *a, const hx_request *b);

@@ -36,8 +36,9 @@
 // ----------------------------------------------------------------------------
 // Shared fixtures
 
-#define N_ARCH 4
-static const char *const k_arch[N_ARCH] = {"llama", "swa", "recurrent", "hybrid"};
+/* One fixture per synthetic architecture (engine/synth.h's registry, so a new
+ * layer kind is fuzzed too), at most MAX_ARCH. */
+#define MAX_ARCH 8
 
 /* Vocabularies for the tokenizer targets, by kind; absent files are skipped. */
 static const char *const k_spm_files[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-phi-3.gguf", NULL};
@@ -49,8 +50,9 @@ static const char *const k_bpe_files[] = {"vocab/ggml-vocab-gpt-2.gguf", "vocab/
 static struct {
     bool           ready;
     char           dir[64];             /* scratch: models, the cache directory */
-    eng_model     *model[N_ARCH];       /* tiny preset of each architecture, blas fp32 1 thread */
-    eng_seq       *seq[N_ARCH];
+    eng_model     *model[MAX_ARCH];     /* tiny preset of each architecture, blas fp32 1 thread */
+    eng_seq       *seq[MAX_ARCH];
+    int            n_arch;
     eng_tokenizer *spm[4], *bpe[4];
     int            n_spm, n_bpe;
     const eng_tokenizer *byte_tok;      /* the built-in byte vocabulary (model[0]'s) */
@@ -102,7 +104,7 @@ static void remove_tree(const char *dir) {
 }
 
 static void fixtures_free(void) {
-    for (int a = 0; a < N_ARCH; a++) {
+    for (int a = 0; a < F.n_arch; a++) {
         eng_seq_free(F.seq[a]);
         eng_model_free(F.model[a]);
     }
@@ -117,16 +119,17 @@ void kvr_fuzz_init(void) {
     snprintf(F.dir, sizeof F.dir, "/tmp/kvr_fuzz_XXXXXX");
     if (!mkdtemp(F.dir)) fuzz_fail("cannot create a scratch directory under /tmp");
     char err[512];
-    for (int a = 0; a < N_ARCH; a++) {
-        eng_synth_params p = eng_synth_preset_arch(k_arch[a], "tiny");
+    for (int a = 0; eng_synth_arch_name(a) && a < MAX_ARCH; a++, F.n_arch++) {
+        const char *arch = eng_synth_arch_name(a);
+        eng_synth_params p = eng_synth_preset_arch(arch, "tiny");
         p.seed = 14;
         char path[160];
-        snprintf(path, sizeof path, "%s/%s.gguf", F.dir, k_arch[a]);
+        snprintf(path, sizeof path, "%s/%s.gguf", F.dir, arch);
         eng_numerics num = eng_numerics_default();
         if (eng_synth_write(&p, path, err, sizeof err) != ENG_OK ||
             eng_model_load(path, &num, &F.model[a], err, sizeof err) != ENG_OK ||
             !(F.seq[a] = eng_seq_new(F.model[a], CTX)))
-            fuzz_fail("fixture model %s: %s", k_arch[a], err);
+            fuzz_fail("fixture model %s: %s", arch, err);
     }
     F.byte_tok = eng_model_tokenizer(F.model[0]);
     for (int i = 0; k_spm_files[i] && F.n_spm < 4; i++)
@@ -463,12 +466,13 @@ static void run_checkpoint(const uint8_t *data, size_t size, int arg) {
 }
 
 // ----------------------------------------------------------------------------
-// state: byte 0 picks the model (bits 0..1) and asks for a reseal (bit 7)
+// state: byte 0 picks the model (bits 0..2, modulo the architectures) and
+// asks for a reseal (bit 7)
 
 static void run_state(const uint8_t *data, size_t size, int arg) {
     (void)arg;
     if (size < 1) return;
-    int a = data[0] & 3;
+    int a = (data[0] & 7) % F.n_arch;
     size_t n = size - 1;
     uint8_t *blob = malloc(n ? n : 1);
     if (!blob) fuzz_fail("out of memory");
@@ -532,7 +536,7 @@ const kvr_fuzz_target *kvr_fuzz_find(const char *name) {
     return NULL;
 }
 
-const eng_model *kvr_fuzz_fixture_model(int a) { return a >= 0 && a < N_ARCH ? F.model[a] : NULL; }
+const eng_model *kvr_fuzz_fixture_model(int a) { return a >= 0 && a < F.n_arch ? F.model[a] : NULL; }
 
 const int32_t *kvr_fuzz_fixture_tokens(int *n) {
     *n = CKPT_TOKENS;

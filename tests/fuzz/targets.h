@@ -31,8 +31,9 @@
  *   checkpoint     a cache directory holding the bytes as a checkpoint file:
  *                  open (header scan), lookup (verify, then the state blob
  *                  deserialized as the disk-anchor policy does)
- *   state          eng_seq_deserialize into a tiny model of each kind (byte 0
- *                  picks it), then serialize back and decode a token
+ *   state          eng_seq_deserialize into the tiny model of each synthetic
+ *                  architecture (engine/synth.h's registry; byte 0 picks it),
+ *                  then serialize back and decode a token
  * For checkpoint and state, byte 0 bit 7 asks the harness to reseal the
  * input (fingerprint and checksums fixed up), so mutations reach the checks
  * behind the checksums.
@@ -62,8 +63,9 @@ void kvr_fuzz_init(void);
 int kvr_fuzz_available(const kvr_fuzz_target *t, char *why, size_t cap);
 
 /* The fixtures, for the seed generator (tests/fuzz/seeds.c): the tiny model
- * of architecture a (0 llama, 1 swa, 2 recurrent, 3 hybrid), and the prompt
- * the checkpoint target looks up (*n tokens). After kvr_fuzz_init. */
+ * of synthetic architecture a (eng_synth_arch_name(a); NULL past the last),
+ * and the prompt the checkpoint target looks up (*n tokens). After
+ * kvr_fuzz_init. */
 const struct eng_model *kvr_fuzz_fixture_model(int a);
 const int32_t *kvr_fuzz_fixture_tokens(int *n);
 

@@ -57,8 +57,12 @@ const hx_importer *hx_importer_at(int f);
 void hx_imp_fieldf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Next non-blank line of data: [*s, *s + *len) without "\r\n"; false at the end. */
 bool hx_imp_next_line(const char *data, size_t n, size_t *pos, int64_t *lineno, const char **s, size_t *len);
-/* One line as a JSON object, or NULL with "FILE:LINE: ..." in err. */
-json_t *hx_imp_load_line(const char *s, size_t len, const char *path, int64_t line, char *err, size_t errlen);
+/* One line [s, s + len) of data (n bytes) as a JSON object, or NULL with
+ * "FILE:LINE: ..." in err (saying so when data is one pretty-printed JSON
+ * document). Integers beyond 2^63-1 are read as reals and counted in
+ * *n_big (may be NULL; see jsonl.h). */
+json_t *hx_imp_load_line(const char *data, size_t n, const char *s, size_t len, const char *path, int64_t line,
+                         size_t *n_big, char *err, size_t errlen);
 /* The file name of path without directories and without its last extension. */
 void hx_imp_base_name(const char *path, char *out, size_t n);
 void hx_imp_free_blocks(hx_block *b, int32_t n);
@@ -68,7 +72,8 @@ int  hx_imp_push_msg(hx_request *q, hx_message *m);
 /* Appends copies of src's blocks to dst. */
 int  hx_imp_append_blocks(hx_message *dst, const hx_message *src);
 void hx_imp_standin_free(hx_imp_standin *s);
-/* Copies s's system blocks and tools into q (with the billing header's cch from req_id when s->billing). */
+/* Copies s's system blocks and tools into q (with the billing header's cch
+ * from req_id when s->billing: hx_cc_billing_cch). */
 int  hx_imp_standin_apply(const hx_imp_standin *s, hx_request *q, const char *req_id);
 
 /* One request body (a JSON object of line `line`) -> *q. */

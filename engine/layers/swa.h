@@ -1,6 +1,6 @@
 /*
- * engine/swa.h: sliding-window attention (internal; never included by the
- * harness): the bounded ring of K/V cells of one SWA layer, the rules that
+ * engine/layers/swa.h: sliding-window attention (internal; never included by
+ * the harness): the bounded ring of K/V cells of one SWA layer, the rules that
  * say which positions it can still give back (truncation, checkpoints),
  * and the banded attention of one chunk.
  *
@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "layer.h"
 
 /* ENG_SWA_SLACK_DEFAULT (model.h): the default slack of the ring, the default chunk. */
 
@@ -130,5 +131,8 @@ int eng_swa_attend(const eng_kctx *ctx, eng_swa_mem *m, int32_t W, int32_t T, in
 /* Cost model: keys attended by the queries at positions [p0, p1) with
  * window W: sum over p of min(p + 1, W). */
 double eng_swa_keys(int32_t W, int64_t p0, int64_t p1);
+
+/* The sliding-window layer kind (swa.c). */
+extern const eng_layer_ops eng_kind_swa;
 
 #endif /* ENG_SWA_H */

@@ -1,5 +1,6 @@
-/* tests/helpers/kvr.c: see kvr.h. */
-#include "kvr.h"
+/* tests/helpers/proc.c: see proc.h. */
+#include "proc.h"
+#include "runcli.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,22 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-const char *kvr_bin(void) {
-    static char path[512];
-    if (!path[0]) {
-        const char *b = getenv("BUILD");
-        snprintf(path, sizeof path, "%s/kvreplay", b && *b ? b : "build");
-    }
-    return path;
-}
-
 static void exec_kvr(const char *const *args) {
     char *argv[64];
     int n = 0;
     argv[n++] = "kvreplay";
     for (; args[n - 1] && n < 63; n++) argv[n] = (char *)args[n - 1];
     argv[n] = NULL;
-    execv(kvr_bin(), argv);
+    const char *bin = kvr_bin();
+    if (bin) execv(bin, argv);
     _exit(127);
 }
 
@@ -38,7 +31,7 @@ static int exit_code(int st) {
     return 255;
 }
 
-int kvr_run(const kvr_opts *o, char *out, size_t out_cap, char *err, size_t err_cap, const char *const *args) {
+int proc_run(const proc_opts *o, char *out, size_t out_cap, char *err, size_t err_cap, const char *const *args) {
     int po[2], pe[2], pi[2];
     if (pipe(po) || pipe(pe) || pipe(pi)) return -1;
     fflush(NULL);
@@ -98,7 +91,7 @@ int kvr_run(const kvr_opts *o, char *out, size_t out_cap, char *err, size_t err_
     return exit_code(st);
 }
 
-pid_t kvr_spawn(const char *const *args) {
+pid_t proc_spawn(const char *const *args) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -109,13 +102,13 @@ pid_t kvr_spawn(const char *const *args) {
     return pid;
 }
 
-int kvr_wait(pid_t pid) {
+int proc_wait(pid_t pid) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     return exit_code(st);
 }
 
-int64_t kvr_q_int_or(const char *db, const char *sql, int64_t dflt) {
+int64_t db_int_or(const char *db, const char *sql, int64_t dflt) {
     if (access(db, F_OK) != 0) return dflt;
     sqlite3 *h = NULL;
     int64_t v = dflt;

@@ -1,6 +1,6 @@
 /*
- * engine/ssm.h: the Mamba-2 selective state-space mixer (internal; never
- * included by the harness): its hyperparameters, weights, per-sequence
+ * engine/layers/mamba2.h: the Mamba-2 selective state-space mixer (internal;
+ * never included by the harness): its hyperparameters, weights, per-sequence
  * state, scratch, and the forward pass of one chunk of T tokens.
  *
  * Semantics (llama.cpp's build_mamba2_layer, ggml_ssm_conv, ggml_ssm_scan):
@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "layer.h"
 
 /* SSD block length of the blas scan (tokens, counted from the chunk start). */
 #define ENG_SSM_BLOCK 64
@@ -149,5 +150,9 @@ int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ss
  * in_proj 2*D*DP, out_proj 2*I*D, conv 2*K*CD, scan 5*I*N (state update 3,
  * output 2 per state element). Independent of the kernel. */
 double eng_ssm_token_flops(const eng_ssm_hparams *hp);
+
+/* The Mamba-2 layer kind (mamba2.c), and the hyperparameters of its layer il. */
+extern const eng_layer_ops eng_kind_mamba2;
+const eng_ssm_hparams *eng_mamba2_hparams(const eng_model *m, int32_t il);
 
 #endif /* ENG_SSM_H */
