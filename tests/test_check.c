@@ -19,41 +19,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "proc.h"
-#include "status.h"
-#include "synth.h"
-#include "synth_transcript.h"
-#include "transcript.h"
 
 static char g_dir[64], g_model[160], g_tr[160];
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_check_XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (fx_dir(g_dir, "kvr_check")) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
-    eng_synth_params p = eng_synth_preset("tiny");
-    p.seed = 4;
-    char err[256];
-    if (eng_synth_write(&p, g_model, err, sizeof err) != ENG_OK) return -1;
     snprintf(g_tr, sizeof g_tr, "%s/t.jsonl", g_dir);
-    hx_synth_params sp;
-    hx_synth_params_init(&sp, HX_SYNTH_STATIC);
-    sp.seed = 5;
-    sp.turns = 3;
-    sp.base_bytes = 300;
-    hx_transcript t;
-    if (hx_synth_transcript(&sp, &t, err, sizeof err) != ENG_OK) return -1;
-    int rc = hx_transcript_write(g_tr, &t, err, sizeof err);
-    hx_transcript_free(&t);
-    return rc;
+    return fx_tiny_model(g_model, 4) || fx_transcript(g_tr, HX_SYNTH_STATIC, 5, 3, 300) ? -1 : 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return fx_rm(g_dir);
 }
 
 /* check with the fault flags given; returns the exit code, stdout in out, stderr in err. */

@@ -26,49 +26,26 @@
 #include <xxhash.h>
 
 #include "diskcache.h"
+#include "fixtures.h"
 #include "proc.h"
 #include "sqlq.h"
 #include "status.h"
-#include "synth.h"
-#include "synth_transcript.h"
-#include "transcript.h"
 
 static char g_dir[64], g_model[160], g_t1[160], g_t2[160];
 
-static int write_transcript(int turns, const char *path) {
-    hx_synth_params p;
-    hx_synth_params_init(&p, HX_SYNTH_EXTEND);
-    p.seed = 1;
-    p.turns = turns;
-    p.base_bytes = 1200;
-    p.step_bytes = 300;
-    hx_transcript t;
-    char err[256];
-    if (hx_synth_transcript(&p, &t, err, sizeof err) != ENG_OK) return -1;
-    int rc = hx_transcript_write(path, &t, err, sizeof err);
-    hx_transcript_free(&t);
-    return rc;
-}
-
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_da_XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (fx_dir(g_dir, "kvr_da")) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
-    eng_synth_params p = eng_synth_preset("tiny");
-    p.seed = 1;
-    char err[256];
-    if (eng_synth_write(&p, g_model, err, sizeof err) != ENG_OK) return -1;
     snprintf(g_t1, sizeof g_t1, "%s/one.jsonl", g_dir);
     snprintf(g_t2, sizeof g_t2, "%s/two.jsonl", g_dir);
-    return write_transcript(1, g_t1) || write_transcript(2, g_t2) ? -1 : 0;
+    return fx_tiny_model(g_model, 1) || fx_transcript(g_t1, HX_SYNTH_EXTEND, 1, 1, 1200) ||
+           fx_transcript(g_t2, HX_SYNTH_EXTEND, 1, 2, 1200) ? -1 : 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return fx_rm(g_dir);
 }
 
 /* kvreplay with args; stderr into err; fsize > 0 caps every file it writes. */

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "gguf.h"
 #include "proc.h"
 #include "status.h"
@@ -96,23 +97,10 @@ static const char *const k_kind_name[] = {"missing", "directory", "unreadable", 
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_exit_XXXXXX");
-    if (!mkdtemp(g_dir) || chmod(g_dir, 0777) != 0) return -1;  /* nobody writes outputs here too */
+    if (fx_dir(g_dir, "kvr_exit") || chmod(g_dir, 0777) != 0) return -1;  /* nobody writes outputs here too */
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
-    eng_synth_params p = eng_synth_preset("tiny");
-    p.seed = 1;
-    char err[256];
-    if (eng_synth_write(&p, g_model, err, sizeof err) != ENG_OK) return -1;
     snprintf(g_tr, sizeof g_tr, "%s/t.jsonl", g_dir);
-    hx_synth_params sp;
-    hx_synth_params_init(&sp, HX_SYNTH_STATIC);
-    sp.turns = 1;
-    sp.base_bytes = 200;
-    hx_transcript t;
-    if (hx_synth_transcript(&sp, &t, err, sizeof err) != ENG_OK) return -1;
-    int rc = hx_transcript_write(g_tr, &t, err, sizeof err);
-    hx_transcript_free(&t);
-    if (rc) return -1;
+    if (fx_tiny_model(g_model, 1) || fx_transcript(g_tr, HX_SYNTH_STATIC, 0, 1, 200)) return -1;
     snprintf(g_spec, sizeof g_spec, "%s/spec.json", g_dir);
     FILE *f = fopen(g_spec, "w");
     if (!f) return -1;
@@ -141,9 +129,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return fx_rm(g_dir);
 }
 
 // ----------------------------------------------------------------------------
@@ -412,15 +398,7 @@ static void limit_0_means_every_request_and_says_so(void **state) {
     assert_non_null(strstr(out, "(default 0: all of them)"));
     char two[200];
     snprintf(two, sizeof two, "%s/two.jsonl", g_dir);
-    hx_synth_params sp;
-    hx_synth_params_init(&sp, HX_SYNTH_STATIC);
-    sp.turns = 2;
-    sp.base_bytes = 200;
-    hx_transcript t;
-    char err[256];
-    assert_int_equal(hx_synth_transcript(&sp, &t, err, sizeof err), ENG_OK);
-    assert_int_equal(hx_transcript_write(two, &t, err, sizeof err), ENG_OK);
-    hx_transcript_free(&t);
+    assert_int_equal(fx_transcript(two, HX_SYNTH_STATIC, 0, 2, 200), 0);
     snprintf(db, sizeof db, "%s/limit.sqlite", g_dir);
     const char *a[] = {"replay", "-m", g_model, "-t", two, "--db", db, "--decode", "1", "--limit", "0", NULL};
     assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, a), 0);

@@ -23,43 +23,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "proc.h"
 #include "sqlq.h"
-#include "status.h"
-#include "synth.h"
-#include "synth_transcript.h"
-#include "transcript.h"
 
 static char g_dir[64], g_model[160], g_short[160], g_long[160], g_spec[160];
 
-/* A static context (~2K tokens in the byte vocabulary) and a short question
+/* Static contexts (~2K tokens in the byte vocabulary) and a short question
  * per request: prompts of constant length, so every request costs the same. */
-static int write_transcript(int turns, int base, const char *path) {
-    hx_synth_params p;
-    hx_synth_params_init(&p, HX_SYNTH_STATIC);
-    p.seed = 3;
-    p.turns = turns;
-    p.base_bytes = base;
-    hx_transcript t;
-    char err[256];
-    if (hx_synth_transcript(&p, &t, err, sizeof err) != ENG_OK) return -1;
-    int rc = hx_transcript_write(path, &t, err, sizeof err);
-    hx_transcript_free(&t);
-    return rc;
-}
-
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_resume_XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (fx_dir(g_dir, "kvr_resume")) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
-    eng_synth_params p = eng_synth_preset("tiny");
-    p.seed = 2;
-    char err[256];
-    if (eng_synth_write(&p, g_model, err, sizeof err) != ENG_OK) return -1;
     snprintf(g_short, sizeof g_short, "%s/short.jsonl", g_dir);
     snprintf(g_long, sizeof g_long, "%s/long.jsonl", g_dir);
-    if (write_transcript(3, 600, g_short) || write_transcript(8, 1000, g_long)) return -1;
+    if (fx_tiny_model(g_model, 2) || fx_transcript(g_short, HX_SYNTH_STATIC, 3, 3, 600) ||
+        fx_transcript(g_long, HX_SYNTH_STATIC, 3, 8, 1000))
+        return -1;
     snprintf(g_spec, sizeof g_spec, "%s/spec.json", g_dir);
     FILE *f = fopen(g_spec, "w");
     if (!f) return -1;
@@ -75,9 +55,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return fx_rm(g_dir);
 }
 
 /* Waits (at most 60 s) until sql on db returns at least n; returns the last value. */

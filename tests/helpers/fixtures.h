@@ -1,0 +1,23 @@
+/*
+ * tests/helpers/fixtures.h: the fixtures the CLI tests make for themselves
+ * (no shared data needed): a scratch directory, the tiny synthetic model
+ * with its built-in byte vocabulary, and seeded synthetic transcripts.
+ */
+#ifndef KVR_TESTS_FIXTURES_H
+#define KVR_TESTS_FIXTURES_H
+
+#include <stdint.h>
+
+#include "synth_transcript.h"
+
+/* mkdtemp("/tmp/PREFIX_XXXXXX") into dir (>= 64 bytes); 0 or -1. */
+int fx_dir(char *dir, const char *prefix);
+/* rm -rf dir; 0 or -1. */
+int fx_rm(const char *dir);
+/* The tiny llama preset (built-in 259-token byte vocabulary) with seed, at path; 0 or -1. */
+int fx_tiny_model(const char *path, uint64_t seed);
+/* A transcript of scenario sc (seed, turns requests per session, one session;
+ * base_bytes for extend/static) written to path; 0 or -1. */
+int fx_transcript(const char *path, hx_synth_scenario sc, uint64_t seed, int turns, int base_bytes);
+
+#endif
