@@ -129,7 +129,8 @@ typedef struct hx_diskcache_entry {
 } hx_diskcache_entry;
 
 /* Opens (creating it and its parents when missing, mode 0755) the cache
- * directory dir with a byte budget (> 0). Deletes stale temp files, reads
+ * directory dir with a byte budget (> 0). Deletes stale temp files (those
+ * no writer holds locked: a write in flight in another process is kept), reads
  * every *.kv header (not payloads) into the index, quarantines files whose
  * header is invalid, and evicts LRU entries while the total exceeds the
  * budget. Other files are left alone. On success *out owns the handle (free
