@@ -2,6 +2,7 @@
 #   make          build/kvreplay
 #   make test     build and run every tests/test_*.c (cmocka)
 #   make asan     the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz     libFuzzer targets (tests/fuzz/) with clang, ASan + UBSan, FUZZ_S seconds each (default 60)
 #   make bench    engine and checkpoint benchmarks (figures, not tests)
 #   make demo     install missing packages (as root), run the experiments, plots, REPORT.md
 #   make plots    render results/*.sqlite with gnuplot
@@ -12,6 +13,7 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
+OMP     ?= -fopenmp
 PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
 # The harness is every .c below harness/, in any sub-folder (no list to keep);
 # every harness folder is on the include path, so a header is included by its name.
@@ -19,7 +21,7 @@ ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
 HARNESS_DIRS := $(shell find harness -type d | LC_ALL=C sort)
 HARNESS_SRC := $(filter-out harness/cli/main.c,$(shell find harness -name '*.c' | LC_ALL=C sort))
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
-           -ffp-contract=off -fno-fast-math -fopenmp -g $(OPT) $(SAN) \
+           -ffp-contract=off -fno-fast-math $(OMP) -g $(OPT) $(SAN) \
            -Iengine -Iengine/layers $(addprefix -I,$(HARNESS_DIRS)) -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
 TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
@@ -32,7 +34,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 
-.PHONY: all test asan bench demo plots clean deps
+.PHONY: all test asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
 
@@ -49,7 +51,10 @@ $(BUILD)/kvreplay: $(BUILD)/obj/harness/cli/main.o $(BUILD)/libkvreplay.a
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(BUILD)/libkvreplay.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(TESTLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS) $(TESTLIBS)
+
+# The fuzz targets, replayed over their kept inputs by the normal test build.
+$(BUILD)/tests/test_fuzz_corpus: $(BUILD)/obj/tests/fuzz/targets.o
 
 # The test runner needs the CLI too (integration tests call build/kvreplay).
 test: $(BUILD)/kvreplay $(TEST_BIN)
@@ -57,6 +62,26 @@ test: $(BUILD)/kvreplay $(TEST_BIN)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+# Fuzzing (tests/fuzz/README.md): clang's libFuzzer with ASan + UBSan, one
+# binary for every target; new inputs go to build-fuzz/corpus/, crashes to
+# tests/fuzz/crashes/TARGET/ (commit them: `make test` replays them).
+FUZZ_S   ?= 60
+FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+fuzz:
+	@sh .ci/deps fuzz
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OMP=-fopenmp-simd OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" build-fuzz/kvr-fuzz
+	@sh tests/fuzz/run.sh build-fuzz/kvr-fuzz $(FUZZ_S) $(FUZZ_TARGETS)
+
+$(BUILD)/kvr-fuzz: $(BUILD)/obj/tests/fuzz/libfuzzer.o $(BUILD)/obj/tests/fuzz/targets.o $(BUILD)/libkvreplay.a
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+# Rewrites the seed corpora (deterministic; tests/fuzz/seeds.c says what each is).
+fuzz-seeds: $(BUILD)/fuzz-seeds
+	$(BUILD)/fuzz-seeds tests/fuzz/corpus
+
+$(BUILD)/fuzz-seeds: $(BUILD)/obj/tests/fuzz/seeds.o $(BUILD)/obj/tests/fuzz/targets.o $(BUILD)/libkvreplay.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 bench: $(BUILD)/kvreplay
 	@sh experiments/bench.sh $(BUILD)/kvreplay
@@ -72,6 +97,6 @@ plots:
 	@sh plots/render.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
--include $(shell find $(BUILD) build-asan -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) build-asan build-fuzz -name '*.d' 2>/dev/null)

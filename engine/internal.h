@@ -44,7 +44,7 @@ struct eng_model {
     eng_numerics    num;
     eng_kctx        kctx;          /* numerics as the kernels see them */
     uint8_t         sha256[32];    /* of the GGUF file */
-    uint64_t        fingerprint;   /* XXH3_64(sha256, kernel, precision) */
+    uint64_t        fingerprint;   /* XXH3_64(sha256, kernel, precision[, blas: threads, config]) */
     const eng_arch *arch;
     eng_layer      *layers;        /* [L] */
     eng_norm_type   norm;

@@ -7,8 +7,11 @@
  * (bf16 values when precision is bf16) and in the layout of the chosen
  * kernel (kernels.h); info is complete; fingerprint = XXH3_64 of the 32-byte
  * SHA-256 of the file, then the kernel and the precision as two
- * little-endian uint32 (40 bytes): the thread count is deliberately left
- * out. A model is immutable after load and may be shared by sequences.
+ * little-endian uint32 (40 bytes); for blas, whose results change with the
+ * thread count (measured: tests/test_engine.c), also the thread count
+ * (a third uint32) and OpenBLAS's config string (seed of the hash). ref's
+ * results do not depend on the thread count, so it is left out there. A
+ * model is immutable after load and may be shared by sequences.
  *
  * Architectures come from the layer kinds (engine/layers/registry.c): the
  * architecture's hparams function picks each layer's kind and flags, this
@@ -243,15 +246,19 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
     else if (memmem(s, len, "[INST]", 6)) snprintf(out, 16, "llama2");
 }
 
-static uint64_t fingerprint_of(const uint8_t sha[32], eng_kernel k, eng_precision p) {
-    uint8_t b[40];
+static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
+    uint8_t b[44];
     memcpy(b, sha, 32);
-    uint32_t kv = (uint32_t)k, pv = (uint32_t)p;
+    uint32_t kv = (uint32_t)num->kernel, pv = (uint32_t)num->precision, tv = (uint32_t)num->n_threads;
     for (int i = 0; i < 4; i++) {
         b[32 + i] = (uint8_t)(kv >> (8 * i));
         b[36 + i] = (uint8_t)(pv >> (8 * i));
+        b[40 + i] = (uint8_t)(tv >> (8 * i));
     }
-    return XXH3_64bits(b, sizeof b);
+    if (num->kernel != ENG_KERNEL_BLAS) return XXH3_64bits(b, 40);
+    /* blas: OpenBLAS's per-row results depend on how it splits the sgemm
+     * (thread count) and on its build and core kernel (config string) */
+    return XXH3_64bits_withSeed(b, sizeof b, XXH3_64bits(eng_blas_info(), strlen(eng_blas_info())));
 }
 
 /* "llama, kvreplay-swa, ..." : every registered architecture. */
@@ -378,7 +385,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     const void *bytes = eng_gguf_bytes(ld.g, &nbytes);
     eng_sha256(bytes, nbytes, m->sha256);
     eng_sha256_hex(m->sha256, in->sha256);
-    m->fingerprint = fingerprint_of(m->sha256, num->kernel, num->precision);
+    m->fingerprint = fingerprint_of(m->sha256, num);
     detect_chat_template(ld.g, in->chat_template);
 
     if ((rc = load_embd_and_head(&ld, m)) != ENG_OK) goto fail;

@@ -131,8 +131,10 @@ eng_layer_kind        eng_model_layer_kind(const eng_model *m, int32_t il);
 const char           *eng_model_layer_kind_name(const eng_model *m, int32_t il);
 /* The model's tokenizer, or NULL when the GGUF has no vocabulary. Owned by the model. */
 const eng_tokenizer  *eng_model_tokenizer(const eng_model *m);
-/* 64-bit fingerprint of the model file hash and the numerics (kernel,
- * precision; not the thread count): equal fingerprints mean interchangeable state. */
+/* 64-bit fingerprint of the model file hash and the numerics: kernel and
+ * precision, and for blas also the thread count and the OpenBLAS build
+ * (ref's results do not depend on the thread count): equal fingerprints
+ * mean interchangeable state. */
 uint64_t              eng_model_fingerprint(const eng_model *m);
 /* Deterministic cost model: FLOPs of prefilling n tokens after n_past cached
  * ones (matmuls + attention), independent of the machine. */

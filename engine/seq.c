@@ -15,10 +15,10 @@
  * Serialised blob (version 1, little-endian, no padding):
  *   0   "KVRS"                       magic
  *   4   u32 version (1)
- *   8   u64 model fingerprint       (model file SHA-256, kernel, precision)
+ *   8   u64 model fingerprint       (model file SHA-256 and numerics: eng_model_fingerprint)
  *   16  i32 n_tokens
  *   20  i32 n_layer
- *   24  n_layer x { u32 kind, u32 zero, u64 nbytes }   the layer table
+ *   24  n_layer x { u32 kind, u32 zero (checked), u64 nbytes }   the layer table
  *   ..  i32 tokens[n_tokens]
  *   ..  each layer's memory, nbytes each, as its kind serialises it (full
  *       attention: K rows [0, n_tokens) then V rows; sliding window: K rows
@@ -238,6 +238,7 @@ int eng_seq_deserialize(eng_seq *s, const void *buf, size_t n) {
     for (int64_t il = 0; il < L; il++) {
         const uint64_t b = get_u64(p + SEQ_HDR + il * SEQ_LAYER + 8);
         if (b > n || need + b > n) return ENG_ERR_FORMAT;
+        if (get_u32(p + SEQ_HDR + il * SEQ_LAYER + 4) != 0) return ENG_ERR_FORMAT;  /* one encoding per state */
         need += b;
     }
     if (need != n) return ENG_ERR_FORMAT;

@@ -717,7 +717,12 @@ static int read_id_key(const eng_gguf *g, const char *path, const char *key, int
         eng_errf(err, errlen, "%s: %s: expected an integer token id", path, key);
         return ENG_ERR_FORMAT;
     }
-    if (v >= 0 && v < n) *id = (int32_t)v;   /* out of range: keep the default, as llama.cpp */
+    if (v < 0 || v >= n) {  /* llama.cpp warns and keeps its default: a guess (0xFFFFFFFF often means "none") */
+        eng_errf(err, errlen, "%s: %s: %lld is not a token id of this vocabulary (0 to %d); llama.cpp would use "
+                 "%d instead, the writer may have meant none: refusing to guess", path, key, (long long)v, n - 1, *id);
+        return ENG_ERR_FORMAT;
+    }
+    *id = (int32_t)v;
     return ENG_OK;
 }
 

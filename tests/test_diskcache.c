@@ -15,11 +15,14 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -651,6 +654,137 @@ static void reopening_finds_the_existing_entries(void **state) {
     rm_rf(dir);
 }
 
+// ----------------------------------------------------------------------------
+// A sound file whose payload the caller cannot use (issue #14: a poisoned
+// checkpoint whose outer checksums hold but whose state blob does not)
+
+static const char *reject_long(void *ctx, const void *payload, size_t n, int32_t n_tokens) {
+    (void)payload; (void)n;
+    ++*(int *)ctx;
+    return n_tokens == LONG_N ? "state blob: checksum" : NULL;
+}
+
+static void a_payload_the_check_rejects_is_quarantined_and_the_lookup_falls_back(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f, 700);
+    hx_diskcache *dc = open_dc(f.dir, 1 << 20);
+    store_ok(dc, FP, f.t, SHORT_N, f.short_p, PAY);
+    store_ok(dc, FP, f.t, LONG_N, f.long_p, PAY);
+    int calls = 0;
+    hx_diskcache_hit hit;
+    char err[256] = "";
+    assert_int_equal(hx_diskcache_lookup_checked(dc, FP, f.t, 300, 300, reject_long, &calls, &hit, err, sizeof err),
+                     ENG_OK);
+    assert_int_equal(calls, 2);
+    assert_int_equal(hit.n_tokens, SHORT_N);
+    assert_memory_equal(hit.payload, f.short_p, PAY);
+    hx_diskcache_hit_free(&hit);
+    hx_diskcache_stats s = hx_diskcache_get_stats(dc);
+    assert_int_equal(s.quarantined, 1);
+    assert_int_equal(s.fallbacks, 1);
+    assert_non_null(hx_diskcache_last_quarantine(dc));
+    assert_non_null(strstr(hx_diskcache_last_quarantine(dc), "state blob: checksum"));
+    assert_int_not_equal(access(f.long_path, F_OK), 0);  /* moved to quarantine/ */
+    /* its key is free again: the next store of that prefix writes it */
+    assert_false(hx_diskcache_contains(dc, FP, f.t, LONG_N));
+    store_ok(dc, FP, f.t, LONG_N, f.long_p, PAY);
+    hit = lookup(dc, FP, f.t, 300, 300);
+    assert_int_equal(hit.n_tokens, LONG_N);
+    hx_diskcache_hit_free(&hit);
+    hx_diskcache_close(dc);
+    rm_rf(f.dir);
+}
+
+// ----------------------------------------------------------------------------
+// Several processes on one directory (issue #14): each process's temp files
+// are its own; open deletes only temp files no writer holds
+
+/* A write in flight, as a store holds it: a temp file created and locked
+ * (flock LOCK_EX) by its writer until the rename. */
+static int hold_tmp(const char *dir, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    assert_int_equal(write(fd, "partial", 7), 7);
+    return fd;
+}
+
+static void open_leaves_another_writers_temp_file_alone_and_removes_a_stale_one(void **state) {
+    (void)state;
+    char dir[64], busy[256], stale[256];
+    make_dir(dir);
+    char name[40];
+    int32_t t[64];
+    fill_tokens(t, 64, 3);
+    hx_diskcache_key(FP, t, 64, NULL, NULL, name);
+    int fd = hold_tmp(dir, "0123456789abcdef0123456789abcdef.kv.tmp.999999.0");
+    snprintf(busy, sizeof busy, "%s/0123456789abcdef0123456789abcdef.kv.tmp.999999.0", dir);
+    snprintf(stale, sizeof stale, "%s/%s.tmp.1.0", dir, name);
+    FILE *f = fopen(stale, "w");
+    assert_non_null(f);
+    fputs("left by a crashed writer", f);
+    fclose(f);
+    hx_diskcache *dc = open_dc(dir, 1 << 20);  /* another process opening the directory */
+    assert_int_equal(access(busy, F_OK), 0);   /* in flight: kept */
+    assert_int_not_equal(access(stale, F_OK), 0);
+    assert_int_equal(hx_diskcache_get_stats(dc).temps_removed, 1);
+    hx_diskcache_close(dc);
+    close(fd);                                 /* the writer died: its lock is gone */
+    dc = open_dc(dir, 1 << 20);
+    assert_int_not_equal(access(busy, F_OK), 0);
+    hx_diskcache_close(dc);
+    rm_rf(dir);
+}
+
+/* Child: stores n distinct checkpoints (tokens seeded by who), reopening its
+ * handle before each store as a fresh process would; exits with the number
+ * of stores that did not return STORED. */
+static int store_many(const char *dir, int who, int n) {
+    int lost = 0;
+    uint8_t payload[4096];
+    for (int i = 0; i < n; i++) {
+        hx_diskcache *dc = NULL;
+        char err[256];
+        if (hx_diskcache_open(dir, 1 << 30, &dc, err, sizeof err) != ENG_OK) return 100;
+        int32_t t[64];
+        fill_tokens(t, 64, (uint64_t)(who * 100000 + i + 1));
+        fill_bytes(payload, sizeof payload, (uint64_t)i);
+        if (hx_diskcache_store(dc, FP, t, 64, payload, sizeof payload, NULL, err, sizeof err) != HX_DISKCACHE_STORED)
+            lost++;
+        hx_diskcache_close(dc);
+    }
+    return lost > 99 ? 99 : lost;
+}
+
+static void two_processes_storing_into_one_directory_lose_nothing(void **state) {
+    (void)state;
+    char dir[64];
+    make_dir(dir);
+    enum { N = 120 };
+    pid_t pid[2];
+    for (int w = 0; w < 2; w++) {
+        fflush(NULL);
+        pid[w] = fork();
+        assert_true(pid[w] >= 0);
+        if (pid[w] == 0) _exit(store_many(dir, w, N));
+    }
+    for (int w = 0; w < 2; w++) {
+        int st;
+        assert_int_equal(waitpid(pid[w], &st, 0), pid[w]);
+        assert_true(WIFEXITED(st));
+        if (WEXITSTATUS(st) != 0) fail_msg("writer %d: %d of %d stores lost", w, WEXITSTATUS(st), N);
+    }
+    hx_diskcache *dc = open_dc(dir, 1 << 30);
+    assert_int_equal(hx_diskcache_get_stats(dc).entries, 2 * N);
+    assert_int_equal(hx_diskcache_get_stats(dc).temps_removed, 0);
+    hx_diskcache_close(dc);
+    assert_int_equal(count_files(dir), 2 * N);
+    rm_rf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(store_then_lookup_returns_the_same_payload),
@@ -671,6 +805,9 @@ int main(void) {
         cmocka_unit_test(lru_order_survives_a_reopen),
         cmocka_unit_test(reopening_with_a_smaller_budget_evicts_down_to_it),
         cmocka_unit_test(reopening_finds_the_existing_entries),
+        cmocka_unit_test(a_payload_the_check_rejects_is_quarantined_and_the_lookup_falls_back),
+        cmocka_unit_test(open_leaves_another_writers_temp_file_alone_and_removes_a_stale_one),
+        cmocka_unit_test(two_processes_storing_into_one_directory_lose_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

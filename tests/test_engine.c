@@ -31,6 +31,8 @@
 #include "tokenizer.h"
 #include "util.h"
 
+#include <xxhash.h>
+
 #define STORIES "../shared/data/models/stories260K.gguf"
 #define STORIES_SHA "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d"
 #define GOLDEN                                                                                              \
@@ -139,17 +141,88 @@ static void stories260k_loads_with_its_documented_shape(void **state) {
     eng_model_free(m);
 }
 
-static void fingerprint_depends_on_kernel_and_precision_but_not_threads(void **state) {
+/* Prefills a fixed 700-token prompt (10 full chunks and a partial one: the
+ * shapes where OpenBLAS's results depend on how it splits the sgemm by
+ * thread) and returns the XXH3-64 of the logits and of the serialized state
+ * after its header (whose fingerprint field is what is under test). */
+static uint64_t state_digest(eng_model *m) {
+    enum { N = 700 };
+    int32_t toks[N];
+    for (int32_t i = 0; i < N; i++) toks[i] = 3 + (i * 7919) % 250;
+    int32_t V = eng_model_get_info(m)->n_vocab;
+    eng_seq *s = eng_seq_new(m, N);
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    assert_non_null(s);
+    assert_non_null(lg);
+    eng_prefill_params pp = eng_prefill_params_default();
+    assert_int_equal(eng_prefill(s, toks, N, &pp, lg), ENG_OK);
+    size_t cap = eng_seq_serialized_size(s), n = 0;
+    uint8_t *b = malloc(cap);
+    assert_non_null(b);
+    assert_int_equal(eng_seq_serialize(s, b, cap, &n), ENG_OK);
+    assert_true(n > 16);
+    uint64_t h = XXH3_64bits_withSeed(lg, sizeof(float) * (size_t)V, XXH3_64bits(b + 16, n - 16));
+    free(b);
+    free(lg);
+    eng_seq_free(s);
+    return h;
+}
+
+/* model.h: equal fingerprints mean interchangeable state. Measured on the
+ * small preset: blas logits and KV change between 1 and 2 threads (OpenBLAS
+ * splits the sgemm), ref's do not (fixed reduction order whatever the
+ * split). So every (kernel, threads) pair with equal fingerprints must give
+ * identical bytes, blas must fingerprint its thread count, and ref must not
+ * (its state is shared across thread counts). */
+static void equal_fingerprints_mean_identical_state_across_kernels_and_thread_counts(void **state) {
+    (void)state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/small-fp.gguf", g_dir);
+    eng_synth_params p = eng_synth_preset("small");
+    p.seed = 1;
+    char err[256];
+    assert_int_equal(eng_synth_write(&p, path, err, sizeof err), ENG_OK);
+    enum { K = 6 };
+    const eng_kernel kern[K] = {ENG_KERNEL_BLAS, ENG_KERNEL_BLAS, ENG_KERNEL_BLAS, ENG_KERNEL_REF, ENG_KERNEL_REF,
+                                ENG_KERNEL_REF};
+    const int32_t threads[K] = {1, 2, 3, 1, 2, 3};
+    uint64_t fp[K], dg[K];
+    for (int i = 0; i < K; i++) {
+        eng_model *m = load(path, kern[i], ENG_PRECISION_FP32, threads[i]);
+        fp[i] = eng_model_fingerprint(m);
+        dg[i] = state_digest(m);
+        eng_model_free(m);
+    }
+    unlink(path);
+    bool blas_differs = false;
+    for (int i = 0; i < K; i++)
+        for (int j = 0; j < i; j++) {
+            if (fp[i] == fp[j] && dg[i] != dg[j])
+                fail_msg("%s/%d threads and %s/%d threads share fingerprint %016llx but not their state",
+                         eng_kernel_name(kern[j]), threads[j], eng_kernel_name(kern[i]), threads[i],
+                         (unsigned long long)fp[i]);
+            if (kern[i] == ENG_KERNEL_BLAS && kern[j] == ENG_KERNEL_BLAS && dg[i] != dg[j]) blas_differs = true;
+        }
+    /* the precondition: on this machine blas state does depend on the thread count */
+    if (!blas_differs) print_message("note: blas gave identical state at 1, 2 and 3 threads here\n");
+    assert_true(fp[0] != fp[1] && fp[1] != fp[2] && fp[0] != fp[2]);  /* blas: the thread count is in it */
+    assert_true(fp[3] == fp[4] && fp[4] == fp[5]);                    /* ref: it is not */
+    assert_true(dg[3] == dg[4] && dg[4] == dg[5]);
+}
+
+static void fingerprint_depends_on_kernel_and_precision(void **state) {
     (void)state;
     eng_model *a = load(g_tiny, ENG_KERNEL_BLAS, ENG_PRECISION_FP32, 1);
-    eng_model *b = load(g_tiny, ENG_KERNEL_BLAS, ENG_PRECISION_FP32, 2);
     eng_model *c = load(g_tiny, ENG_KERNEL_REF, ENG_PRECISION_FP32, 1);
     eng_model *d = load(g_tiny, ENG_KERNEL_BLAS, ENG_PRECISION_BF16, 1);
-    assert_true(eng_model_fingerprint(a) == eng_model_fingerprint(b));
+    eng_model *e = load(g_tiny, ENG_KERNEL_REF, ENG_PRECISION_BF16, 2);
+    eng_model *f = load(g_tiny, ENG_KERNEL_REF, ENG_PRECISION_BF16, 1);
     assert_true(eng_model_fingerprint(a) != eng_model_fingerprint(c));
     assert_true(eng_model_fingerprint(a) != eng_model_fingerprint(d));
     assert_true(eng_model_fingerprint(c) != eng_model_fingerprint(d));
-    eng_model_free(a); eng_model_free(b); eng_model_free(c); eng_model_free(d);
+    assert_true(eng_model_fingerprint(c) != eng_model_fingerprint(e));
+    assert_true(eng_model_fingerprint(e) == eng_model_fingerprint(f));
+    eng_model_free(a); eng_model_free(c); eng_model_free(d); eng_model_free(e); eng_model_free(f);
 }
 
 static void invalid_numerics_are_refused_before_touching_the_file(void **state) {
@@ -503,7 +576,8 @@ int main(void) {
         cmocka_unit_test(sha256_matches_the_fips_abc_vector),
         cmocka_unit_test(sha256_of_stories260k_matches_its_known_hash_in_any_piece_sizes),
         cmocka_unit_test(stories260k_loads_with_its_documented_shape),
-        cmocka_unit_test(fingerprint_depends_on_kernel_and_precision_but_not_threads),
+        cmocka_unit_test(fingerprint_depends_on_kernel_and_precision),
+        cmocka_unit_test(equal_fingerprints_mean_identical_state_across_kernels_and_thread_counts),
         cmocka_unit_test(invalid_numerics_are_refused_before_touching_the_file),
         cmocka_unit_test(a_missing_file_is_an_io_error_naming_it),
         cmocka_unit_test(a_missing_tensor_is_a_format_error_naming_the_tensor),

@@ -80,7 +80,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    return fx_remove_dir(g_dir);
+    return fx_rm(g_dir);
 }
 
 /* One replay into db (a new run); returns its run_id. */

@@ -796,6 +796,100 @@ static void sysinfo_parses_the_cpu_model_and_fills_every_field(void **state) {
     assert_true(si.n_cpus >= 1);
 }
 
+// ----------------------------------------------------------------------------
+// Issue #14: one writer per run; a reader on a read-only directory
+
+static void a_run_being_written_cannot_be_resumed_by_another_store(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    meta_fill(&m);
+    hx_store *a = open_ok(f->db), *b = open_ok(f->db);
+    int64_t run = -1, run_b = -1;
+    hx_done_set *done = NULL;
+    bool resumed = true;
+    assert_int_equal(hx_store_begin_or_resume(a, &m, true, &run, &done, &resumed, NULL, 0), ENG_OK);
+    hx_done_set_free(done);
+    for (int i = 0; i < 3; i++) put_numbered(a, run, i);
+    /* a still writes it: b may not take it over */
+    char err[512] = "";
+    assert_int_equal(hx_store_begin_or_resume(b, &m, true, &run_b, &done, &resumed, err, sizeof err),
+                     ENG_ERR_UNSUPPORTED);
+    assert_null(done);
+    assert_non_null(strstr(err, "run 1 is being written by another kvreplay process"));
+    hx_store_close(a);  /* the writer is gone (closed or killed): b resumes it */
+    assert_int_equal(hx_store_begin_or_resume(b, &m, true, &run_b, &done, &resumed, NULL, 0), ENG_OK);
+    assert_true(resumed);
+    assert_int_equal(run_b, run);
+    assert_int_equal(hx_done_set_count(done), 3);
+    hx_done_set_free(done);
+    hx_store_close(b);
+}
+
+static void a_failed_run_is_resumed_and_a_finished_one_is_found(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    meta_fill(&m);
+    hx_store *s = open_ok(f->db);
+    int64_t run = begin_ok(s, &m);
+    put_numbered(s, run, 0);
+    assert_int_equal(hx_store_finish_run(s, run, HX_RUN_FAILED, NULL, 0), ENG_OK);
+    hx_store_close(s);
+    s = open_ok(f->db);
+    char *key = hx_run_meta_config_key(&m);
+    int64_t found = -1;
+    assert_int_equal(hx_store_find_resumable(s, key, &found, NULL, 0), ENG_OK);
+    assert_int_equal(found, run);
+    assert_int_equal(hx_store_find_done(s, key, &found, NULL, 0), ENG_ERR_NOT_FOUND);
+    assert_int_equal(hx_store_finish_run(s, run, HX_RUN_DONE, NULL, 0), ENG_OK);
+    assert_int_equal(hx_store_find_done(s, key, &found, NULL, 0), ENG_OK);
+    assert_int_equal(found, run);
+    free(key);
+    hx_store_close(s);
+}
+
+/* In a child (as nobody when root, since root ignores directory modes):
+ * opens db read-only and counts its runs; exits 0 when it read 1. */
+static int read_as_nobody(const char *db) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+        hx_store *s = NULL;
+        char err[512] = "";
+        if (hx_store_open_readonly(db, &s, err, sizeof err) != ENG_OK) {
+            fprintf(stderr, "%s\n", err);
+            _exit(1);
+        }
+        int64_t run = -1;
+        int rc = hx_store_last_run(s, &run, err, sizeof err);
+        hx_store_close(s);
+        _exit(rc == ENG_OK && run == 1 ? 0 : 2);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 99;
+}
+
+static void a_reader_opens_a_database_in_a_read_only_directory(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    meta_fill(&m);
+    hx_store *s = open_ok(f->db);
+    int64_t run = begin_ok(s, &m);
+    put_numbered(s, run, 0);
+    hx_store_close(s);  /* a clean close: the WAL is checkpointed and removed */
+    char wal[200];
+    snprintf(wal, sizeof wal, "%s-wal", f->db);
+    assert_int_not_equal(access(wal, F_OK), 0);
+    assert_int_equal(chmod(f->db, 0644), 0);
+    assert_int_equal(chmod(f->dir, 0555), 0);  /* nobody can create out.sqlite-shm here */
+    int rc = read_as_nobody(f->db);
+    assert_int_equal(chmod(f->dir, 0755), 0);
+    if (rc == 3) skip();  /* cannot drop privileges here */
+    assert_int_equal(rc, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -824,6 +918,9 @@ int main(void) {
         T(resume_picks_the_latest_running_run_with_the_same_config),
         T(the_done_set_answers_membership),
         T(sysinfo_parses_the_cpu_model_and_fills_every_field),
+        T(a_run_being_written_cannot_be_resumed_by_another_store),
+        T(a_failed_run_is_resumed_and_a_finished_one_is_found),
+        T(a_reader_opens_a_database_in_a_read_only_directory),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

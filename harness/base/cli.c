@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include "model.h"
+#include "status.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void hx_die(int code, const char *fmt, ...) {
     va_list ap;
@@ -21,6 +23,10 @@ void hx_die(int code, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     exit(code);
+}
+
+int hx_exit_for_input(int status) {
+    return status == ENG_OK ? HX_EXIT_OK : status == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
 }
 
 const char *hx_opt(int argc, char **argv, int *i, const char *name) {

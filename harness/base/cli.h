@@ -1,8 +1,13 @@
 /*
  * harness/base/cli.h: the command-line conventions every `kvreplay` subcommand follows.
  *
- * Exit codes (DESIGN.md): 0 success, 1 divergence found (check), 2 bad input
- * or usage (message names the file, line and field), 3 internal or I/O error.
+ * Exit codes (DESIGN.md; the rule in full is docs/exit-codes.md): 0 success,
+ * 1 divergence found (check), 2 the command as given cannot work (usage, or
+ * a path the user named that is missing, a directory, unreadable, not what
+ * the command expects, or an output path that cannot be created; the
+ * message names the path, and the line and field for content), 3 the
+ * machine or kvreplay failed while working (out of memory, a write failing
+ * after the output was created, a thread that cannot start, a bug).
  *
  * Each subcommand is `int hx_cmd_NAME(int argc, char **argv)` with argv[0]
  * the subcommand's name; it returns an exit code (or calls hx_die). Options
@@ -20,6 +25,15 @@
 #define HX_EXIT_DIVERGED 1
 #define HX_EXIT_USAGE    2
 #define HX_EXIT_INTERNAL 3
+
+/* The most threads any command accepts (OpenBLAS allocates per-thread
+ * buffers: a thousand threads can block under a memory limit). */
+#define HX_THREADS_MAX 256
+
+/* The exit code for the status of loading an input the user named (a model,
+ * a vocabulary, a transcript, a spec): 0 for ENG_OK, 3 for ENG_ERR_NOMEM,
+ * 2 for anything else (missing, a directory, unreadable, malformed). */
+int hx_exit_for_input(int status);
 
 #ifndef KVR_GIT_REV
 #define KVR_GIT_REV "unknown"
@@ -116,10 +130,10 @@ void hx_parse_kernel(const char *flag, const char *value, void *field);
 void hx_parse_precision(const char *flag, const char *value, void *field);
 /* The engine settings of a command that loads a model, as rows of its option
  * table over a struct type with an eng_numerics field num and an int32_t
- * field chunk (OpenBLAS and kernel thread count up to 1024). */
+ * field chunk (thread count up to HX_THREADS_MAX). */
 #define HX_OPTS_ENGINE(type)                                                                                         \
     {"--threads", NULL, "T", "threads for sgemm, kernels and OpenBLAS (default 1)", HX_OPT_INT,                      \
-     offsetof(type, num.n_threads), 1, 1024, NULL},                                                                  \
+     offsetof(type, num.n_threads), 1, HX_THREADS_MAX, NULL},                                                        \
     {"--chunk", NULL, "C", "prefill chunk size (default 64)", HX_OPT_INT, offsetof(type, chunk), 1, 1 << 20, NULL},   \
     {"--kernel", NULL, "blas|ref", "(default blas)", HX_OPT_CUSTOM, offsetof(type, num.kernel), 0, 0,                \
      hx_parse_kernel},                                                                                               \

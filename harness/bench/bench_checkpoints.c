@@ -155,8 +155,7 @@ int hx_bench_checkpoints(int argc, char **argv) {
     eng_model *m = NULL;
     int rc = eng_model_load(model, &num, &m, err, sizeof err);
     if (rc != ENG_OK)
-        hx_die(rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s",
-               err[0] ? err : eng_status_str(rc));
+        hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
     const eng_model_info *in = eng_model_get_info(m);
     int32_t max_len = 0;
     for (int i = 0; i < n_len; i++) max_len = lengths[i] > max_len ? lengths[i] : max_len;

@@ -251,8 +251,10 @@ int hx_bench_disk_cache(int argc, char **argv) {
         goto out;
     }
     if (!mkdtemp(work)) {
-        fprintf(stderr, "kvreplay: bench --disk-cache: %s: cannot create: %s\n", work,
-                strerror(errno));
+        int e = errno;  /* a --dir that is missing, not a directory or not writable is the user's to fix */
+        fprintf(stderr, "kvreplay: bench --disk-cache: --dir %s: cannot create %s in it: %s\n", parent, work,
+                strerror(e));
+        if (e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS) code = HX_EXIT_USAGE;
         work[0] = '\0';
         goto out;
     }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -173,7 +174,9 @@ struct hx_diskcache {
     size_t  n, cap;
     int64_t last_stamp;
     int64_t qseq;        /* next quarantine suffix to try */
+    int64_t tseq;        /* next temp file suffix */
     hx_diskcache_stats st;
+    char    last_quarantine[160];  /* "NAME: reason" of the latest quarantine */
 };
 
 static int64_t next_stamp(hx_diskcache *dc) {
@@ -214,23 +217,35 @@ static void index_remove(hx_diskcache *dc, size_t i) {
     dc->e[i] = dc->e[--dc->n];
 }
 
-/* Moves DIR/name to DIR/quarantine/name.corrupt-<n> (deleting it when the
- * move fails) and counts it. The caller drops it from the index. */
-static void quarantine(hx_diskcache *dc, const char *name) {
+/* Moves DIR/name to DIR/quarantine/name.corrupt-<n> (never over another
+ * file there, which another process may have just put; deleting it when the
+ * move fails), counts it and remembers why. The caller drops it from the
+ * index. */
+static void quarantine(hx_diskcache *dc, const char *name, const char *why) {
+    dc->st.quarantined++;
+    snprintf(dc->last_quarantine, sizeof dc->last_quarantine, "%s: %s", name, why);
     if (mkdirat(dc->dirfd, HX_DISKCACHE_QUARANTINE, 0755) != 0 && errno != EEXIST) {
         unlinkat(dc->dirfd, name, 0);
-        dc->st.quarantined++;
         return;
     }
     char dst[128];
-    for (;; dc->qseq++) {
-        snprintf(dst, sizeof dst, "%s/%s.corrupt-%lld", HX_DISKCACHE_QUARANTINE, name,
-                 (long long)dc->qseq);
-        if (faccessat(dc->dirfd, dst, F_OK, 0) != 0 && errno == ENOENT) break;
+    for (int tries = 0; tries < 1000; tries++, dc->qseq++) {
+        snprintf(dst, sizeof dst, "%s/%s.corrupt-%lld", HX_DISKCACHE_QUARANTINE, name, (long long)dc->qseq);
+        if (renameat2(dc->dirfd, name, dc->dirfd, dst, RENAME_NOREPLACE) == 0) {
+            dc->qseq++;
+            return;
+        }
+        if (errno == EEXIST) continue;
+        if (errno == EINVAL || errno == ENOSYS) {  /* no RENAME_NOREPLACE here: check, then rename */
+            if (faccessat(dc->dirfd, dst, F_OK, 0) == 0) continue;
+            if (renameat(dc->dirfd, name, dc->dirfd, dst) == 0) {
+                dc->qseq++;
+                return;
+            }
+        }
+        break;
     }
-    dc->qseq++;
-    if (renameat(dc->dirfd, name, dc->dirfd, dst) != 0) unlinkat(dc->dirfd, name, 0);
-    dc->st.quarantined++;
+    unlinkat(dc->dirfd, name, 0);
 }
 
 /* Deletes the least recently used entry. Returns ENG_OK or ENG_ERR_IO. */
@@ -324,8 +339,9 @@ static int scan_file(hx_diskcache *dc, const char *name, char *err, size_t errle
     }
     hdr h;
     hdr_decode(raw, &h);
-    if (got < (ssize_t)sizeof raw || hdr_check(raw, &h, (uint64_t)sb.st_size, name)) {
-        quarantine(dc, name);
+    const char *bad = got < (ssize_t)sizeof raw ? "shorter than a header" : hdr_check(raw, &h, (uint64_t)sb.st_size, name);
+    if (bad) {
+        quarantine(dc, name, bad);
         goto out;
     }
     entry x = {.fp = h.fp, .file_bytes = (uint64_t)sb.st_size, .payload_bytes = h.payload_size,
@@ -341,6 +357,23 @@ static int scan_file(hx_diskcache *dc, const char *name, char *err, size_t errle
 out:
     close(fd);
     return rc;
+}
+
+/* Deletes the temp file nm when no writer holds it. A store keeps its temp
+ * file locked (flock LOCK_EX) from creation to rename, so a lock taken here
+ * means its writer is gone (crashed or killed); a lock refused means a write
+ * in flight, in this or another process, which is left alone. The inode
+ * locked must still be the one named nm (not renamed meanwhile). */
+static bool remove_stale_tmp(hx_diskcache *dc, const char *nm) {
+    int fd = openat(dc->dirfd, nm, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    bool removed = false;
+    struct stat a, b;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 &&
+        fstatat(dc->dirfd, nm, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        removed = unlinkat(dc->dirfd, nm, 0) == 0;
+    close(fd);  /* releases the lock */
+    return removed;
 }
 
 int hx_diskcache_open(const char *dir, int64_t budget_bytes, hx_diskcache **out,
@@ -379,7 +412,7 @@ int hx_diskcache_open(const char *dir, int64_t budget_bytes, hx_diskcache **out,
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
         if (strstr(nm, ".kv.tmp.")) {
-            if (unlinkat(dc->dirfd, nm, 0) == 0) dc->st.temps_removed++;
+            if (remove_stale_tmp(dc, nm)) dc->st.temps_removed++;
             continue;
         }
         if (!is_entry_name(nm)) continue;
@@ -412,16 +445,33 @@ void hx_diskcache_close(hx_diskcache *dc) {
 // ----------------------------------------------------------------------------
 // Store: temp file, fsync, rename, fsync of the directory
 
-/* Writes the first max_bytes of header + payload into DIR/tmp (created or
- * truncated), stamps its mtime and fsyncs it. Deletes tmp on failure. */
-static int write_tmp(hx_diskcache *dc, const char *tmp, const uint8_t *head, const void *payload,
-                     size_t payload_size, size_t max_bytes, int64_t stamp, char *err,
-                     size_t errlen) {
-    int fd = openat(dc->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        eng_errf(err, errlen, "%s/%s: cannot create: %s", dc->dir, tmp, strerror(errno));
-        return ENG_ERR_IO;
+/* Creates this handle's own temp file for x (DIR/<name>.tmp.<pid>.<n>,
+ * O_EXCL so it is nobody else's) and locks it (flock LOCK_EX) for the whole
+ * write: hx_diskcache_open in any process deletes only unlocked temp files.
+ * Returns the open fd (tmp gets its name), or -1 with err set. */
+static int create_tmp(hx_diskcache *dc, const entry *x, char *tmp, size_t len, char *err, size_t errlen) {
+    for (int tries = 0; tries < 100; tries++) {
+        snprintf(tmp, len, "%s.tmp.%ld.%lld", x->name, (long)getpid(), (long long)dc->tseq++);
+        int fd = openat(dc->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            if (errno == EEXIST) continue;
+            break;
+        }
+        /* an open elsewhere may have locked it between our create and this lock, and deleted it */
+        struct stat a, b;
+        if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 &&
+            fstatat(dc->dirfd, tmp, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd;
+        close(fd);
     }
+    eng_errf(err, errlen, "%s/%s: cannot create: %s", dc->dir, tmp, strerror(errno));
+    return -1;
+}
+
+/* Writes the first max_bytes of header + payload into the locked temp file
+ * fd, stamps its mtime and fsyncs it. On failure deletes it and closes fd. */
+static int write_tmp(hx_diskcache *dc, int fd, const char *tmp, const uint8_t *head, const void *payload,
+                     size_t payload_size, size_t max_bytes, int64_t stamp, char *err, size_t errlen) {
     size_t nh = max_bytes < HX_DISKCACHE_HEADER_SIZE ? max_bytes : HX_DISKCACHE_HEADER_SIZE;
     size_t left = max_bytes - nh;
     size_t np = left < payload_size ? left : payload_size;
@@ -430,13 +480,8 @@ static int write_tmp(hx_diskcache *dc, const char *tmp, const uint8_t *head, con
     if (eng_write_all(fd, head, nh) != 0 || (np && eng_write_all(fd, payload, np) != 0) ||
         futimens(fd, ts) != 0 || fsync(fd) != 0) {
         eng_errf(err, errlen, "%s/%s: write failed: %s", dc->dir, tmp, strerror(errno));
+        unlinkat(dc->dirfd, tmp, 0);
         close(fd);
-        unlinkat(dc->dirfd, tmp, 0);
-        return ENG_ERR_IO;
-    }
-    if (close(fd) != 0) {
-        eng_errf(err, errlen, "%s/%s: close failed: %s", dc->dir, tmp, strerror(errno));
-        unlinkat(dc->dirfd, tmp, 0);
         return ENG_ERR_IO;
     }
     return ENG_OK;
@@ -464,10 +509,6 @@ static int prepare(const hx_diskcache *dc, uint64_t fp, const int32_t *tokens, i
     memcpy(h.magic, HX_DISKCACHE_MAGIC, 8);
     hdr_encode(&h, head);
     return ENG_OK;
-}
-
-static void tmp_name(const entry *x, char *tmp, size_t len) {
-    snprintf(tmp, len, "%s.tmp.%ld", x->name, (long)getpid());
 }
 
 int hx_diskcache_store(hx_diskcache *dc, uint64_t fingerprint, const int32_t *tokens,
@@ -500,15 +541,18 @@ int hx_diskcache_store(hx_diskcache *dc, uint64_t fingerprint, const int32_t *to
     if (rc != ENG_OK) return rc;
 
     char tmp[96];
-    tmp_name(&x, tmp, sizeof tmp);
+    int fd = create_tmp(dc, &x, tmp, sizeof tmp, err, errlen);
+    if (fd < 0) return ENG_ERR_IO;
     x.stamp = next_stamp(dc);
-    rc = write_tmp(dc, tmp, head, payload, payload_size, SIZE_MAX, x.stamp, err, errlen);
+    rc = write_tmp(dc, fd, tmp, head, payload, payload_size, SIZE_MAX, x.stamp, err, errlen);
     if (rc != ENG_OK) return rc;
     if (renameat(dc->dirfd, tmp, dc->dirfd, x.name) != 0) {
         eng_errf(err, errlen, "%s/%s: rename failed: %s", dc->dir, x.name, strerror(errno));
         unlinkat(dc->dirfd, tmp, 0);
+        close(fd);
         return ENG_ERR_IO;
     }
+    close(fd);  /* the lock ends with the temp name */
     if (fsync(dc->dirfd) != 0) {
         eng_errf(err, errlen, "%s: directory fsync failed: %s", dc->dir, strerror(errno));
         unlinkat(dc->dirfd, x.name, 0);
@@ -536,10 +580,12 @@ int hx_diskcache_write_tmp_only(hx_diskcache *dc, uint64_t fingerprint, const in
                      errlen);
     if (rc != ENG_OK) return rc;
     char tmp[96];
-    tmp_name(&x, tmp, sizeof tmp);
+    int fd = create_tmp(dc, &x, tmp, sizeof tmp, err, errlen);
+    if (fd < 0) return ENG_ERR_IO;
     if (tmp_path && tmp_path_len) snprintf(tmp_path, tmp_path_len, "%s/%s", dc->dir, tmp);
-    return write_tmp(dc, tmp, head, payload, payload_size, max_bytes, next_stamp(dc), err,
-                     errlen);
+    rc = write_tmp(dc, fd, tmp, head, payload, payload_size, max_bytes, next_stamp(dc), err, errlen);
+    if (rc == ENG_OK) close(fd);  /* the crash: the writer is gone, its lock too */
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -547,11 +593,13 @@ int hx_diskcache_write_tmp_only(hx_diskcache *dc, uint64_t fingerprint, const in
 
 enum { LOAD_OK, LOAD_CORRUPT, LOAD_VANISHED };
 
-/* Reads and verifies x's file. On LOAD_OK *payload is malloc'd. Returns a
- * LOAD_* value, or a negative status for I/O failures and allocation. */
-static int load_verify(hx_diskcache *dc, const entry *x, void **payload, char *err,
+/* Reads and verifies x's file. On LOAD_OK *payload is malloc'd; on
+ * LOAD_CORRUPT *why names the failed check. Returns a LOAD_* value, or a
+ * negative status for I/O failures and allocation. */
+static int load_verify(hx_diskcache *dc, const entry *x, void **payload, const char **why, char *err,
                        size_t errlen) {
     *payload = NULL;
+    *why = NULL;
     int fd = openat(dc->dirfd, x->name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) return LOAD_VANISHED;
@@ -570,13 +618,16 @@ static int load_verify(hx_diskcache *dc, const entry *x, void **payload, char *e
     ssize_t got = pread_full(fd, raw, sizeof raw, 0);
     if (got < 0) goto io;
     dc->st.bytes_read += got;
+    *why = "shorter than a header";
     if (got < (ssize_t)sizeof raw) goto out;
     hdr h;
     hdr_decode(raw, &h);
-    if (hdr_check(raw, &h, (uint64_t)sb.st_size, x->name)) goto out;
+    if ((*why = hdr_check(raw, &h, (uint64_t)sb.st_size, x->name))) goto out;
+    *why = "header differs from the index";
     if (h.n_tokens != x->n_tokens || h.fp != x->fp || h.ph[0] != x->ph[0] ||
         h.ph[1] != x->ph[1] || h.payload_size != x->payload_bytes)
         goto out;
+    *why = "payload size";
     if (h.payload_size > SIZE_MAX - 1) goto out;
     buf = malloc(h.payload_size ? (size_t)h.payload_size : 1);
     if (!buf) {
@@ -588,8 +639,11 @@ static int load_verify(hx_diskcache *dc, const entry *x, void **payload, char *e
     got = pread_full(fd, buf, (size_t)h.payload_size, HX_DISKCACHE_HEADER_SIZE);
     if (got < 0) goto io;
     dc->st.bytes_read += got;
+    *why = "truncated payload";
     if ((uint64_t)got != h.payload_size) goto out;
+    *why = "payload checksum";
     if (XXH3_64bits(buf, (size_t)h.payload_size) != h.payload_sum) goto out;
+    *why = NULL;
     *payload = buf;
     buf = NULL;
     rc = LOAD_OK;
@@ -622,6 +676,13 @@ void hx_diskcache_hit_free(hx_diskcache_hit *hit) {
 int hx_diskcache_lookup(hx_diskcache *dc, uint64_t fingerprint, const int32_t *prompt,
                         int32_t n_prompt, int32_t max_tokens, hx_diskcache_hit *hit,
                         char *err, size_t errlen) {
+    return hx_diskcache_lookup_checked(dc, fingerprint, prompt, n_prompt, max_tokens, NULL, NULL, hit, err,
+                                       errlen);
+}
+
+int hx_diskcache_lookup_checked(hx_diskcache *dc, uint64_t fingerprint, const int32_t *prompt,
+                                int32_t n_prompt, int32_t max_tokens, hx_diskcache_check check,
+                                void *ctx, hx_diskcache_hit *hit, char *err, size_t errlen) {
     if (hit) memset(hit, 0, sizeof *hit);
     if (!dc || !hit || n_prompt < 0 || (!prompt && n_prompt > 0)) {
         eng_errf(err, errlen, "%s: n_prompt: need a handle, a hit and a prompt",
@@ -679,10 +740,16 @@ int hx_diskcache_lookup(hx_diskcache *dc, uint64_t fingerprint, const int32_t *p
         ssize_t i = find_key(dc, match[--nm]);
         if (i < 0) continue;
         void *payload = NULL;
-        int lr = load_verify(dc, &dc->e[i], &payload, err, errlen);
+        const char *why = NULL;
+        int lr = load_verify(dc, &dc->e[i], &payload, &why, err, errlen);
         if (lr < 0) {
             rc = lr;
             goto out;
+        }
+        if (lr == LOAD_OK && check && (why = check(ctx, payload, (size_t)dc->e[i].payload_bytes,
+                                                   dc->e[i].n_tokens))) {
+            free(payload);  /* sound file, unusable payload: the caller's check failed */
+            lr = LOAD_CORRUPT;
         }
         if (lr == LOAD_OK) {
             entry *x = &dc->e[i];
@@ -697,7 +764,7 @@ int hx_diskcache_lookup(hx_diskcache *dc, uint64_t fingerprint, const int32_t *p
             if (fell_back) dc->st.fallbacks++;
             goto out;
         }
-        if (lr == LOAD_CORRUPT) quarantine(dc, dc->e[i].name);
+        if (lr == LOAD_CORRUPT) quarantine(dc, dc->e[i].name, why ? why : "invalid");
         index_remove(dc, (size_t)i);
         fell_back = true;
     }
@@ -760,3 +827,7 @@ int hx_diskcache_list(const hx_diskcache *dc, hx_diskcache_entry **out, size_t *
 }
 
 const char *hx_diskcache_dir(const hx_diskcache *dc) { return dc ? dc->dir : NULL; }
+
+const char *hx_diskcache_last_quarantine(const hx_diskcache *dc) {
+    return dc && dc->last_quarantine[0] ? dc->last_quarantine : NULL;
+}

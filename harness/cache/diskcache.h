@@ -9,7 +9,8 @@
  * in the cache directory:
  *
  *   DIR/<32 hex digits of the key>.kv        a complete, checksummed file
- *   DIR/<name>.kv.tmp.<pid>                  a write in progress (never read)
+ *   DIR/<name>.kv.tmp.<pid>.<n>              a write in progress (never read),
+ *                                            locked by its writer until the rename
  *   DIR/quarantine/<name>.kv.corrupt-<n>     a file that failed verification
  *
  * Key = XXH3-128 of (prefix hash 16 bytes || fingerprint 8 || n_tokens 4),
@@ -23,7 +24,10 @@
  *   checksum fail: such a file is moved to quarantine/ and skipped;
  * - a write is atomic (temp file, fsync, rename, fsync of the directory), so
  *   a crash leaves either no file or a complete one; temp files are never
- *   looked up and are deleted by the next hx_diskcache_open;
+ *   looked up; each is created (O_EXCL) and flock'ed by its writer until
+ *   the rename, and hx_diskcache_open deletes only those no writer holds
+ *   (left by a crash), so processes sharing a directory never delete each
+ *   other's writes in flight;
  * - the bytes of indexed files (header + payload) never exceed the budget:
  *   the least recently used entries are evicted before a write, and a file
  *   larger than the whole budget is not stored.
@@ -34,9 +38,11 @@
  * also written as the file's mtime, so the LRU order survives a reopen:
  * open orders the entries by mtime (ties by name).
  *
- * Workload: a few to a few thousand files of KB to GB each; one process per
- * directory at a time (open deletes every temp file it finds); a handle is
- * not thread-safe.
+ * Workload: a few to a few thousand files of KB to GB each. Several
+ * processes may share a directory (docs/disk-cache.md: each one's index
+ * and budget cover the files it found at open and the ones it wrote; a
+ * file another process evicted is a miss, never an error). A handle is not
+ * thread-safe.
  *
  * Usage:
  *   hx_diskcache *dc;
@@ -123,7 +129,8 @@ typedef struct hx_diskcache_entry {
 } hx_diskcache_entry;
 
 /* Opens (creating it and its parents when missing, mode 0755) the cache
- * directory dir with a byte budget (> 0). Deletes stale temp files, reads
+ * directory dir with a byte budget (> 0). Deletes stale temp files (those
+ * no writer holds locked: a write in flight in another process is kept), reads
  * every *.kv header (not payloads) into the index, quarantines files whose
  * header is invalid, and evicts LRU entries while the total exceeds the
  * budget. Other files are left alone. On success *out owns the handle (free
@@ -163,6 +170,26 @@ int hx_diskcache_store(hx_diskcache *dc, uint64_t fingerprint, const int32_t *to
 int hx_diskcache_lookup(hx_diskcache *dc, uint64_t fingerprint, const int32_t *prompt,
                         int32_t n_prompt, int32_t max_tokens, hx_diskcache_hit *hit,
                         char *err, size_t errlen);
+
+/* A check of a payload that passed every checksum, run by
+ * hx_diskcache_lookup_checked before the payload is returned (the policy's
+ * eng_seq_deserialize, say). Returns NULL to accept it, or a short reason
+ * ("state blob: checksum") to reject it: the file is then quarantined like
+ * a corrupt one and the lookup falls back to the next shorter match. */
+typedef const char *(*hx_diskcache_check)(void *ctx, const void *payload, size_t payload_size,
+                                          int32_t n_tokens);
+
+/* hx_diskcache_lookup with a check of each candidate payload (check NULL:
+ * none). A rejected file counts in stats.quarantined, and a hit after it in
+ * stats.fallbacks; its key is no longer indexed, so the next store of that
+ * prefix writes it again. */
+int hx_diskcache_lookup_checked(hx_diskcache *dc, uint64_t fingerprint, const int32_t *prompt,
+                                int32_t n_prompt, int32_t max_tokens, hx_diskcache_check check,
+                                void *ctx, hx_diskcache_hit *hit, char *err, size_t errlen);
+
+/* "NAME: reason" of the latest file quarantined by this handle (at open or
+ * lookup), or NULL when none was. Owned by the handle. */
+const char *hx_diskcache_last_quarantine(const hx_diskcache *dc);
 
 /* Frees hit->payload and zeroes *hit. Accepts NULL. */
 void hx_diskcache_hit_free(hx_diskcache_hit *hit);

@@ -67,9 +67,6 @@ static const hx_option k_options[] = {
     {0},
 };
 
-static int exit_for(int rc) {
-    return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
-}
 
 // ----------------------------------------------------------------------------
 // The sgemm peak, sampled between prefill repetitions so that both see the
@@ -197,7 +194,7 @@ int hx_cmd_bench(int argc, char **argv) {
         nk.kernel = kernels[k];
         char err[512] = "";
         int rc = eng_model_load(model, &nk, &models[k], err, sizeof err);
-        if (rc != ENG_OK) hx_die(exit_for(rc), "%s", err[0] ? err : eng_status_str(rc));
+        if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
     }
     const eng_model_info *in = eng_model_get_info(models[0]);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_tok);

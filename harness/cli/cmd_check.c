@@ -68,6 +68,8 @@ int hx_cmd_check(int argc, char **argv) {
         unlink(side);
         snprintf(side, sizeof side, "%s-shm", tmpdb);
         unlink(side);
+        snprintf(side, sizeof side, "%s.lock", tmpdb);  /* the run lock file (store.h) */
+        unlink(side);
     }
     return code;
 }

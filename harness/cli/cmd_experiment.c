@@ -72,8 +72,8 @@ static const hx_option k_options[] = {
      256, NULL},
     {"--only", NULL, "VARIANT", "run only this variant (repeatable prefix match)", HX_OPT_STRINGS, OPT(only), 0, 0,
      NULL},
-    {"--resume", NULL, NULL, "complete interrupted runs instead of starting new ones", HX_OPT_FLAG, OPT(resume), 0, 0,
-     NULL},
+    {"--resume", NULL, NULL, "complete interrupted runs instead of starting new ones; a variant whose run\n"
+     "is complete is not run again", HX_OPT_FLAG, OPT(resume), 0, 0, NULL},
     {"--cold-cache-mib", NULL, "N", "budget of the shared cold-result cache (default 2048)", HX_OPT_INT64,
      OPT(cold_mib), 0, 1 << 20, NULL},
     {"--cache-root", NULL, "DIR", "where generated models and transcripts are cached (default results/cache)",
@@ -232,9 +232,16 @@ int hx_cmd_experiment(int argc, char **argv) {
     if (!db) hx_die(HX_EXIT_USAGE, "experiment: --db is required");
     if (strcmp(scale, "demo") && strcmp(scale, "full")) hx_die(HX_EXIT_USAGE, "--scale: expected demo or full, got '%s'", scale);
 
+    char err[1024] = "";
+    char *text = NULL;
+    size_t text_len = 0;
+    int rrc = eng_read_file(spec_path, &text, &text_len, err, sizeof err);  /* "PATH: cannot open: why" */
+    if (rrc != ENG_OK) hx_die(rrc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
     json_error_t je;
-    json_t *spec = json_load_file(spec_path, JSON_REJECT_DUPLICATES, &je);
+    json_t *spec = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!spec) hx_die(HX_EXIT_USAGE, "%s:%d: %s", spec_path, je.line, je.text);
+    if (!json_is_object(spec)) hx_die(HX_EXIT_USAGE, "%s: expected a JSON object (an experiment spec)", spec_path);
     json_t *name = json_object_get(spec, "name"), *runs = json_object_get(spec, "runs");
     if (!json_is_string(name)) hx_die(HX_EXIT_USAGE, "%s: name: expected a string", spec_path);
     if (!json_is_array(runs)) hx_die(HX_EXIT_USAGE, "%s: runs: expected an array", spec_path);
@@ -246,8 +253,7 @@ int hx_cmd_experiment(int argc, char **argv) {
     x.vars = vars ? json_object_get(vars, scale) : NULL;
 
     hx_coldcache *cold = hx_coldcache_new(cold_mib << 20);
-    char err[1024] = "";
-    int code = HX_EXIT_OK, n_runs = 0, n_skipped = 0;
+    int code = HX_EXIT_OK, n_runs = 0, n_complete = 0, n_skipped = 0;
     double t0 = eng_now_s();
     size_t ri;
     json_t *run;
@@ -350,15 +356,18 @@ int hx_cmd_experiment(int argc, char **argv) {
             free_args(rargv, rargc);
             if (rc != HX_EXIT_OK) { code = rc; goto out; }
             n_runs++;
+            n_complete += sum.already_done;
         }
         json_decref(values);
     }
 out:
     if (code == HX_EXIT_OK && !dry) {
         hx_coldcache_stats cs = hx_coldcache_get_stats(cold);
-        fprintf(stderr, "kvreplay: experiment %s (%s scale): %d runs in %.1fs -> %s%s; shared cold cache: %lld hits, "
+        char done_note[64] = "";
+        if (n_complete) snprintf(done_note, sizeof done_note, " (%d already complete, not re-run)", n_complete);
+        fprintf(stderr, "kvreplay: experiment %s (%s scale): %d runs%s in %.1fs -> %s%s; shared cold cache: %lld hits, "
                 "%lld misses, %.1fs of cold prefill+decode not recomputed\n",
-                json_string_value(name), scale, n_runs, eng_now_s() - t0, db,
+                json_string_value(name), scale, n_runs, done_note, eng_now_s() - t0, db,
                 n_skipped ? " (some variants skipped: input absent)" : "", (long long)cs.hits,
                 (long long)cs.misses, cs.saved_ms / 1e3);
     }

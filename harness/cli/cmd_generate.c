@@ -33,10 +33,6 @@ static void usage(FILE *f) {
             "  -h, --help            this help\n");
 }
 
-/* Exit code for an engine status: bad input 2, I/O or internal 3. */
-static int exit_for(int rc) {
-    return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
-}
 
 int hx_cmd_generate(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
@@ -54,7 +50,7 @@ int hx_cmd_generate(int argc, char **argv) {
         } else if ((v = hx_opt(argc, argv, &i, "--precision"))) {
             if (eng_precision_parse(v, &num.precision))
                 hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--threads"))) num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 1024);
+        } else if ((v = hx_opt(argc, argv, &i, "--threads"))) num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, HX_THREADS_MAX);
         else if ((v = hx_opt(argc, argv, &i, "--chunk"))) chunk = hx_parse_int("--chunk", v, 1, 1 << 20);
         else if (hx_flag(argv, i, "--no-bos")) no_bos = true;
         else if (hx_flag(argv, i, "--ids")) ids = true;
@@ -66,7 +62,7 @@ int hx_cmd_generate(int argc, char **argv) {
     char err[512] = "";
     eng_model *m = NULL;
     int rc = eng_model_load(model, &num, &m, err, sizeof err);
-    if (rc != ENG_OK) hx_die(exit_for(rc), "%s", err[0] ? err : eng_status_str(rc));
+    if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
     const eng_model_info *info = eng_model_get_info(m);
     const eng_tokenizer *tok = eng_model_tokenizer(m);
     if (!tok && ((prompt && prompt[0]) || !ids))

@@ -102,7 +102,7 @@ int hx_cmd_logits(int argc, char **argv) {
     char err[512] = "";
     eng_model *m = NULL;
     int rc = eng_model_load(o.model, &o.num, &m, err, sizeof err);
-    if (rc != ENG_OK) hx_die(rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
+    if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err);
     const int32_t V = eng_model_get_info(m)->n_vocab;
     int32_t n = 0, *toks;
     if (o.tokens) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "jsonl.h"
 #include "model.h"
 #include "status.h"
 #include "util.h"
@@ -49,6 +50,7 @@ int hx_cmd_model_convert(int argc, char **argv) {
     if (!out) hx_die(HX_EXIT_USAGE, "model convert: -o FILE is required (see kvreplay model convert --help)");
 
     char err[512] = "";
+    if (hx_output_check(out, err, sizeof err) != ENG_OK) hx_die(HX_EXIT_USAGE, "model convert: -o %s", err);
     void *buf = NULL;
     size_t n = 0;
     int rc = eng_convert_rwkvcpp_to_buffer(in, &buf, &n, err, sizeof err);

@@ -45,9 +45,6 @@ static void usage(FILE *f) {
             "  -h, --help            this help\n");
 }
 
-static int exit_for(int rc) {
-    return (rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM) ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
-}
 
 /* A float hyperparameter as JSON, at float precision (1e-05, not 9.99999975e-06). */
 static json_t *json_float(float f) {
@@ -113,7 +110,7 @@ int hx_cmd_model_info(int argc, char **argv) {
         } else if ((v = hx_opt(argc, argv, &i, "--precision"))) {
             if (eng_precision_parse(v, &num.precision))
                 hx_die(HX_EXIT_USAGE, "--precision: expected fp32 or bf16, got '%s'", v);
-        } else if ((v = hx_opt(argc, argv, &i, "--threads"))) num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, 1024);
+        } else if ((v = hx_opt(argc, argv, &i, "--threads"))) num.n_threads = (int32_t)hx_parse_int("--threads", v, 1, HX_THREADS_MAX);
         else if ((v = hx_opt(argc, argv, &i, "--seed"))) seed = hx_parse_int("--seed", v, 0, INT64_MAX);
         else if ((v = hx_opt(argc, argv, &i, "--prompts"))) n_prompts = hx_parse_int("--prompts", v, 0, 100000);
         else if ((v = hx_opt(argc, argv, &i, "--prompt-len"))) len = hx_parse_int("--prompt-len", v, 1, 1 << 20);
@@ -125,7 +122,7 @@ int hx_cmd_model_info(int argc, char **argv) {
     char err[512] = "";
     eng_model *m = NULL;
     int rc = eng_model_load(path, &num, &m, err, sizeof err);
-    if (rc != ENG_OK) hx_die(exit_for(rc), "%s", err[0] ? err : eng_status_str(rc));
+    if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
     const eng_model_info *in = eng_model_get_info(m);
     const eng_tokenizer *tok = eng_model_tokenizer(m);
     const double gap = median_top2_gap(m, (uint64_t)seed, (int32_t)n_prompts, (int32_t)len);

@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 #include "gguf.h"
+#include "jsonl.h"
 #include "status.h"
 #include "synth.h"
 
@@ -173,8 +174,16 @@ int hx_cmd_model_synth(int argc, char **argv) {
     if (!out) hx_die(HX_EXIT_USAGE, "model synth: -o FILE is required (see kvreplay model synth --help)");
     if (p.vocab_path && access(p.vocab_path, R_OK) != 0)
         hx_die(HX_EXIT_USAGE, "%s: --vocab: cannot read: %s", p.vocab_path, strerror(errno));
+    char oerr[1024];
+    if (hx_output_check(out, oerr, sizeof oerr) != ENG_OK) hx_die(HX_EXIT_USAGE, "model synth: -o %s", oerr);
 
     char err[512] = "";
+    if (p.vocab_path) {  /* the vocabulary is an input: whatever is wrong with it is exit 2 */
+        eng_gguf *vg = NULL;
+        int vrc = eng_gguf_open(p.vocab_path, &vg, err, sizeof err);
+        eng_gguf_close(vg);
+        if (vrc != ENG_OK) hx_die(hx_exit_for_input(vrc), "%s", err);
+    }
     int rc = eng_synth_write(&p, out, err, sizeof err);
     if (rc != ENG_OK)
         hx_die(rc == ENG_ERR_IO || rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "jsonl.h"
 #include "report.h"
 #include "status.h"
 #include "store.h"
@@ -76,6 +77,9 @@ int hx_cmd_report(int argc, char **argv) {
         usage(stderr);
         hx_die(HX_EXIT_USAGE, "%s: --db: missing (the results database to summarize)", cmd);
     }
+    char oerr[1024];
+    if (out_path && hx_output_check(out_path, oerr, sizeof oerr) != ENG_OK)
+        hx_die(HX_EXIT_USAGE, "%s: -o %s", cmd, oerr);
     if (experiment && run_id > 0 && !json)
         hx_die(HX_EXIT_USAGE, "%s: --run and --experiment: give one of them", cmd);
 

@@ -110,13 +110,15 @@ static const hx_option k_control[] = {
      NULL},
     {"--skip-bad", NULL, NULL, "skip and count bad transcript lines instead of failing", HX_OPT_FLAG, OPT(skip_bad), 0,
      0, NULL},
-    {"--limit", NULL, "N", "replay at most N requests", HX_OPT_INT, OPT(limit), 0, 1 << 30, NULL},
+    {"--limit", NULL, "N", "replay at most the first N requests (default 0: all of them)", HX_OPT_INT, OPT(limit),
+     0, 1 << 30, NULL},
     {"--seed", NULL, "S", "record the seed that produced synthetic inputs", HX_OPT_INT64, OPT(seed), 0, INT64_MAX,
      NULL},
     {"--inject-fault", NULL, "F", "test the checker: ulp-flip (one reused logit moves one ULP) or kv-row\n"
      "(the last restored KV row is recomputed from another token), on\n"
-     "request --fault-request K (default 1), logit --fault-index I (default 0)", HX_OPT_CUSTOM, OPT(fault), 0, 0,
-     parse_fault},
+     "request --fault-request K (default 1), logit --fault-index I (default 0);\n"
+     "exit 2 when the fault cannot be planted (no such request or logit, no\n"
+     "reuse to corrupt, a request already stored by --resume)", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
     {"--fault-request", NULL, "K", NULL, HX_OPT_INT, OPT(fault_request), 0, 1 << 30, NULL},
     {"--fault-index", NULL, "I", NULL, HX_OPT_INT, OPT(fault_index), 0, 1 << 30, NULL},
     {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
@@ -203,7 +205,6 @@ static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request
     row->miss_where = where;
 }
 
-/* Removes the checkpoint files (*.kv) and quarantined files of a disk cache directory. */
 static void progress(int32_t i, int32_t n, const hx_request *r, double t0) {
     if (!eng_stderr_is_tty()) return;
     fprintf(stderr, "\r[%d/%d] %s turn %d  %.1fs   ", i + 1, n, r->session, r->turn, eng_now_s() - t0);
@@ -277,6 +278,7 @@ typedef struct replay_ctx {
     hx_cold_result  scratch;     /* cold result when not cached */
     state_buf       sbuf;        /* serialized state, for state_hash */
     uint64_t        reuse_hash;  /* state_hash after the reused prefill */
+    bool            fault_planted; /* --inject-fault was applied (a self-test must test something) */
     hx_replay_summary *sum;
 } replay_ctx;
 
@@ -289,24 +291,32 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
     pp.on_chunk = x->pol->ops->on_chunk;
     pp.ud = x->pol->state;
     pp.all_logits = false;
+    memset(acq, 0, sizeof *acq);
+    memset(rel, 0, sizeof *rel);
     double t0 = eng_now_s();
     int rc = x->pol->ops->acquire(x->pol->state, p->tokens, p->n, p->stable_end, acq);
     double t1 = eng_now_s();
     if (rc != ENG_OK) return rc;
+    x->sum->n_quarantined += acq->n_quarantined;
+    x->sum->n_fallbacks += acq->n_fallbacks;
     eng_seq *s = acq->seq;
     ENG_ASSERT(eng_seq_n_tokens(s) == acq->n_reused);
-    bool fault_here = x->o->fault && idx == x->o->fault_request;
-    if (fault_here && !strcmp(x->o->fault, "kv-row") && acq->n_reused > 0) {
+    bool fault_here = compare && x->o->fault && idx == x->o->fault_request;
+    if (fault_here && !strcmp(x->o->fault, "kv-row")) {
+        if (acq->n_reused == 0) return ENG_ERR_RANGE;  /* nothing restored: nothing to corrupt (said by the caller) */
         int32_t k = acq->n_reused - 1;  /* rewrite the last restored row from another token */
         if ((rc = eng_seq_truncate(s, k)) == ENG_OK)
             rc = eng_decode(s, (p->tokens[k] + 1) % x->V, NULL);
         if (rc != ENG_OK) return rc;
+        x->fault_planted = true;
     }
     if ((rc = eng_prefill(s, p->tokens + acq->n_reused, p->n - acq->n_reused, &pp, x->reuse_logits)) != ENG_OK)
         return rc;
     double t2 = eng_now_s();
-    if (fault_here && !strcmp(x->o->fault, "ulp-flip") && x->o->fault_index < x->V)
+    if (fault_here && !strcmp(x->o->fault, "ulp-flip") && x->o->fault_index < x->V) {
         x->reuse_logits[x->o->fault_index] = hx_next_ulp(x->reuse_logits[x->o->fault_index]);
+        x->fault_planted = true;
+    }
     *ttft_ms = 1e3 * (t2 - t0);
     *restore_ms = 1e3 * (t1 - t0);
     double th = eng_now_s();  /* the hash is harness time, not engine time */
@@ -333,7 +343,9 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
     if (rc != ENG_OK) return rc;
     memset(rel, 0, sizeof *rel);
     rel->bytes_held = rel->entries_held = -1;  /* not reported unless the policy says */
-    return x->pol->ops->release(x->pol->state, s, p->n, rel);
+    rc = x->pol->ops->release(x->pol->state, s, p->n, rel);
+    x->sum->n_store_failed += rel->n_store_failed;
+    return rc;
 }
 
 static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const hx_prepared *p,
@@ -358,6 +370,14 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     hx_step_row *steps = calloc((size_t)R, sizeof(hx_step_row));
     if (!greedy || !steps) { free(greedy); free(steps); return ENG_ERR_NOMEM; }
     int rc = run_reused(x, p, true, idx, &acq, &rel, &ttft, &restore_ms, greedy);
+    if (rc == ENG_ERR_RANGE && o->fault && !strcmp(o->fault, "kv-row") && idx == o->fault_request && !x->fault_planted) {
+        eng_errf(err, errlen, "--inject-fault kv-row: request %d (session %s turn %d) reused nothing, so there is no "
+                 "restored KV row to corrupt: choose a --fault-request whose prompt reuses a prefix", idx, req->session,
+                 req->turn);
+        free(greedy);
+        free(steps);
+        return ENG_ERR_ARG;
+    }
     if (rc != ENG_OK) {
         eng_errf(err, errlen, "reused prefill (policy %s): %s", o->policy, eng_status_str(rc));
         free(greedy);
@@ -422,9 +442,10 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.note = acq.note;
     row.cache_bytes = rel.bytes_held;
     row.cache_entries = rel.entries_held;
-    char extra[128];
-    snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d}", p->n_normalized,
-             p->n_resp, acq.n_checkpoints);
+    char extra[256];
+    snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d,\"n_quarantined\":%d,"
+             "\"n_fallbacks\":%d,\"n_store_failed\":%d}", p->n_normalized, p->n_resp, acq.n_checkpoints,
+             acq.n_quarantined, acq.n_fallbacks, rel.n_store_failed);
     row.extra = extra;
     rc = hx_store_put_request(x->store, x->run_id, &row, steps, o->decode_n > 0 ? R : 0, err, errlen);
 
@@ -435,6 +456,24 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     if (fork >= 0) x->sum->n_forked++;
     free(greedy);
     free(steps);
+    return rc;
+}
+
+/* --resume of a configuration whose run is already complete (and none is
+ * interrupted): ENG_OK with sum->run_id and sum->already_done set, so the
+ * run is not replayed a second time; ENG_ERR_NOT_FOUND otherwise. */
+static int already_done(hx_store *st, const hx_run_meta *meta, hx_replay_summary *sum, char *err, size_t errlen) {
+    char *key = hx_run_meta_config_key(meta);
+    if (!key) return ENG_ERR_NOMEM;
+    int64_t id = -1;
+    int rc = hx_store_find_resumable(st, key, &id, err, errlen);
+    if (rc == ENG_OK) rc = ENG_ERR_NOT_FOUND;  /* an interrupted run: resume it */
+    else if (rc == ENG_ERR_NOT_FOUND) rc = hx_store_find_done(st, key, &id, err, errlen);
+    free(key);
+    if (rc == ENG_OK) {
+        sum->run_id = id;
+        sum->already_done = true;
+    }
     return rc;
 }
 
@@ -471,6 +510,24 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     if (n_skipped_bad && !o->quiet) fprintf(stderr, "kvreplay: skipped %lld bad lines\n", (long long)n_skipped_bad);
     int32_t n_req = t.n;
     if (o->limit > 0 && o->limit < n_req) n_req = o->limit;
+    if (n_req == 0) {  /* a run of nothing would "pass" every check */
+        snprintf(err, sizeof err, "%s: no requests to replay (%s)", o->transcript_path,
+                 n_skipped_bad ? "every line was bad and skipped" : "the transcript is empty");
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
+    if (o->fault && o->fault_request >= n_req) {
+        snprintf(err, sizeof err, "--fault-request %d: the replay has %d requests (0-based: 0 to %d), so the fault "
+                 "would never be planted", o->fault_request, n_req, n_req - 1);
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
+    if (o->fault && !strcmp(o->fault, "ulp-flip") && o->fault_index >= x.V) {
+        snprintf(err, sizeof err, "--fault-index %d: the vocabulary has %d logits (0 to %d), so the fault would never "
+                 "be planted", o->fault_index, x.V, x.V - 1);
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
 
     rc = hx_prepare_ctx_new(tok, o->template_name, eng_model_get_info(x.m)->chat_template, o->normalize, &pc,
                             err, sizeof err);
@@ -513,15 +570,23 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     }
 
     if ((rc = hx_store_open(o->db_path, &x.store, err, sizeof err)) != ENG_OK) {
-        code = rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
+        code = rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED || rc == ENG_ERR_ARG ? HX_EXIT_USAGE
+                                                                                       : HX_EXIT_INTERNAL;
         goto fail;
     }
     hx_run_meta meta;
     char extra[256];
     fill_meta(o, x.pol, x.m, hx_prepare_template_name(pc), hx_prepare_normalize_names(pc), quirks, n_ctx, n_req, &meta, extra, sizeof extra);
     bool resumed = false;
+    if (o->resume && (rc = already_done(x.store, &meta, sum, err, sizeof err)) != ENG_ERR_NOT_FOUND) {
+        if (rc != ENG_OK) { code = HX_EXIT_INTERNAL; goto fail; }
+        if (!o->quiet)
+            fprintf(stderr, "kvreplay: run %lld of this configuration is complete: nothing to resume -> %s\n",
+                    (long long)sum->run_id, o->db_path);
+        goto out;
+    }
     if ((rc = hx_store_begin_or_resume(x.store, &meta, o->resume, &x.run_id, &done, &resumed, err, sizeof err))) {
-        code = HX_EXIT_INTERNAL;
+        code = rc == ENG_ERR_UNSUPPORTED ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
         goto fail;
     }
     sum->run_id = x.run_id;
@@ -546,6 +611,12 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
             goto fail;
         }
     }
+    if (o->fault && !x.fault_planted) {  /* e.g. its request was already stored by an earlier run (--resume) */
+        snprintf(err, sizeof err, "--inject-fault %s: request %d was not replayed by this run (already stored?), so "
+                 "the fault was never planted", o->fault, o->fault_request);
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
     if ((rc = hx_store_finish_run(x.store, x.run_id, HX_RUN_DONE, err, sizeof err)) != ENG_OK) {
         code = HX_EXIT_INTERNAL;
         goto fail;
@@ -559,6 +630,17 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
                 sum->n_prompt ? 100.0 * (double)sum->n_reused / (double)sum->n_prompt : 0.0, sum->n_diverged,
                 sum->n_forked, sum->wall_s, sum->wall_s > 0 ? 100.0 * sum->engine_s / sum->wall_s : 0.0,
                 o->db_path);
+    if (sum->n_store_failed || sum->n_quarantined) {  /* said even when quiet: the cache did not work as asked */
+        fprintf(stderr, "kvreplay: warning: run %lld (%s):", (long long)x.run_id, o->policy);
+        if (sum->n_store_failed)
+            fprintf(stderr, " %lld checkpoint%s lost (not stored)%s", (long long)sum->n_store_failed,
+                    sum->n_store_failed == 1 ? "" : "s", sum->n_quarantined ? "," : "");
+        if (sum->n_quarantined)
+            fprintf(stderr, " %lld stored entr%s set aside as corrupt (%lld fallback%s to a shorter one)",
+                    (long long)sum->n_quarantined, sum->n_quarantined == 1 ? "y" : "ies", (long long)sum->n_fallbacks,
+                    sum->n_fallbacks == 1 ? "" : "s");
+        fprintf(stderr, "; per request in requests.extra\n");
+    }
     goto out;
 fail:
     fprintf(stderr, "kvreplay: %s\n", err[0] ? err : "replay failed");

@@ -52,7 +52,8 @@ typedef struct hx_replay_opts {
     int32_t       fault_request;   /* 0-based request index (default 1) */
     int32_t       fault_index;     /* logit index for ulp-flip (default 0) */
     /* run control */
-    bool          resume;
+    bool          resume;          /* complete the interrupted (or failed) run of this configuration; when
+                                      its run is complete, replay nothing (summary.already_done) */
     bool          skip_bad;
     int32_t       limit;           /* at most this many requests (0: all) */
     const char   *experiment;      /* set by `experiment` */
@@ -82,11 +83,17 @@ typedef struct hx_replay_summary {
     double  wall_s;           /* whole replay */
     double  engine_s;         /* time inside eng_prefill/eng_decode/restore */
     double  cold_saved_ms;    /* cold compute skipped thanks to the shared cold cache */
+    /* what the policy could not do (hx_acquire, hx_release), resumed requests included */
+    int64_t n_quarantined;    /* stored entries set aside as corrupt */
+    int64_t n_fallbacks;      /* hits on a shorter entry after a longer one failed */
+    int64_t n_store_failed;   /* checkpoints lost: the store failed (disk full, I/O, memory) */
+    bool    already_done;     /* --resume found this configuration's run complete: nothing replayed */
 } hx_replay_summary;
 
 /* Runs one replay into o->db_path. cold may be NULL (no sharing). Returns
  * an exit code: HX_EXIT_OK, HX_EXIT_USAGE (bad input; message on stderr
- * naming file, line and field) or HX_EXIT_INTERNAL. */
+ * naming file, line and field; an empty transcript; a fault that cannot be
+ * planted; a run another process is writing) or HX_EXIT_INTERNAL. */
 int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary *sum);
 
 #endif /* HX_REPLAY_H */

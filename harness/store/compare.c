@@ -14,18 +14,20 @@ static uint32_t float_bits(float x) {
     return u;
 }
 
-/* Maps float bits onto a monotonic unsigned line: -max .. -0 +0 .. +max. */
-static uint64_t ordered(float x) {
+/* Maps a float onto the ordered integer line of floats: its magnitude bits,
+ * negated for a negative sign, so -inf .. -tiny, 0 (both zeros), tiny .. +inf
+ * are consecutive integers (numpy's nulp_diff uses the same line). */
+static int64_t ordered(float x) {
     uint32_t u = float_bits(x);
-    return (u & 0x80000000u) ? (uint64_t)(0x7fffffffu - (u & 0x7fffffffu))
-                             : (uint64_t)u + 0x80000000u;
+    int64_t mag = (int64_t)(u & 0x7fffffffu);
+    return (u & 0x80000000u) ? -mag : mag;
 }
 
 uint64_t hx_ulp_distance(float a, float b) {
     if (float_bits(a) == float_bits(b)) return 0;
     if (isnan(a) || isnan(b)) return UINT64_MAX;
-    uint64_t oa = ordered(a), ob = ordered(b);
-    return oa > ob ? oa - ob : ob - oa;
+    int64_t oa = ordered(a), ob = ordered(b);
+    return (uint64_t)(oa > ob ? oa - ob : ob - oa);
 }
 
 float hx_next_ulp(float x) { return nextafterf(x, INFINITY); }

@@ -26,9 +26,15 @@ typedef struct hx_cmp {
 
 /* Compares n logits. a and b must not be NULL. */
 void     hx_compare_logits(const float *a, const float *b, int64_t n, hx_cmp *out);
-/* ULP distance between two floats: the number of representable floats
- * between them (0 when bit-identical; +0 and -0 are 1 apart; NaN is
- * UINT64_MAX unless both have identical bits). */
+/* ULP distance between two floats: their distance on the ordered integer
+ * line of floats (magnitude bits, negated for a negative sign), where -0 and
+ * +0 are the same point: the number of steps from a to b through every
+ * representable float. 0 for identical bits and for -0 vs +0 (memcmp still
+ * tells them apart); 1 between neighbours; 2 between the smallest
+ * subnormals of opposite signs; values of opposite signs are the sum of
+ * their distances to zero (so -3e-6 and 4e-6 are 1.82e9 apart: read
+ * max_abs_diff for logits near zero). NaN: UINT64_MAX unless both have
+ * identical bits. docs/sqlite.md. */
 uint64_t hx_ulp_distance(float a, float b);
 /* The float one ULP above x toward +inf (for planting faults in tests). */
 float    hx_next_ulp(float x);

@@ -16,6 +16,8 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -223,7 +226,7 @@ static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
 enum stmt_id {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
     ST_INSERT_RUN, ST_INSERT_REQUEST, ST_INSERT_STEP,
-    ST_FIND_RESUMABLE, ST_NOTE_RESUME, ST_FINISH_RUN, ST_LAST_RUN, ST_COUNT_REQUESTS,
+    ST_FIND_RESUMABLE, ST_FIND_DONE, ST_NOTE_RESUME, ST_FINISH_RUN, ST_LAST_RUN, ST_COUNT_REQUESTS,
     ST_LOAD_DONE, ST_REQUEST_DONE,
     ST_COUNT
 };
@@ -234,6 +237,7 @@ struct hx_store {
     bool          readonly;
     sqlite3_stmt *st[ST_COUNT];
     char         *insert_sql[3];  /* generated INSERT text for runs, requests, steps */
+    int           lockfd;         /* PATH.lock, for the runs this store writes (-1: not open) */
 };
 
 sqlite3    *hx_store_db(hx_store *s) { return s->db; }
@@ -274,7 +278,10 @@ static const char *stmt_sql(hx_store *s, enum stmt_id id) {
     case ST_INSERT_REQUEST: return s->insert_sql[1];
     case ST_INSERT_STEP:    return s->insert_sql[2];
     case ST_FIND_RESUMABLE:
-        return "SELECT run_id FROM runs WHERE config_key = ?1 AND status = 'running'"
+        return "SELECT run_id FROM runs WHERE config_key = ?1 AND status IN ('running', 'failed')"
+               " ORDER BY run_id DESC LIMIT 1";
+    case ST_FIND_DONE:
+        return "SELECT run_id FROM runs WHERE config_key = ?1 AND status = 'done'"
                " ORDER BY run_id DESC LIMIT 1";
     case ST_NOTE_RESUME:
         return "UPDATE runs SET resumes = resumes + 1, resumed_at = ?2, status = 'running',"
@@ -451,6 +458,43 @@ static int migrate(hx_store *s, char *err, size_t errlen) {
     return status;
 }
 
+/* "file:PATH?immutable=1" with PATH percent-encoded where a URI needs it. */
+static char *immutable_uri(const char *path) {
+    size_t n = strlen(path);
+    char *u = malloc(3 * n + 32);
+    if (!u) return NULL;
+    char *o = u + sprintf(u, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x21 || *p >= 0x7f) o += sprintf(o, "%%%02X", *p);
+        else *o++ = (char)*p;
+    }
+    sprintf(o, "?immutable=1");
+    return u;
+}
+
+/* A reader of a WAL database must create PATH-shm beside it; on a read-only
+ * directory or filesystem that fails (SQLITE_READONLY / SQLITE_CANTOPEN)
+ * although nothing needs writing. When PATH-wal is absent or empty (the
+ * last writer closed cleanly: every commit is in PATH), the file is opened
+ * again as immutable, which needs no -shm. Returns true when it did. */
+static bool reopen_immutable(hx_store *s, int rc) {
+    int base = rc & 0xff;
+    if (base != SQLITE_READONLY && base != SQLITE_CANTOPEN) return false;
+    char wal[PATH_MAX];
+    struct stat sb;
+    if (snprintf(wal, sizeof wal, "%s-wal", s->path) >= (int)sizeof wal) return false;
+    if (stat(wal, &sb) == 0 && sb.st_size > 0) return false;  /* commits only the WAL holds: not safe */
+    char *uri = immutable_uri(s->path);
+    if (!uri) return false;
+    sqlite3_close(s->db);
+    s->db = NULL;
+    rc = sqlite3_open_v2(uri, &s->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    free(uri);
+    if (rc != SQLITE_OK) return false;
+    sqlite3_extended_result_codes(s->db, 1);
+    return true;
+}
+
 static int open_common(const char *path, bool readonly, hx_store **out, char *err,
                        size_t errlen) {
     ENG_ASSERT(path != NULL && out != NULL);
@@ -463,6 +507,7 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
         return ENG_ERR_NOMEM;
     }
     s->readonly = readonly;
+    s->lockfd = -1;
     s->insert_sql[0] = make_insert("runs", runs_columns, N_OF(runs_columns));
     s->insert_sql[1] = make_insert("requests", requests_columns, N_OF(requests_columns));
     s->insert_sql[2] = make_insert("steps", steps_columns, N_OF(steps_columns));
@@ -472,23 +517,32 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
         goto out;
     }
 
-    if (readonly) {
-        struct stat sb;
-        if (stat(path, &sb) != 0) {
-            eng_errf(err, errlen, "%s: cannot open results database: %s", path, strerror(errno));
-            status = ENG_ERR_IO;
-            goto out;
-        }
-        if (!S_ISREG(sb.st_mode)) {
-            eng_errf(err, errlen, "%s: not a regular file", path);
-            status = ENG_ERR_FORMAT;
-            goto out;
-        }
+    /* A path that cannot be a database is the caller's input to fix (exit 2):
+     * a directory, a file it may not open; sqlite would only say "unable to
+     * open database file". */
+    struct stat sb;
+    bool exists = stat(path, &sb) == 0, memory = !strcmp(path, ":memory:") || !path[0];
+    if (readonly && !exists) {
+        eng_errf(err, errlen, "%s: cannot open results database: %s", path, strerror(errno));
+        status = ENG_ERR_IO;
+        goto out;
+    }
+    if (exists && !memory && !S_ISREG(sb.st_mode)) {
+        eng_errf(err, errlen, "%s: not a regular file", path);
+        status = ENG_ERR_FORMAT;
+        goto out;
+    }
+    if (exists && !memory && access(path, readonly ? R_OK : R_OK | W_OK) != 0) {
+        eng_errf(err, errlen, "%s: cannot open results database%s: %s", path, readonly ? "" : " for writing",
+                 strerror(errno));
+        status = ENG_ERR_ARG;
+        goto out;
     }
     int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     rc = sqlite3_open_v2(path, &s->db, flags, NULL);
     if (rc != SQLITE_OK) {
         status = fail_sql(s, rc, err, errlen, "cannot open results database");
+        if ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_PERM) status = ENG_ERR_ARG;  /* e.g. no such directory */
         goto out;
     }
     sqlite3_extended_result_codes(s->db, 1);
@@ -496,7 +550,10 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
 
     /* The first read tells a non-database file apart (SQLITE_NOTADB). */
     int64_t v = 0;
-    if ((status = pragma_int(s, "PRAGMA user_version", &v, err, errlen)) != ENG_OK) goto out;
+    status = pragma_int(s, "PRAGMA user_version", &v, err, errlen);
+    if (status != ENG_OK && readonly && reopen_immutable(s, sqlite3_extended_errcode(s->db)))
+        status = pragma_int(s, "PRAGMA user_version", &v, err, errlen);
+    if (status != ENG_OK) goto out;
     if ((status = check_version(s, v, err, errlen)) != ENG_OK) goto out;
 
     if (readonly) {
@@ -560,6 +617,7 @@ void hx_store_close(hx_store *s) {
     if (!s) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
     if (s->db) sqlite3_close(s->db);
+    if (s->lockfd >= 0) close(s->lockfd);  /* releases the runs this store claimed */
     for (int i = 0; i < 3; i++) free(s->insert_sql[i]);
     free(s->path);
     free(s);
@@ -681,6 +739,36 @@ static int require(const char *path, const char *field, bool ok, char *err, size
     return ENG_ERR_ARG;
 }
 
+// ----------------------------------------------------------------------------
+// Claiming a run: one writer per run at a time. An OFD lock (F_OFD_SETLK) on
+// byte run_id of PATH.lock, held by the store that began or resumed the run
+// until it is closed; the kernel drops it when the process dies, so a killed
+// run can be resumed at once. A separate file, not the database itself:
+// closing another descriptor of the database would drop SQLite's own POSIX
+// locks.
+
+static int claim_run(hx_store *s, int64_t run_id, char *err, size_t errlen) {
+    if (!strcmp(s->path, ":memory:") || !s->path[0]) return ENG_OK;  /* private to this connection */
+    if (s->lockfd < 0) {
+        char lp[PATH_MAX];
+        if (snprintf(lp, sizeof lp, "%s.lock", s->path) >= (int)sizeof lp ||
+            (s->lockfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+            eng_errf(err, errlen, "%s.lock: cannot open the run lock file: %s", s->path, strerror(errno));
+            return ENG_ERR_IO;
+        }
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)run_id, .l_len = 1};
+    if (fcntl(s->lockfd, F_OFD_SETLK, &fl) == 0) return ENG_OK;
+    if (errno == EAGAIN || errno == EACCES) {
+        eng_errf(err, errlen, "%s: run %lld is being written by another kvreplay process right now (a second "
+                 "--resume of the same run?): wait for it to finish, or use another --db", s->path,
+                 (long long)run_id);
+        return ENG_ERR_UNSUPPORTED;
+    }
+    eng_errf(err, errlen, "%s.lock: cannot lock run %lld: %s", s->path, (long long)run_id, strerror(errno));
+    return ENG_ERR_IO;
+}
+
 int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char *err,
                        size_t errlen) {
     ENG_ASSERT(s != NULL && m != NULL && run_id != NULL);
@@ -713,6 +801,12 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
 
     sqlite3_stmt *st = stmt(s, ST_INSERT_RUN, &status, err, errlen);
     if (!st) goto out;
+    /* insert and claim in one transaction: no resumer can see the run unclaimed */
+    int brc = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (brc != SQLITE_OK) {
+        status = fail_sql(s, brc, err, errlen, "runs: inserting a run: BEGIN IMMEDIATE");
+        goto out;
+    }
     bind_text(st, "started_at", r.started_at);
     bind_text(st, "version", r.version);
     bind_text(st, "git_rev", r.git_rev);
@@ -762,9 +856,14 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     bind_int_opt(st, "block_size", r.block_size);
     int rc = step_done(st);
     if (rc != SQLITE_OK) status = fail_sql(s, rc, err, errlen, "runs: inserting a run");
-    else *run_id = sqlite3_last_insert_rowid(s->db);
+    int64_t id = sqlite3_last_insert_rowid(s->db);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    if (status == ENG_OK) status = claim_run(s, id, err, errlen);
+    if (status == ENG_OK && (rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK)
+        status = fail_sql(s, rc, err, errlen, "runs: inserting a run: COMMIT");
+    if (status == ENG_OK) *run_id = id;
+    else if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 out:
     free(key);
     return status;
@@ -814,6 +913,26 @@ int hx_store_find_resumable(hx_store *s, const char *config_key, int64_t *run_id
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return status;
+}
+
+int hx_store_find_done(hx_store *s, const char *config_key, int64_t *run_id, char *err, size_t errlen) {
+    ENG_ASSERT(s != NULL && config_key != NULL && run_id != NULL);
+    bool found = false;
+    *run_id = -1;
+    int status = ENG_OK;
+    sqlite3_stmt *st = stmt(s, ST_FIND_DONE, &status, err, errlen);
+    if (!st) return status;
+    sqlite3_bind_text(st, 1, config_key, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *run_id = sqlite3_column_int64(st, 0);
+        found = true;
+        rc = SQLITE_DONE;
+    }
+    if (rc != SQLITE_DONE) status = fail_sql(s, rc, err, errlen, "runs: looking up a finished run");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return status != ENG_OK ? status : found ? ENG_OK : ENG_ERR_NOT_FOUND;
 }
 
 /* Runs an UPDATE of one run; ENG_ERR_NOT_FOUND when no row changed. */
@@ -984,7 +1103,8 @@ int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int
     int64_t id = -1;
     if (resume) status = hx_store_find_resumable(s, key, &id, err, errlen);
     if (status == ENG_OK) {
-        status = hx_store_note_resume(s, id, err, errlen);
+        status = claim_run(s, id, err, errlen);
+        if (status == ENG_OK) status = hx_store_note_resume(s, id, err, errlen);
         if (status == ENG_OK) status = hx_store_load_done(s, id, done, err, errlen);
         if (status == ENG_OK && resumed) *resumed = true;
     } else if (status == ENG_ERR_NOT_FOUND) {

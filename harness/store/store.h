@@ -17,7 +17,11 @@
  *   exactly those fully committed;
  * - (run_id, session, turn) is unique: a resumed run writes only the
  *   requests that are missing, and writing one twice is an error, never a
- *   second row.
+ *   second row;
+ * - one writer per run: the store that begins or resumes a run holds an
+ *   OFD lock on byte run_id of PATH.lock (created beside the database) until
+ *   it is closed (or its process dies), and another store cannot resume it
+ *   meanwhile.
  *
  * Workload: one writer per run appending a few rows per second at most, and
  * readers (report, plots) at any time; several processes may share a file
@@ -27,9 +31,12 @@
  * one-line message "DB: TABLE: what: sqlite's message" into err:
  *   ENG_ERR_IO          sqlite failed (disk, locks, corruption), or the file is missing
  *   ENG_ERR_FORMAT      the file is not a SQLite database, or not a kvreplay one
- *   ENG_ERR_UNSUPPORTED the schema version is newer than this build's
+ *   ENG_ERR_UNSUPPORTED the schema version is newer than this build's, or the run
+ *                       to resume is being written by another process
  *   ENG_ERR_ARG         the caller's values break the schema (duplicate request
- *                       or step, a NULL required field, an unknown run_id)
+ *                       or step, a NULL required field, an unknown run_id), or
+ *                       the path cannot be opened (no permission, its directory
+ *                       missing); a path that is not a regular file is ENG_ERR_FORMAT
  *   ENG_ERR_NOT_FOUND   no such run (find_resumable, finish_run)
  *   ENG_ERR_NOMEM       allocation failed
  * Text values are copied by sqlite (SQLITE_TRANSIENT): the caller's strings
@@ -78,7 +85,10 @@ int hx_store_open(const char *path, hx_store **out, char *err, size_t errlen);
 /* Opens an existing database for reading only (report, check, plots): never
  * creates or migrates. A missing file is ENG_ERR_IO ("PATH: no such file"),
  * a file that is not a kvreplay database ENG_ERR_FORMAT, a newer schema
- * ENG_ERR_UNSUPPORTED. The write functions below fail on such a store. */
+ * ENG_ERR_UNSUPPORTED. Works on a read-only directory or filesystem when the
+ * database has no pending WAL (its writer closed it): it is then opened as
+ * immutable, since sqlite cannot create the -shm file a WAL reader needs.
+ * The write functions below fail on such a store. */
 int hx_store_open_readonly(const char *path, hx_store **out, char *err, size_t errlen);
 
 /* Finalizes the cached statements and closes the connection. Accepts NULL. */
@@ -176,16 +186,21 @@ void hx_run_meta_init(hx_run_meta *m);
 char *hx_run_meta_config_key(const hx_run_meta *m);
 
 /* Inserts a `runs` row with status 'running' and finished_at NULL, applying
- * the defaults above; *run_id receives its id. ENG_ERR_ARG when a required
- * field is missing. */
+ * the defaults above, and claims it (this store is its writer until closed);
+ * *run_id receives its id. ENG_ERR_ARG when a required field is missing. */
 int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char *err,
                        size_t errlen);
 
 /* The most recent run (largest run_id) with this config_key and status
- * 'running'. ENG_OK with *run_id, ENG_ERR_NOT_FOUND when there is none
- * (*run_id = -1, err untouched), or another error. */
+ * 'running' (interrupted) or 'failed' (stopped by an error). ENG_OK with
+ * *run_id, ENG_ERR_NOT_FOUND when there is none (*run_id = -1, err
+ * untouched), or another error. */
 int hx_store_find_resumable(hx_store *s, const char *config_key, int64_t *run_id, char *err,
                             size_t errlen);
+
+/* The most recent run with this config_key and status 'done': ENG_OK with
+ * *run_id, ENG_ERR_NOT_FOUND (*run_id = -1), or another error. */
+int hx_store_find_done(hx_store *s, const char *config_key, int64_t *run_id, char *err, size_t errlen);
 
 /* Records that run_id was resumed: increments runs.resumes, sets
  * runs.resumed_at = now, status 'running' and finished_at NULL (argv keeps
@@ -223,9 +238,10 @@ int hx_store_request_done(hx_store *s, int64_t run_id, const char *session, int3
                           char *err, size_t errlen);
 
 /* The whole start of a run: with resume and a run whose config_key matches
- * (hx_store_find_resumable), reuses it (hx_store_note_resume) and loads its
- * done set; otherwise begins a new run with an empty done set. *resumed (may
- * be NULL) tells which. *done is owned by the caller. */
+ * (hx_store_find_resumable), claims it (ENG_ERR_UNSUPPORTED when another
+ * store holds it), reuses it (hx_store_note_resume) and loads its done set;
+ * otherwise begins a new run with an empty done set. *resumed (may be NULL)
+ * tells which. *done is owned by the caller. */
 int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int64_t *run_id,
                              hx_done_set **done, bool *resumed, char *err, size_t errlen);
 

@@ -189,7 +189,18 @@ int hx_output_check(const char *path, char *err, size_t errlen) {
         return ENG_ERR_ARG;
     }
     struct stat st;
-    if (lstat(path, &st) != 0) return ENG_OK; /* absent (or unreachable: the write reports it) */
+    if (lstat(path, &st) != 0) {  /* absent: its directory must exist (docs/exit-codes.md: exit 2, not 3) */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (!slash) return ENG_OK;  /* the current directory */
+        slash[slash == dir ? 1 : 0] = '\0';
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            eng_errf(err, errlen, "%s: cannot create it: %s is not a directory", path, dir);
+            return ENG_ERR_ARG;
+        }
+        return ENG_OK;
+    }
     const char *what = S_ISLNK(st.st_mode)    ? "a symbolic link"
                        : S_ISCHR(st.st_mode)  ? "a character device"
                        : S_ISBLK(st.st_mode)  ? "a block device"

@@ -10,10 +10,11 @@
  * nobody reads still loads, and a reader that needs the field can refuse it
  * (hx_json_find_big).
  *
- * Output: hx_output_check refuses an empty path and any existing path that
- * is not a regular file (a device such as /dev/full, a FIFO, a directory, a
- * socket, or a symbolic link: writing atomically would replace the link or
- * the device by a regular file); hx_write_atomic writes a temporary file
+ * Output: hx_output_check refuses an empty path, a path in a directory that
+ * does not exist, and any existing path that is not a regular file (a
+ * device such as /dev/full, a FIFO, a directory, a socket, or a symbolic
+ * link: writing atomically would replace the link or the device by a
+ * regular file); hx_write_atomic writes a temporary file
  * beside the target, fsyncs and renames it, and removes the temporary file
  * when SIGINT or SIGTERM arrives while it exists, then dies of the signal.
  *

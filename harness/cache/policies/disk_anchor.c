@@ -12,7 +12,9 @@
  *   2. otherwise disk: the longest checkpoint file whose token prefix
  *      matches the prompt (at most n - 1 tokens, so one token is prefilled);
  *      its payload is an eng_seq_serialize blob, restored with
- *      eng_seq_deserialize (a corrupt file is quarantined and is a miss);
+ *      eng_seq_deserialize; a file that fails (a corrupt file, or a sound
+ *      file whose state blob the engine refuses) is quarantined and the
+ *      next shorter checkpoint is tried;
  *   3. during the prefill of the rest, checkpoints are written at the
  *      positions hx_anchor_plan gives for (n, cached): continued waypoints
  *      every --waypoint-every tokens, and the anchor at the end of the stable
@@ -21,6 +23,8 @@
  *      report's fix); with --quirk anchor-cold-only only when nothing was
  *      cached (the reported bug).
  * Every checkpoint lies on the grid: the policy requires --align chunk.
+ * Quarantines, fallbacks and checkpoints that could not be stored (a full
+ * disk) are counted per request and said once on stderr (policy.h).
  */
 #include "policy.h"
 
@@ -125,6 +129,8 @@ typedef struct da_state {
     double           store_ms;
     double           anchor_ms;
     int32_t          anchor_pos;   /* anchor written this request, or 0 */
+    int32_t          n_store_failed;  /* this request */
+    bool             said_quarantine, said_store_failed;  /* once per run on stderr */
 } da_state;
 
 static void da_destroy(void *state) {
@@ -164,9 +170,24 @@ static int da_create(const hx_policy_config *cfg, void **state, char *err, size_
     if (o->fresh_cache && !cfg->resume) clear_cache_dir(o->cache_dir);
     int rc = hx_diskcache_open(o->cache_dir, o->cache_budget, &st->dc, err, errlen);
     if (rc != ENG_OK) return rc;
+    hx_diskcache_stats ds = hx_diskcache_get_stats(st->dc);
+    if (ds.quarantined > 0)
+        fprintf(stderr, "kvreplay: disk-anchor: %s: %lld invalid checkpoint file%s set aside in %s/ (the last: %s)\n",
+                o->cache_dir, (long long)ds.quarantined, ds.quarantined > 1 ? "s" : "", HX_DISKCACHE_QUARANTINE,
+                hx_diskcache_last_quarantine(st->dc));
     st->seq = eng_seq_new(cfg->model, cfg->n_ctx);
     if (!st->seq) return ENG_ERR_NOMEM;
     return ENG_OK;
+}
+
+/* The check of a checkpoint whose file passed every checksum: its state blob
+ * must deserialize into the live sequence with the checkpoint's length. */
+static const char *da_check(void *ctx, const void *payload, size_t size, int32_t n_tokens) {
+    da_state *st = ctx;
+    int rc = eng_seq_deserialize(st->seq, payload, size);
+    if (rc != ENG_OK) return rc == ENG_ERR_MISMATCH ? "state blob: another model or numerics" : "state blob: malformed";
+    if (eng_seq_n_tokens(st->seq) != n_tokens) return "state blob: length differs from the file's";
+    return NULL;
 }
 
 static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
@@ -180,6 +201,7 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     st->store_ms = 0;
     st->anchor_ms = 0;
     st->anchor_pos = 0;
+    st->n_store_failed = 0;
     char err[256];
 
     int32_t nl = eng_seq_n_tokens(st->seq);
@@ -195,12 +217,25 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
         snprintf(out->note, sizeof out->note, "live kv cache hit: %d tokens", cached);
     } else {                                                   /* 2. disk */
         hx_diskcache_hit hit = {0};
-        int rc = hx_diskcache_lookup(st->dc, eng_model_fingerprint(st->cfg.model), tokens, n, n - 1, &hit, err,
-                                     sizeof err);
+        hx_diskcache_stats before = hx_diskcache_get_stats(st->dc);
         eng_seq_reset(st->seq);
-        if (rc == ENG_OK && hit.n_tokens > 0 &&
-            eng_seq_deserialize(st->seq, hit.payload, hit.payload_size) == ENG_OK &&
-            eng_seq_n_tokens(st->seq) == hit.n_tokens) {
+        int rc = hx_diskcache_lookup_checked(st->dc, eng_model_fingerprint(st->cfg.model), tokens, n, n - 1,
+                                             da_check, st, &hit, err, sizeof err);
+        hx_diskcache_stats after = hx_diskcache_get_stats(st->dc);
+        out->n_quarantined = (int32_t)(after.quarantined - before.quarantined);
+        out->n_fallbacks = (int32_t)(after.fallbacks - before.fallbacks);
+        if (out->n_quarantined > 0 && !st->said_quarantine) {
+            st->said_quarantine = true;
+            fprintf(stderr, "kvreplay: disk-anchor: %s: set aside %s/%s (%s); every quarantine and fallback is "
+                    "counted in requests.extra\n", st->o.cache_dir, HX_DISKCACHE_QUARANTINE,
+                    hx_diskcache_last_quarantine(st->dc), out->n_fallbacks ? "fell back to a shorter checkpoint"
+                                                                           : "disk miss");
+        }
+        if (rc != ENG_OK && !st->said_quarantine) {
+            st->said_quarantine = true;
+            fprintf(stderr, "kvreplay: disk-anchor: lookup failed, counted as a miss: %s\n", err);
+        }
+        if (rc == ENG_OK && hit.n_tokens > 0 && eng_seq_n_tokens(st->seq) == hit.n_tokens) {  /* da_check restored it */
             cached = hit.n_tokens;
             out->bytes_restored = (int64_t)hit.payload_size;
             snprintf(out->note, sizeof out->note, "live kv cache miss live=%d prompt=%d common=%d; "
@@ -229,6 +264,15 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     return ENG_OK;
 }
 
+/* A checkpoint that could not be stored: counted, and the first one said. */
+static void store_failed(da_state *st, int32_t n_tokens, const char *why) {
+    st->n_store_failed++;
+    if (st->said_store_failed) return;
+    st->said_store_failed = true;
+    fprintf(stderr, "kvreplay: disk-anchor: checkpoint of %d tokens not stored: %s; every lost checkpoint is counted "
+            "in requests.extra and the run's summary\n", n_tokens, why);
+}
+
 static void da_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     da_state *st = state;
     while (st->next < st->n_plan && st->plan[st->next].pos < n_tokens) st->next++;
@@ -238,15 +282,24 @@ static void da_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     size_t need = eng_seq_serialized_size(s), got = 0;
     if (need > st->blob_cap) {
         void *b = realloc(st->blob, need);
-        if (!b) return;
+        if (!b) {
+            store_failed(st, n_tokens, "out of memory for the state blob");
+            return;
+        }
         st->blob = b;
         st->blob_cap = need;
     }
-    if (eng_seq_serialize(s, st->blob, st->blob_cap, &got) != ENG_OK) return;
+    int rc = eng_seq_serialize(s, st->blob, st->blob_cap, &got);
+    if (rc != ENG_OK) {
+        store_failed(st, n_tokens, eng_status_str(rc));
+        return;
+    }
     size_t written = 0;
-    int rc = hx_diskcache_store(st->dc, eng_model_fingerprint(st->cfg.model), eng_seq_tokens(s), n_tokens, st->blob,
-                                got, &written, NULL, 0);
+    char err[512] = "";
+    rc = hx_diskcache_store(st->dc, eng_model_fingerprint(st->cfg.model), eng_seq_tokens(s), n_tokens, st->blob,
+                            got, &written, err, sizeof err);
     double ms = 1e3 * (eng_now_s() - t0);
+    if (rc < 0) store_failed(st, n_tokens, err[0] ? err : eng_status_str(rc));
     if (rc == HX_DISKCACHE_STORED) {
         st->n_stored++;
         st->bytes_stored += (int64_t)written;
@@ -270,6 +323,7 @@ static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     hx_diskcache_stats ds = hx_diskcache_get_stats(st->dc);
     out->bytes_held = ds.bytes_on_disk + (int64_t)eng_seq_serialized_size(s);
     out->entries_held = ds.entries + 1;
+    out->n_store_failed = st->n_store_failed;
     st->tokens = NULL;
     return ENG_OK;
 }

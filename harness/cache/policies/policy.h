@@ -22,6 +22,12 @@
  * hx_policy_ops (with its options and quirks) and one line in the registry
  * of policy.c (docs/where-does-my-change-go.md).
  *
+ * The replay loop zeroes hx_acquire and hx_release before each call, so a
+ * policy sets only the figures it has. A policy that cannot do what it
+ * should (a corrupt stored entry, a store that fails) never fails the
+ * request: it counts it (n_quarantined, n_fallbacks, n_store_failed, stored
+ * per request) and says it once on stderr; the replay's summary totals them.
+ *
  * Reuse rules shared by every policy (hx_policy_reuse_len): with align
  * chunk the reuse boundary is floored to the grid and, with cap_prompt,
  * capped at the cached entry's prompt length (tokens written by decode are
@@ -105,6 +111,8 @@ typedef struct hx_acquire {
     double         f_keep;       /* llama.cpp's f_keep: lcp / n_cached */
     int64_t        bytes_restored;  /* bytes copied/read to restore state */
     int32_t        n_checkpoints;   /* checkpoints the entry holds */
+    int32_t        n_quarantined;   /* stored entries found unusable (corrupt) and set aside */
+    int32_t        n_fallbacks;     /* 1 when a shorter entry was used after a longer one failed */
     char           note[256];    /* why the reuse was what it was, e.g. a quirk's log line */
 } hx_acquire;
 
@@ -117,6 +125,7 @@ typedef struct hx_release {
     int32_t anchor_pos;    /* disk-anchor: position of the anchor written, 0 when none */
     int64_t bytes_held;    /* bytes the cache holds after this request (-1: not reported) */
     int64_t entries_held;  /* its entries then: blocks, tree nodes, checkpoints, files (-1: not reported) */
+    int32_t n_store_failed;/* checkpoints that could not be stored (disk full, I/O error, memory) */
 } hx_release;
 
 typedef struct hx_policy hx_policy;

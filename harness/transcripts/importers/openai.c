@@ -77,7 +77,10 @@ static int oa_flat(const json_t *c, const char *path, int64_t line, const char *
     hx_message m = {0};
     *out = NULL;
     int rc = oa_content(c, path, line, field, &m, false, err, errlen);
-    if (rc) return rc;
+    if (rc) {
+        hx_message_free(&m);  /* the parts converted before the bad one */
+        return rc;
+    }
     eng_buf b = {0};
     for (int32_t i = 0; i < m.n_blocks && !rc; i++)
         if ((i && eng_buf_append(&b, "\n", 1)) || eng_buf_append(&b, m.blocks[i].text, strlen(m.blocks[i].text)))
