@@ -20,14 +20,17 @@ PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
 ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
 HARNESS_DIRS := $(shell find harness -type d | LC_ALL=C sort)
 HARNESS_SRC := $(filter-out harness/cli/main.c,$(shell find harness -name '*.c' | LC_ALL=C sort))
-CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
+CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -Werror=implicit-function-declaration \
            -ffp-contract=off -fno-fast-math $(OMP) -g $(OPT) $(SAN) \
            -Iengine -Iengine/layers $(addprefix -I,$(HARNESS_DIRS)) -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
 TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
+# The revision is compiled into harness/base/version.c alone, which is rebuilt
+# when $(BUILD)/git-rev changes, i.e. whenever HEAD moves (runs.git_rev).
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-CFLAGS  += -DKVR_GIT_REV=\"$(GIT_REV)\"
+REV_STAMP := $(BUILD)/git-rev
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(REV_STAMP) 2>/dev/null)" = "$(GIT_REV)" ] || echo "$(GIT_REV)" > $(REV_STAMP); })
 
 LIB_OBJ     := $(patsubst %.c,$(BUILD)/obj/%.o,$(ENGINE_SRC) $(HARNESS_SRC))
 TEST_SRC    := $(wildcard tests/test_*.c)
@@ -37,6 +40,9 @@ TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 .PHONY: all test asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
+
+$(BUILD)/obj/harness/base/version.o: $(REV_STAMP)
+$(BUILD)/obj/harness/base/version.o: CFLAGS += -DKVR_GIT_REV=\"$(GIT_REV)\"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -1,6 +1,8 @@
 /*
- * engine/kernels.c: matrix products (blas and ref) and the shared row-wise
- * ops of the forward pass. See kernels.h for the numerical contract.
+ * engine/kernels.c: the thread pool, weight layouts, the blas products and
+ * attention, the dispatch to the ref kernel (kernels_ref.c), and the shared
+ * row-wise ops of the forward pass. See kernels.h for the numerical
+ * contract.
  *
  * Determinism: every function writes each output element from a fixed
  * sequence of float operations that depends only on that element's inputs,
@@ -27,27 +29,9 @@
 
 #include "status.h"
 
-/* ref kernel blocking: REF_RB activation rows x REF_CB output columns per
- * register block (6 x 16: 12 accumulators of 8 floats). W^T is padded to a
- * multiple of REF_CB columns. */
-#define REF_RB 6
-#define REF_CB 16
-
-/* 8 floats as one value (GCC/Clang vector extension): element-wise IEEE
- * arithmetic, the same operations as a scalar loop over the 8 lanes, but
- * kept in registers. */
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f v8_splat(float x) {
-    const v8f v = {x, x, x, x, x, x, x, x};
-    return v;
-}
-
-static inline v8f v8_load(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* Columns the blas kn layout is padded to (its ld), kept from before the ref
+ * panels widened to 32 so that blas's sgemm arguments do not change. */
+#define KN_PAD 16
 
 /* Rounds n floats to bf16 in place. */
 static void round_vec(float *x, int64_t n) {
@@ -80,14 +64,16 @@ static inline void cpu_relax(void) {
 }
 
 struct eng_pool {
-    int32_t         n;        /* threads, the caller included */
-    pthread_t      *th;       /* [n - 1] workers */
+    int32_t         n;          /* threads, the caller included */
+    pthread_t      *th;         /* [n - 1] workers */
     pthread_mutex_t mu;
     pthread_cond_t  cv_start, cv_done;
-    atomic_uint     gen;      /* job generation, bumped per job */
-    atomic_int      pending;  /* workers still running the current job */
-    bool            quit;     /* under mu */
+    atomic_uint     gen;        /* job generation, bumped per job */
+    atomic_uint    *claimed;    /* [n]: the generation whose range i was last claimed */
+    atomic_int      remaining;  /* ranges of the current job not finished */
+    bool            quit;       /* under mu */
     void          (*fn)(void *, int32_t, int32_t);
+    void          (*fn_ith)(void *, int32_t, int32_t, int32_t);  /* instead of fn: told its range */
     void           *arg;
     int32_t         n_rows;
 };
@@ -100,6 +86,29 @@ typedef struct pool_worker_arg {
 static void pool_range(int32_t n_rows, int32_t ith, int32_t nth, int32_t *r0, int32_t *r1) {
     *r0 = (int32_t)((int64_t)n_rows * ith / nth);
     *r1 = (int32_t)((int64_t)n_rows * (ith + 1) / nth);
+}
+
+/* Claims range i of job generation g: true for exactly one caller. */
+static bool pool_claim(eng_pool *p, int32_t i, unsigned g) {
+    unsigned old = atomic_load(&p->claimed[i]);
+    while ((int)(old - g) < 0)
+        if (atomic_compare_exchange_weak(&p->claimed[i], &old, g)) return true;
+    return false;
+}
+
+/* Runs range i of the current job (claimed by the caller) and counts it done. */
+static void pool_do(eng_pool *p, int32_t i) {
+    int32_t r0, r1;
+    pool_range(p->n_rows, i, p->n, &r0, &r1);
+    if (r1 > r0) {
+        if (p->fn_ith) p->fn_ith(p->arg, i, r0, r1);
+        else p->fn(p->arg, r0, r1);
+    }
+    if (atomic_fetch_sub(&p->remaining, 1) == 1) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->cv_done);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 static void *pool_worker(void *v) {
@@ -122,14 +131,10 @@ static void *pool_worker(void *v) {
             if (quit) return NULL;
         }
         seen = g;
-        int32_t r0, r1;
-        pool_range(p->n_rows, ith, p->n, &r0, &r1);
-        if (r1 > r0) p->fn(p->arg, r0, r1);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->cv_done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        /* A claimed range means job g is still running (the caller waits for
+         * it), so fn, arg and n_rows are g's. A worker that wakes late finds
+         * its range taken by the caller and skips it. */
+        if (pool_claim(p, ith, g)) pool_do(p, ith);
     }
 }
 
@@ -139,12 +144,14 @@ eng_pool *eng_pool_new(int32_t n_threads) {
     if (!p) return NULL;
     p->n = n_threads;
     p->th = calloc((size_t)n_threads - 1, sizeof *p->th);
+    p->claimed = calloc((size_t)n_threads, sizeof *p->claimed);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_start, NULL);
     pthread_cond_init(&p->cv_done, NULL);
     atomic_init(&p->gen, 0u);
-    atomic_init(&p->pending, 0);
-    if (!p->th) { free(p); return NULL; }
+    atomic_init(&p->remaining, 0);
+    if (!p->th || !p->claimed) { free(p->th); free(p->claimed); free(p); return NULL; }
+    for (int32_t i = 0; i < n_threads; i++) atomic_init(&p->claimed[i], 0u);
     for (int32_t i = 1; i < n_threads; i++) {
         pool_worker_arg *a = malloc(sizeof *a);
         if (a) { a->p = p; a->ith = i; }
@@ -168,26 +175,34 @@ void eng_pool_free(eng_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv_start);
     pthread_cond_destroy(&p->cv_done);
+    free(p->claimed);
     free(p->th);
     free(p);
 }
 
-static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, int32_t), void *arg) {
+/* The caller runs range 0, then every range no worker has claimed yet (a
+ * worker that is asleep or descheduled, on a loaded machine, would
+ * otherwise hold the whole job up), then waits for the ranges workers are
+ * running. Which thread runs a range changes no result: fn treats each row
+ * on its own (per-thread scratch is indexed by the range, not the thread). */
+static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, int32_t),
+                     void (*fn_ith)(void *, int32_t, int32_t, int32_t), void *arg) {
     p->fn = fn;
+    p->fn_ith = fn_ith;
     p->arg = arg;
     p->n_rows = n_rows;
-    atomic_store(&p->pending, p->n - 1);
+    atomic_store(&p->remaining, p->n);
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->gen, 1u);  /* publishes fn, arg, n_rows (seq_cst) */
+    const unsigned g = atomic_fetch_add(&p->gen, 1u) + 1u;  /* publishes fn, arg, n_rows (seq_cst) */
     pthread_cond_broadcast(&p->cv_start);
     pthread_mutex_unlock(&p->mu);
-    int32_t r0, r1;
-    pool_range(n_rows, 0, p->n, &r0, &r1);
-    if (r1 > r0) fn(arg, r0, r1);
-    for (int s = 0; atomic_load(&p->pending) > 0 && s < POOL_SPIN; s++) cpu_relax();
-    if (atomic_load(&p->pending) > 0) {
+    if (pool_claim(p, 0, g)) pool_do(p, 0);
+    for (int32_t i = 1; i < p->n; i++)
+        if (pool_claim(p, i, g)) pool_do(p, i);
+    for (int s = 0; atomic_load(&p->remaining) > 0 && s < POOL_SPIN; s++) cpu_relax();
+    if (atomic_load(&p->remaining) > 0) {
         pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
+        while (atomic_load(&p->remaining) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
 }
@@ -199,7 +214,7 @@ void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *a
         fn(arg, 0, n_rows);
         return;
     }
-    pool_run(ctx->pool, n_rows, fn, arg);
+    pool_run(ctx->pool, n_rows, fn, NULL, arg);
 }
 
 void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
@@ -211,12 +226,23 @@ void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows, int64_t row_c
     eng_k_parallel_rows(ctx, n_rows, fn, arg);
 }
 
+void eng_k_parallel_ith(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
+                        void (*fn)(void *arg, int32_t ith, int32_t r0, int32_t r1), void *arg) {
+    if (n_rows <= 0) return;
+    if (ctx->n_threads <= 1 || n_rows == 1 || !ctx->pool || (int64_t)n_rows * row_cost < PAR_MIN_WORK) {
+        fn(arg, 0, 0, n_rows);
+        return;
+    }
+    pool_run(ctx->pool, n_rows, NULL, fn, arg);
+}
+
 // ----------------------------------------------------------------------------
 // Weight layouts
 
 static int kmat_build(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool panels, bool bf16) {
     memset(m, 0, sizeof *m);
-    const int32_t npad = (n_out + REF_CB - 1) / REF_CB * REF_CB;
+    const int32_t pad = panels ? ENG_REF_PANEL : KN_PAD;
+    const int32_t npad = (n_out + pad - 1) / pad * pad;
     m->n_out = n_out;
     m->n_in = n_in;
     m->ld = npad;
@@ -224,13 +250,14 @@ static int kmat_build(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, 
     m->panels = panels;
     m->data = calloc((size_t)n_in * (size_t)npad, sizeof(float));
     if (!m->data) return ENG_ERR_NOMEM;
-    /* W^T element (k, j) lives at k*npad + j (kn) or at panel j/16, row k, column j%16 */
+    /* W^T element (k, j) lives at k*npad + j (kn) or at panel j/32, row k, column j%32 */
     for (int32_t j0 = 0; j0 < n_out; j0 += 64)
         for (int32_t k0 = 0; k0 < n_in; k0 += 64)
             for (int32_t j = j0; j < n_out && j < j0 + 64; j++)
                 for (int32_t k = k0; k < n_in && k < k0 + 64; k++) {
                     const float v = w[(int64_t)j * n_in + k];
-                    const int64_t at = panels ? ((int64_t)(j / REF_CB) * n_in + k) * REF_CB + j % REF_CB
+                    const int64_t at = panels ? ((int64_t)(j / ENG_REF_PANEL) * n_in + k) * ENG_REF_PANEL +
+                                                    j % ENG_REF_PANEL
                                               : (int64_t)k * npad + j;
                     m->data[at] = bf16 ? eng_bf16_round(v) : v;
                 }
@@ -263,82 +290,7 @@ void eng_kmat_free(eng_kmat *m) {
 }
 
 // ----------------------------------------------------------------------------
-// The ref product: one accumulator per output, k ascending, vectorised
-// across the CB outputs of a block
-
-/* REF_RB rows x REF_CB columns: acc[r][c] = sum over k ascending of x[r][k] * w[k][c],
- * one accumulator per element starting at +0 (multiply, then add). */
-static void ref_block_full(int32_t K, const float *X, int32_t ldx, const float *Wt, int32_t ldw,
-                           float out[REF_RB][REF_CB]) {
-    v8f a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0};
-    v8f a30 = {0}, a31 = {0}, a40 = {0}, a41 = {0}, a50 = {0}, a51 = {0};
-    const float *x0 = X, *x1 = X + ldx, *x2 = X + 2 * (int64_t)ldx;
-    const float *x3 = X + 3 * (int64_t)ldx, *x4 = X + 4 * (int64_t)ldx, *x5 = X + 5 * (int64_t)ldx;
-    for (int32_t k = 0; k < K; k++) {
-        const float *w = Wt + (int64_t)k * ldw;
-        const v8f w0 = v8_load(w), w1 = v8_load(w + 8);
-        v8f b;
-        b = v8_splat(x0[k]); a00 = a00 + b * w0; a01 = a01 + b * w1;
-        b = v8_splat(x1[k]); a10 = a10 + b * w0; a11 = a11 + b * w1;
-        b = v8_splat(x2[k]); a20 = a20 + b * w0; a21 = a21 + b * w1;
-        b = v8_splat(x3[k]); a30 = a30 + b * w0; a31 = a31 + b * w1;
-        b = v8_splat(x4[k]); a40 = a40 + b * w0; a41 = a41 + b * w1;
-        b = v8_splat(x5[k]); a50 = a50 + b * w0; a51 = a51 + b * w1;
-    }
-    const v8f acc[REF_RB][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
-    memcpy(out, acc, sizeof acc);
-}
-
-/* One row x REF_CB columns: the same sequence of operations per element. */
-static void ref_block_row(int32_t K, const float *x, const float *Wt, int32_t ldw, float out[REF_CB]) {
-    v8f a0 = {0}, a1 = {0};
-    for (int32_t k = 0; k < K; k++) {
-        const float *w = Wt + (int64_t)k * ldw;
-        const v8f b = v8_splat(x[k]);
-        a0 = a0 + b * v8_load(w);
-        a1 = a1 + b * v8_load(w + 8);
-    }
-    memcpy(out, &a0, sizeof a0);
-    memcpy(out + 8, &a1, sizeof a1);
-}
-
-typedef struct ref_matmul_args {
-    const eng_kmat *W;
-    int32_t M, ldx, ldy;
-    const float *X;
-    float *Y;
-} ref_matmul_args;
-
-/* Column blocks [cb0, cb1) of the product, every row. */
-static void ref_matmul_cols(void *v, int32_t cb0, int32_t cb1) {
-    const ref_matmul_args *a = v;
-    const int32_t N = a->W->n_out, K = a->W->n_in, M = a->M;
-    for (int32_t cb = cb0; cb < cb1; cb++) {
-        const int32_t j0 = cb * REF_CB;
-        const int32_t nc = N - j0 < REF_CB ? N - j0 : REF_CB;
-        const float *Wt = a->W->panels ? a->W->data + (int64_t)cb * K * REF_CB : a->W->data + j0;
-        const int32_t ldw = a->W->panels ? REF_CB : a->W->ld;
-        int32_t i = 0;
-        for (; i + REF_RB <= M; i += REF_RB) {
-            float acc[REF_RB][REF_CB];
-            ref_block_full(K, a->X + (int64_t)i * a->ldx, a->ldx, Wt, ldw, acc);
-            for (int r = 0; r < REF_RB; r++)
-                memcpy(a->Y + (int64_t)(i + r) * a->ldy + j0, acc[r], sizeof(float) * (size_t)nc);
-        }
-        for (; i < M; i++) {
-            float acc[REF_CB];
-            ref_block_row(K, a->X + (int64_t)i * a->ldx, Wt, ldw, acc);
-            memcpy(a->Y + (int64_t)i * a->ldy + j0, acc, sizeof(float) * (size_t)nc);
-        }
-    }
-}
-
-static void ref_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
-                       float *Y, int32_t ldy) {
-    ref_matmul_args a = {.W = W, .M = M, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
-    const int32_t n_cb = (W->n_out + REF_CB - 1) / REF_CB;
-    eng_k_parallel_rows_cost(ctx, n_cb, (int64_t)M * REF_CB * W->n_in, ref_matmul_cols, &a);
-}
+// Products
 
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                   float *Y, int32_t ldy) {
@@ -349,132 +301,64 @@ void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float
                     X, ldx, W->data, W->ld, 0.0f, Y, ldy);
     } else {
         ENG_ASSERT(W->kn);
-        ref_matmul(ctx, W, M, X, ldx, Y, ldy);
+        eng_k_matmul_ref(ctx, W, M, X, ldx, Y, ldy);
     }
     round_rows(ctx, Y, M, W->n_out, ldy);
 }
 
 // ----------------------------------------------------------------------------
-// Attention products of one head
+// blas attention products of one KV head
 
-/* Fixed-order dot product: s = 0; s += a[e]*b[e], e ascending. */
-static float dot_fixed(const float *a, const float *b, int32_t n) {
-    float s = 0.0f;
-    for (int32_t e = 0; e < n; e++) s += a[e] * b[e];
-    return s;
-}
-
-typedef struct ref_attn_args {
-    int32_t T, pos0, E, ldq, ldk, lds, ldo;
-    const float *Q, *K, *Pr;
-    float *S, *O;
-} ref_attn_args;
-
-/* Scores of rows [r0, r1), vectorised across 8 keys at a time: a block of
- * 8 key rows is transposed to kt[E][8], then each query row accumulates
- * q[e] * kt[e][0..7] for e ascending, one lane per key: the same operations
- * per score as dot_fixed. Keys past a row's causal end are never computed. */
-#define REF_KT_MAX_E 512
-static void ref_scores_rows(void *v, int32_t r0, int32_t r1) {
-    const ref_attn_args *a = v;
-    const int32_t E = a->E, T = a->T;
-    int32_t n_max = 0;
-    for (int32_t r = r0; r < r1; r++) {
-        const int32_t n = a->pos0 + r % T + 1;
-        if (n > n_max) n_max = n;
-    }
-    float kt[REF_KT_MAX_E * 8];
-    for (int32_t j0 = 0; j0 < n_max; j0 += 8) {
-        const bool full = j0 + 8 <= n_max && E <= REF_KT_MAX_E;
-        if (full)
-            for (int32_t c = 0; c < 8; c++) {
-                const float *k = a->K + (int64_t)(j0 + c) * a->ldk;
-                for (int32_t e = 0; e < E; e++) kt[e * 8 + c] = k[e];
-            }
-        for (int32_t r = r0; r < r1; r++) {
-            const float *q = a->Q + (int64_t)r * a->ldq;
-            float *s = a->S + (int64_t)r * a->lds;
-            const int32_t n = a->pos0 + r % T + 1;
-            if (full && j0 + 8 <= n) {
-                v8f acc = {0};
-                for (int32_t e = 0; e < E; e++) acc = acc + v8_splat(q[e]) * v8_load(kt + e * 8);
-                memcpy(s + j0, &acc, sizeof acc);
-            } else {
-                for (int32_t j = j0; j < n && j < j0 + 8; j++) s[j] = dot_fixed(q, a->K + (int64_t)j * a->ldk, E);
-            }
-        }
-    }
-}
-
-/* Outputs of rows [r0, r1), vectorised across 8 output dims: o[e] = sum
- * over j ascending of p[j] * v[j][e], one accumulator per element. */
-static void ref_values_rows(void *v, int32_t r0, int32_t r1) {
-    const ref_attn_args *a = v;
-    const int32_t E = a->E, E8 = E / 8 * 8;
-    for (int32_t r = r0; r < r1; r++) {
-        const float *p = a->Pr + (int64_t)r * a->lds;
-        float *o = a->O + (int64_t)r * a->ldo;
-        const int32_t n = a->pos0 + r % a->T + 1;
-        for (int32_t e0 = 0; e0 < E8; e0 += 8) {
-            v8f acc = {0};
-            for (int32_t j = 0; j < n; j++) acc = acc + v8_splat(p[j]) * v8_load(a->K + (int64_t)j * a->ldk + e0);
-            memcpy(o + e0, &acc, sizeof acc);
-        }
-        for (int32_t e = E8; e < E; e++) {
-            float acc = 0.0f;
-            for (int32_t j = 0; j < n; j++) acc += p[j] * a->K[(int64_t)j * a->ldk + e];
-            o[e] = acc;
-        }
-    }
-}
-
-void eng_k_attn_scores(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Q,
-                       int32_t ldq, const float *K, int32_t ldk, float *S, int32_t lds) {
+/* Scores S[r, j] = Q[r, :] . K[j, :] for R query rows over the full rectangle
+ * of keys j < P = pos0 + T, not scaled, not rounded: one sgemm. */
+static void blas_attn_scores(int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Q, int32_t ldq,
+                             const float *K, int32_t ldk, float *S, int32_t lds) {
     const int32_t P = pos0 + T;
-    if (ctx->kernel == ENG_KERNEL_BLAS) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, Q, ldq, K, ldk, 0.0f, S, lds);
-        return;
-    }
-    ref_attn_args a = {.T = T, .pos0 = pos0, .E = E, .ldq = ldq, .ldk = ldk, .lds = lds, .Q = Q, .K = K, .S = S};
-    eng_k_parallel_rows_cost(ctx, R, (int64_t)P * E, ref_scores_rows, &a);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, Q, ldq, K, ldk, 0.0f, S, lds);
 }
 
-void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
-                       int32_t lds, const float *V, int32_t ldv, float *O, int32_t ldo) {
+/* Outputs O[r, e] = sum over j < P of Pr[r, j] * V[j, e] (masked
+ * probabilities are exactly 0): one sgemm, rounded when bf16. */
+static void blas_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
+                             int32_t lds, const float *V, int32_t ldv, float *O, int32_t ldo) {
     const int32_t P = pos0 + T;
-    if (ctx->kernel == ENG_KERNEL_BLAS) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, Pr, lds, V, ldv, 0.0f, O, ldo);
-    } else {
-        ref_attn_args a = {.T = T, .pos0 = pos0, .E = E, .ldk = ldv, .lds = lds, .ldo = ldo, .K = V, .Pr = Pr, .O = O};
-        eng_k_parallel_rows_cost(ctx, R, (int64_t)P * E, ref_values_rows, &a);
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, Pr, lds, V, ldv, 0.0f, O, ldo);
     round_rows(ctx, O, R, E, ldo);
 }
 
 // ----------------------------------------------------------------------------
 // Attention of one chunk
 
+int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E) {
+    if (ctx->kernel == ENG_KERNEL_REF) return eng_k_attention_ref_ws(ctx->n_threads, P, E);
+    return (int64_t)(H / G) * T * P;
+}
+
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
                      int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O, int32_t ldo, float *wq,
                      float *wo, float *ws, int64_t ws_cap) {
     const int32_t GR = H / G, R = GR * T, P = pos0 + T;
-    ENG_ASSERT(GR * G == H && ws_cap >= (int64_t)R * P);
-    const float scale = 1.0f / sqrtf((float)E);
+    ENG_ASSERT(GR * G == H && ws_cap >= eng_k_attention_ws(ctx, T, P, H, G, E));
     /* queries regrouped: head h's T rows at wq + h*T*E, so KV head g's query heads are rows [g*R, (g+1)*R) */
     for (int32_t h = 0; h < H; h++)
         for (int32_t t = 0; t < T; t++)
             memcpy(wq + ((int64_t)h * T + t) * E, Q + (int64_t)t * ldq + (int64_t)h * E, sizeof(float) * (size_t)E);
+    if (ctx->kernel == ENG_KERNEL_REF) {
+        eng_k_attention_ref(ctx, T, pos0, 0, 0, H, G, E, wq, K, V, ldkv, O, ldo, ws, ws_cap);
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)E);
     int64_t nb = ws_cap / ((int64_t)R * P);  /* KV heads per batch */
     if (nb > G) nb = G;
     for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
         const int32_t g1 = g0 + (int32_t)nb < G ? g0 + (int32_t)nb : G;
         for (int32_t g = g0; g < g1; g++)
-            eng_k_attn_scores(ctx, R, T, pos0, E, wq + (int64_t)g * R * E, E, K + (int64_t)g * E, ldkv,
-                              ws + (int64_t)(g - g0) * R * P, P);
+            blas_attn_scores(R, T, pos0, E, wq + (int64_t)g * R * E, E, K + (int64_t)g * E, ldkv,
+                             ws + (int64_t)(g - g0) * R * P, P);
         eng_k_softmax_causal(ctx, (g1 - g0) * R, T, pos0, scale, ws, P);  /* one pass over the batch */
         for (int32_t g = g0; g < g1; g++) {
             float *og = wo + (int64_t)g * R * E;
-            eng_k_attn_values(ctx, R, T, pos0, E, ws + (int64_t)(g - g0) * R * P, P, V + (int64_t)g * E, ldkv, og, E);
+            blas_attn_values(ctx, R, T, pos0, E, ws + (int64_t)(g - g0) * R * P, P, V + (int64_t)g * E, ldkv, og, E);
             for (int32_t hh = 0; hh < GR; hh++)  /* back to [T, H*E] */
                 for (int32_t t = 0; t < T; t++)
                     memcpy(O + (int64_t)t * ldo + (int64_t)(g * GR + hh) * E, og + ((int64_t)hh * T + t) * E,
@@ -631,7 +515,7 @@ void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32
  * `omp simd` loops are element-wise (no reduction clause): they let GCC
  * vectorise eng_expf without changing any element's operations. The max
  * and the sum use 8 explicit lanes (lane j % 8, ascending j). */
-static void softmax_row(float *s, int32_t n, float scale, bool bf16) {
+void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16) {
     #pragma omp simd
     for (int32_t j = 0; j < n; j++) s[j] = s[j] * scale;
     if (bf16) round_vec(s, n);
@@ -668,7 +552,7 @@ static void softmax_rows(void *v, int32_t r0, int32_t r1) {
     for (int32_t r = r0; r < r1; r++) {
         float *s = a->S + (int64_t)r * a->lds;
         const int32_t n = a->pos0 + r % a->T + 1;  /* keys attended */
-        softmax_row(s, n, a->scale, a->ctx->bf16);
+        eng_k_softmax_path(a->ctx->path, s, n, a->scale, a->ctx->bf16);  /* eng_k_softmax_row's bits, vectorised */
         for (int32_t j = n; j < P; j++) s[j] = 0.0f;
     }
 }

@@ -7,12 +7,16 @@
  *     depend on the shape (M, N, K) and the thread count: the effect under
  *     study.
  *   - ref: fixed reduction order whatever the shape. Each output element is
- *     one float accumulator, starting at +0, adding x[k]*w[k] for k = 0, 1,
- *     ..., K-1 in that order (multiply then add: -ffp-contract=off). The
- *     loops are vectorised ACROSS outputs (each SIMD lane is one output
- *     element with its own sequential k loop) and parallelised across
- *     output columns, so the result does not depend on M, on the chunking,
- *     or on the thread count: batch-invariant.
+ *     one float accumulator, starting at +0, taking acc = fma(x[k], w[k], acc)
+ *     for k = 0, 1, ..., K-1 in that order: a fused multiply-add rounded
+ *     once, written out on purpose (intrinsics, or fmaf() in the portable
+ *     path; the build keeps -ffp-contract=off so the compiler fuses nothing
+ *     by itself). The loops are vectorised ACROSS outputs (each SIMD lane
+ *     is one output element with its own sequential k loop), blocked in
+ *     registers and split over threads by output columns and rows, never
+ *     over k, so the result does not depend on M, on the chunking, on the
+ *     thread count or on the instruction set: batch-invariant
+ *     (kernels_ref.c).
  *   - shared (both kernels): RMSNorm, RoPE, causal softmax, SwiGLU, residual
  *     add, bf16 rounding. Each is computed per row with a fixed order, so its
  *     result is the same whatever the number of rows or threads.
@@ -36,21 +40,41 @@
 #include "model.h"
 
 /* The engine's thread pool: every parallel loop of both kernels (ref
- * products split by output columns, attention rows, row-wise ops) runs on
- * it, with exactly n_threads threads (the caller is thread 0) and a static
- * split of rows into contiguous ranges. Its workers poll for tens of
- * microseconds (pause instructions, never sched_yield: on a loaded machine a
- * yield gives the core away for a whole time slice), then sleep on a
- * condition variable. OpenMP was measured unusable here: libgomp's threads
- * spin for milliseconds at every barrier, which starves OpenBLAS's threads
- * between sgemms (5x slower) and, when another process holds a core,
- * stalls every region on a descheduled partner (a ref prefill of the tiny
- * model went from 0.2 s to 20 s on this 2-core machine under load). */
+ * products split by output columns and rows, attention blocks, row-wise
+ * ops) runs on it, with exactly n_threads threads (the caller is thread 0)
+ * and a static split of rows into contiguous ranges. Its workers poll for a
+ * few microseconds (pause instructions, never sched_yield: on a loaded
+ * machine a yield gives the core away for a whole time slice), then sleep
+ * on a condition variable: they never spin against OpenBLAS's threads. A
+ * range no worker has claimed by the time the caller finished its own is
+ * run by the caller (a worker asleep or descheduled on a loaded machine
+ * cannot hold a job up; the ranges, and so the results, stay the same).
+ * OpenMP was measured unusable here: libgomp's threads spin for
+ * milliseconds at every barrier, which starves OpenBLAS's threads between
+ * sgemms (5x slower) and, when another process holds a core, stalls every
+ * region on a descheduled partner (a ref prefill of the tiny model went
+ * from 0.2 s to 20 s on this 2-core machine under load). A time-bounded
+ * spin between ops was measured too: on a quiet machine it gained about
+ * 10% on a 2-thread prefill of the base preset, under load it lost 20% there
+ * and 35% on the tiny RWKV-7, so it is not used. */
 typedef struct eng_pool eng_pool;
 
 /* A pool of n_threads (the caller counts as thread 0). NULL on failure. */
 eng_pool *eng_pool_new(int32_t n_threads);
 void      eng_pool_free(eng_pool *p);  /* accepts NULL; joins the workers */
+
+/* The ref kernel's code paths: the same bits from each (tested), at
+ * different speeds. */
+typedef enum eng_kpath {
+    ENG_KPATH_SCALAR = 0,  /* portable C, fmaf() */
+    ENG_KPATH_AVX2   = 1,  /* AVX2 + FMA intrinsics */
+    ENG_KPATH_AVX512 = 2,  /* AVX-512F intrinsics */
+} eng_kpath;
+
+/* The fastest path this CPU runs; the environment variable
+ * KVREPLAY_REF_PATH=scalar|avx2|avx512 can lower it (never raise it). */
+eng_kpath   eng_kpath_best(void);
+const char *eng_kpath_name(eng_kpath p);  /* "scalar", "avx2", "avx512" */
 
 /* Numerics of one forward pass. */
 typedef struct eng_kctx {
@@ -58,18 +82,25 @@ typedef struct eng_kctx {
     bool       bf16;        /* precision == ENG_PRECISION_BF16 */
     int32_t    n_threads;   /* threads (== eng_numerics.n_threads) */
     eng_pool  *pool;        /* n_threads > 1: the model's pool; else NULL */
+    eng_kpath  path;        /* ref: the code path (zero: scalar) */
 } eng_kctx;
 
 /* Runs fn(arg, r0, r1) over [0, n_rows) split into contiguous ranges, one
  * per thread of ctx's pool (inline without a pool or with one row). Results
  * must not depend on the split: fn treats each row on its own. Not
- * reentrant: fn must not call it with the same pool. */
+ * reentrant: fn must not call it with the same pool. Any thread may run
+ * any range (see the pool). */
 void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *arg, int32_t r0, int32_t r1),
                          void *arg);
 /* Same, but runs on the caller alone when n_rows * row_cost (element
  * operations) is too small to be worth waking threads. */
 void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
                               void (*fn)(void *arg, int32_t r0, int32_t r1), void *arg);
+/* Same as eng_k_parallel_rows_cost, and fn learns which range it runs
+ * (ith in [0, n_threads): the range's index, not the thread's), for
+ * per-range scratch. */
+void eng_k_parallel_ith(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
+                        void (*fn)(void *arg, int32_t ith, int32_t r0, int32_t r1), void *arg);
 
 /* Rounds a float to the nearest bf16 value (ties to even), kept as a float.
  * NaN stays NaN (quieted); infinities stay infinite. */
@@ -142,22 +173,25 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n);
 // ----------------------------------------------------------------------------
 // Weight matrices in the layout their kernel wants
 
+/* Columns of a ref panel: the ref kernel reads W^T in panels of 32 columns. */
+#define ENG_REF_PANEL 32
+
 /* A weight matrix W [N, K] (N outputs, K inputs: GGUF ne = [K, N]), in the
  * layout its kernel reads:
  *   kn (eng_kmat_init, both kernels): W^T row-major [K, ld], ld = N rounded
- *     up to the ref kernel's column block (16), padding columns zero (blas
- *     calls sgemm NoTrans/NoTrans, which OpenBLAS packs faster than
- *     NoTrans/Trans);
+ *     up to 16, padding columns zero (blas calls sgemm NoTrans/NoTrans,
+ *     which OpenBLAS packs faster than NoTrans/Trans);
  *   panels (eng_kmat_init_for with ENG_KERNEL_REF): W^T cut into panels of
- *     16 columns, each contiguous [K][16], so the ref kernel streams one
- *     panel sequentially (the kn layout strides by a whole row per k);
+ *     ENG_REF_PANEL columns, each contiguous [K][32], ld = N rounded up to
+ *     32, padding columns zero: packed once at load, so the ref kernel's
+ *     register blocks stream one panel sequentially;
  *   !kn (eng_kmat_view, blas only): W itself, row-major [N, ld = K]. */
 typedef struct eng_kmat {
     int32_t n_out;   /* N */
     int32_t n_in;    /* K */
     int32_t ld;
     bool    kn;      /* data is W^T */
-    bool    panels;  /* ... in panels of 16 columns (ref) */
+    bool    panels;  /* ... in panels of ENG_REF_PANEL columns (ref) */
     bool    owned;   /* data is freed by eng_kmat_free */
     float  *data;
 } eng_kmat;
@@ -176,39 +210,46 @@ void eng_kmat_free(eng_kmat *m);  /* accepts a zeroed or freed struct */
 // Products
 
 /* Y[M, N] = X[M, K] . W^T, rounded when bf16. X rows have stride ldx, Y rows
- * stride ldy (>= N). M >= 1. */
+ * stride ldy (>= N). M >= 1. blas: one sgemm; ref: eng_k_matmul_ref. */
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                   float *Y, int32_t ldy);
+/* The ref product, not rounded (kernels_ref.c): W in panels or kn. */
+void eng_k_matmul_ref(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
+                      int32_t ldy);
 
-/* Attention of one KV head, for R = n*T query rows: the n query heads that
- * share the KV head stacked, row r being the query of chunk token t = r % T
- * at absolute position pos0 + t. Keys and values are rows [0, P) of the
- * cache, P = pos0 + T, the end of the chunk.
- *
- * Scores: S[r, j] = Q[r, :] . K[j, :] (E terms), not scaled, not rounded.
- * blas computes the full rectangle j < P in one sgemm; ref computes the
- * causal part j <= pos0 + t only, one fixed-order dot per (r, j). */
-void eng_k_attn_scores(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Q,
-                       int32_t ldq, const float *K, int32_t ldk, float *S, int32_t lds);
-/* Output: O[r, e] = sum over j of Pr[r, j] * V[j, e], rounded when bf16.
- * blas: one sgemm over j < P (masked probabilities are exactly 0); ref: one
- * accumulator per (r, e), j = 0 .. pos0 + t ascending. */
-void eng_k_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
-                       int32_t lds, const float *V, int32_t ldv, float *O, int32_t ldo);
+/* The ref attention of one chunk (kernels_ref.c), full causal (W == 0) or
+ * with a window of W keys (a query at p attends the positions (p - W, p]):
+ * qg [H*T, E] the queries regrouped by KV head (query head h's T rows at
+ * qg + h*T*E), K and V [P, G*E] (row stride ldkv) holding the positions
+ * [kpos0, pos0 + T), P = pos0 + T - kpos0 -> O [T, H*E] (row stride ldo),
+ * scale 1/sqrt(E), rounded when bf16. Scores are chains over e, the softmax
+ * is eng_k_softmax_row over each row's attended keys, outputs are chains
+ * over the attended keys in ascending position. ws: at least
+ * eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
+void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G,
+                         int32_t E, const float *qg, const float *K, const float *V, int32_t ldkv, float *O,
+                         int32_t ldo, float *ws, int64_t ws_cap);
+int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E);
 
 /* Causal grouped-query attention of one chunk of T tokens at positions
  * [pos0, pos0 + T), H query heads sharing G KV heads (head h reads KV head
  * h / (H/G)), head dim E, scale 1/sqrt(E):
  *   Q [T, H*E] (row stride ldq), K and V [P, G*E] (the cache rows [0, P),
  *   P = pos0 + T, row stride ldkv) -> O [T, H*E] (row stride ldo).
- * Per KV head g, its H/G query heads are stacked into R = (H/G)*T rows:
- * eng_k_attn_scores, then one eng_k_softmax_causal over a batch of KV heads,
- * then eng_k_attn_values per head. Batching changes no result.
- * Workspace: wq and wo [H*T*E] floats, ws [ws_cap] floats with
- * ws_cap >= R*P (as many KV heads per batch as fit). */
+ * The queries are regrouped into wq [H*T, E] (head h's rows at wq + h*T*E).
+ * blas: per KV head g, its H/G query heads stacked into R = (H/G)*T rows,
+ * one sgemm for the scores over the full rectangle of keys [0, P), one
+ * eng_k_softmax_causal over a batch of KV heads, one sgemm for P V (masked
+ * probabilities are exactly 0); wo [H*T, E] holds the outputs and ws
+ * [ws_cap] the scores, ws_cap >= R*P (as many KV heads per batch as fit).
+ * ref: eng_k_attention_ref (W = 0), ws_cap >= eng_k_attention_ws. Batching
+ * changes no result. */
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
                      int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O, int32_t ldo, float *wq,
                      float *wo, float *ws, int64_t ws_cap);
+/* Floats of ws eng_k_attention needs at least for P keys: R*P for blas (one
+ * KV head per batch), the ref kernel's per-thread scratch for ref. */
+int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E);
 
 // ----------------------------------------------------------------------------
 // Shared row-wise ops (identical for both kernels)
@@ -239,13 +280,19 @@ void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32
                 const float *cs, const float *sn, float *X, int32_t ldx);
 
 /* Causal softmax of R score rows (row r: query t = r % T), in place. For
- * row r the n = pos0 + t + 1 attended keys get s_j = round(S[r,j] * scale),
- * e_j = eng_expf(s_j - max_j s_j), p_j = round(e_j * (1 / sum_j e_j)); keys
- * j in [n, pos0 + T) get 0. The sum is a fixed order that depends only on
- * n: 8 float partial sums (lane j % 8, ascending j), combined as
- * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). */
+ * row r the n = pos0 + t + 1 attended keys get eng_k_softmax_row; keys j in
+ * [n, pos0 + T) get 0. */
 void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
                           int32_t lds);
+/* Softmax of n scores in place: s_j = round(s_j * scale),
+ * e_j = eng_expf(s_j - max_j s_j), p_j = round(e_j * (1 / sum_j e_j)). The
+ * max and the sum are a fixed order that depends only on n: 8 float
+ * partial sums (lane j % 8, ascending j), combined as
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Rounded when bf16. */
+void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16);
+/* The same on one of the ref kernel's paths (the ref attention's softmax;
+ * identical bits on every path, which the tests check through this). */
+void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16);
 
 /* H[t, f] = round(silu(G[t, f]) * U[t, f]), silu(g) = g / (1 + eng_expf(-g)).
  * G and U are rows of GU: G at GU + t*ldgu, U at GU + t*ldgu + F. */

@@ -339,6 +339,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
     m->kctx.kernel = num->kernel;
     m->kctx.bf16 = num->precision == ENG_PRECISION_BF16;
     m->kctx.n_threads = num->n_threads;
+    m->kctx.path = eng_kpath_best();  /* ref's code path: the same bits on every path */
     m->logit_scale = 1.0f;
     if (num->n_threads > 1 && !(m->kctx.pool = eng_pool_new(num->n_threads))) {
         eng_errf(err, errlen, "%s: cannot start %d threads", path, num->n_threads);
@@ -455,6 +456,7 @@ const eng_model_info *eng_model_get_info(const eng_model *m) { return &m->info; 
 const eng_numerics *eng_model_get_numerics(const eng_model *m) { return &m->num; }
 const eng_tokenizer *eng_model_tokenizer(const eng_model *m) { return m->tok; }
 uint64_t eng_model_fingerprint(const eng_model *m) { return m->fingerprint; }
+const char *eng_model_ref_path(const eng_model *m) { return eng_kpath_name(m->kctx.path); }
 
 eng_layer_kind eng_model_layer_kind(const eng_model *m, int32_t il) {
     ENG_ASSERT(il >= 0 && il < m->info.n_layer);

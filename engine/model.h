@@ -136,6 +136,10 @@ const eng_tokenizer  *eng_model_tokenizer(const eng_model *m);
  * (ref's results do not depend on the thread count): equal fingerprints
  * mean interchangeable state. */
 uint64_t              eng_model_fingerprint(const eng_model *m);
+/* The ref kernel's code path m runs: "avx512", "avx2" or "scalar" (the
+ * fastest this CPU has; KVREPLAY_REF_PATH can lower it). Every path gives
+ * the same bits: it changes speed only. */
+const char           *eng_model_ref_path(const eng_model *m);
 /* Deterministic cost model: FLOPs of prefilling n tokens after n_past cached
  * ones (matmuls + attention), independent of the machine. */
 double                eng_model_prefill_flops(const eng_model *m, int32_t n_past, int32_t n);

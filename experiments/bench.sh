@@ -7,8 +7,10 @@ T=${THREADS:-2}
 mkdir -p results/cache/models
 BASE=results/cache/models/bench-base.gguf
 [ -f "$BASE" ] || "$KVR" model synth --preset base --seed 1 -o "$BASE"
-echo "== engine prefill vs sgemm peak (threads $T), chunk sweep and kernels"
-"$KVR" bench -m "$BASE" --threads "$T" --sweep-chunks 16,32,64,128,256 --compare-kernels
+echo "== engine prefill vs sgemm peak (threads $T), chunk sweep C = 16..512, blas and ref side by side"
+"$KVR" bench -m "$BASE" --threads "$T" --sweep-chunks 16,32,64,128,256,512 --compare-kernels
+echo "== engine decode (one token at a time after a 1024-token prompt, threads $T), blas and ref"
+"$KVR" bench -m "$BASE" --threads "$T" --decode --compare-kernels --tokens 1024 --decode-steps 64
 RWKV=../shared/data/models/rwkv7/tiny-rwkv-7v0-834K-FP32.bin
 if [ -f "$RWKV" ]; then
     RW=results/cache/models/bench-rwkv7.gguf

@@ -39,6 +39,14 @@ WITH kv(run_id, ord, k, v) AS (
     UNION ALL SELECT run_id, 23, 'cap_prompt',
         CASE cap_prompt WHEN 1 THEN 'on' WHEN 0 THEN 'off' ELSE '-' END FROM fig_runs
     UNION ALL SELECT run_id, 24, 'policy_opts', coalesce(policy_opts, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 25, 'repeat', coalesce(n_repeat, '-') FROM fig_runs
+    UNION ALL SELECT run_id, 26, 'modeled TTFT priced at',
+        CASE WHEN price_gflops IS NULL THEN '-'
+             ELSE printf('%.6g GFLOP/s, restore %.6g GB/s (%s)', price_gflops, price_restore_gbs,
+                         coalesce(price_source, '?')) END FROM fig_runs
+    UNION ALL SELECT run_id, 27, 'calibration measured',
+        CASE WHEN calib_gflops IS NULL THEN '-'
+             ELSE printf('%.4g GFLOP/s, restore %.4g GB/s', calib_gflops, calib_restore_gbs) END FROM fig_runs
 ),
 nd AS (SELECT k, count(DISTINCT v) AS n FROM kv GROUP BY k
        HAVING max(v) != '-' OR min(v) != '-'),

@@ -1,10 +1,10 @@
 -- plots/fake-schema.sql: the results schema of docs/sqlite.md (schema
--- version 1), for the synthetic databases of plots/fake.sh only.
+-- version 4), for the synthetic databases of plots/fake.sh only.
 --
 -- The real store (harness/store/store.c) creates these tables itself, possibly
 -- with more columns; the figure queries use only the columns documented in
 -- docs/sqlite.md, which are the ones below.
-PRAGMA user_version = 1;
+PRAGMA user_version = 4;
 PRAGMA journal_mode = WAL;
 CREATE TABLE IF NOT EXISTS runs(
   run_id            INTEGER PRIMARY KEY,
@@ -56,7 +56,15 @@ CREATE TABLE IF NOT EXISTS runs(
   hostname          TEXT,
   os_release        TEXT,
   config_key        TEXT NOT NULL,
-  extra             TEXT
+  extra             TEXT,
+  policy_opts       TEXT,
+  block_size        INTEGER,
+  n_repeat          INTEGER,
+  calib_gflops      REAL,
+  calib_restore_gbs REAL,
+  price_gflops      REAL,
+  price_restore_gbs REAL,
+  price_source      TEXT
 );
 CREATE TABLE IF NOT EXISTS requests(
   run_id           INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -81,6 +89,8 @@ CREATE TABLE IF NOT EXISTS requests(
   fork_step        INTEGER,
   decode_equal     INTEGER NOT NULL,
   state_equal      INTEGER,
+  state_hash_cold  TEXT,
+  state_hash_reuse TEXT,
   n_decode         INTEGER NOT NULL,
   flops_cold       REAL,
   flops_reuse      REAL,
@@ -105,6 +115,14 @@ CREATE TABLE IF NOT EXISTS requests(
   anchor_ms        REAL,
   note             TEXT,
   extra            TEXT,
+  cache_bytes      INTEGER,
+  cache_entries    INTEGER,
+  ttft_cold_min_ms REAL,
+  ttft_cold_max_ms REAL,
+  ttft_reuse_min_ms REAL,
+  ttft_reuse_max_ms REAL,
+  model_cold_ms    REAL,
+  model_reuse_ms   REAL,
   PRIMARY KEY(run_id, session, turn)
 );
 CREATE INDEX IF NOT EXISTS requests_by_order ON requests(run_id, req_index);

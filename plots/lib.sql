@@ -25,9 +25,16 @@
 --     anchor_at     requests.anchor_pos, or extra's $.anchor_pos; NULL when
 --                   neither, or 0 (the store writes 0 when no anchor was written)
 -- ttft_p50: per run of fig_runs and scope (followup 0: every request; 1: the
---   follow-up requests, turn > 0), the median TTFT of the cold and of the
---   reused run (ms): the middle value, or the mean of the two middle ones;
---   NULL when the scope has no timed request.
+--   follow-up requests, turn > 0), the median over requests (the middle
+--   value, or the mean of the two middle ones; NULL when the scope has no
+--   timed request), in ms, of:
+--     cold_p50, reuse_p50         the measured TTFT (per request the median of
+--                                 its --repeat timings, or its one timing)
+--     cold_lo, cold_hi,           the fastest and slowest of each request's
+--     reuse_lo, reuse_hi          timings (its one timing without --repeat):
+--                                 the band a figure draws around the median
+--     model_cold_p50,             the modeled TTFT (work priced at the run's
+--     model_reuse_p50             calibration: deterministic at a reference one)
 -- cum_ttft: per request in replay order, the cumulative TTFT (s) of a series:
 --   each variant's reused path (sum of ttft_reuse_ms; part 0), then per model
 --   family (the variant's part before '/') the cold path (sum of the family's
@@ -46,7 +53,9 @@ SELECT * FROM (
 CREATE TEMP VIEW req AS
 SELECT *, dense_rank() OVER (PARTITION BY run_id ORDER BY first_idx) AS session_no FROM (
 SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_prefilled,
-       q.ttft_cold_ms, q.ttft_reuse_ms, q.logits_equal, q.decode_equal, q.state_equal, q.fork_step,
+       q.ttft_cold_ms, q.ttft_reuse_ms, q.ttft_cold_min_ms, q.ttft_cold_max_ms, q.ttft_reuse_min_ms,
+       q.ttft_reuse_max_ms, q.model_cold_ms, q.model_reuse_ms, q.flops_cold, q.flops_reuse, q.bytes_restored,
+       q.logits_equal, q.decode_equal, q.state_equal, q.fork_step,
        q.n_decode, q.max_ulp, q.miss_pos, q.miss_where, q.cache_bytes, q.cache_entries,
        coalesce(q.anchor_ms,
                 CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,
@@ -55,31 +64,40 @@ SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_pre
                        CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_pos') END),
               0) AS anchor_at,
        f.variant, f.sweep_name, f.sweep_value, f.model_name, f.policy, f.quirks, f.normalize,
-       f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.block_size, f.cap_prompt, f.vorder,
+       f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.block_size, f.cap_prompt, f.vorder, f.n_repeat,
+       f.price_gflops, f.price_restore_gbs, f.price_source,
        coalesce(f.variant, 'run ' || f.run_id) AS label,
        min(q.req_index) OVER (PARTITION BY q.run_id, q.session) AS first_idx
 FROM requests q JOIN fig_runs f USING (run_id));
 
 CREATE TEMP VIEW ttft_p50 AS
 WITH
-scoped AS (SELECT run_id, 0 AS followup, ttft_cold_ms AS c, ttft_reuse_ms AS r FROM req
-           UNION ALL
-           SELECT run_id, 1, ttft_cold_ms, ttft_reuse_ms FROM req WHERE turn > 0),
-cold AS (SELECT run_id, followup, c AS x,
-                row_number() OVER (PARTITION BY run_id, followup ORDER BY c) AS k,
-                count(*) OVER (PARTITION BY run_id, followup) AS n
-         FROM scoped WHERE c IS NOT NULL),
-reuse AS (SELECT run_id, followup, r AS x,
-                 row_number() OVER (PARTITION BY run_id, followup ORDER BY r) AS k,
-                 count(*) OVER (PARTITION BY run_id, followup) AS n
-          FROM scoped WHERE r IS NOT NULL),
-c50 AS (SELECT run_id, followup, avg(x) AS p50 FROM cold
-        WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id, followup),
-r50 AS (SELECT run_id, followup, avg(x) AS p50 FROM reuse
-        WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY run_id, followup)
-SELECT g.run_id, g.followup, c50.p50 AS cold_p50, r50.p50 AS reuse_p50
-FROM (SELECT DISTINCT run_id, followup FROM scoped) g
-LEFT JOIN c50 USING (run_id, followup) LEFT JOIN r50 USING (run_id, followup);
+per AS (SELECT run_id, turn, ttft_cold_ms AS c, ttft_reuse_ms AS r,
+               coalesce(ttft_cold_min_ms, ttft_cold_ms) AS c_lo, coalesce(ttft_cold_max_ms, ttft_cold_ms) AS c_hi,
+               coalesce(ttft_reuse_min_ms, ttft_reuse_ms) AS r_lo, coalesce(ttft_reuse_max_ms, ttft_reuse_ms) AS r_hi,
+               model_cold_ms AS mc, model_reuse_ms AS mr FROM req),
+scoped AS (SELECT run_id, 0 AS followup, * FROM per UNION ALL SELECT run_id, 1, * FROM per WHERE turn > 0),
+long AS (SELECT run_id, followup, 'c' AS k, c AS x FROM scoped
+         UNION ALL SELECT run_id, followup, 'r', r FROM scoped
+         UNION ALL SELECT run_id, followup, 'c_lo', c_lo FROM scoped
+         UNION ALL SELECT run_id, followup, 'c_hi', c_hi FROM scoped
+         UNION ALL SELECT run_id, followup, 'r_lo', r_lo FROM scoped
+         UNION ALL SELECT run_id, followup, 'r_hi', r_hi FROM scoped
+         UNION ALL SELECT run_id, followup, 'mc', mc FROM scoped
+         UNION ALL SELECT run_id, followup, 'mr', mr FROM scoped),
+ranked AS (SELECT run_id, followup, k, x,
+                  row_number() OVER (PARTITION BY run_id, followup, k ORDER BY x) AS i,
+                  count(*) OVER (PARTITION BY run_id, followup, k) AS n
+           FROM long WHERE x IS NOT NULL),
+p50 AS (SELECT run_id, followup, k, avg(x) AS v FROM ranked WHERE i IN ((n + 1) / 2, (n + 2) / 2)
+        GROUP BY run_id, followup, k)
+SELECT g.run_id, g.followup,
+       max(CASE WHEN k = 'c' THEN v END) AS cold_p50, max(CASE WHEN k = 'r' THEN v END) AS reuse_p50,
+       max(CASE WHEN k = 'c_lo' THEN v END) AS cold_lo, max(CASE WHEN k = 'c_hi' THEN v END) AS cold_hi,
+       max(CASE WHEN k = 'r_lo' THEN v END) AS reuse_lo, max(CASE WHEN k = 'r_hi' THEN v END) AS reuse_hi,
+       max(CASE WHEN k = 'mc' THEN v END) AS model_cold_p50, max(CASE WHEN k = 'mr' THEN v END) AS model_reuse_p50
+FROM (SELECT DISTINCT run_id, followup FROM scoped) g LEFT JOIN p50 USING (run_id, followup)
+GROUP BY g.run_id, g.followup;
 
 CREATE TEMP VIEW cum_ttft AS
 WITH v AS (SELECT *, CASE WHEN instr(variant, '/') > 0 THEN substr(variant, 1, instr(variant, '/') - 1)

@@ -57,7 +57,7 @@ trap 'exit 130' INT TERM
 query() {
     _db=$1 _filter=$2 _sql=$3
     shift 3
-    _pre=/dev/null  # an older schema (1, 2) gets the current columns through temp views
+    _pre=/dev/null  # an older schema gets the current columns through temp views
     _v=$("$SQLITE3" -readonly -batch "$_db" 'PRAGMA user_version')
     [ -f "$PLOTS/compat-v$_v.sql" ] && _pre=$PLOTS/compat-v$_v.sql
     "$SQLITE3" -readonly -batch -bail "$@" "$_db" \

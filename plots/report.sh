@@ -52,7 +52,7 @@ trap 'exit 130' INT TERM
 query() {
     _db=$1 _filter=$2 _sql=$3
     shift 3
-    _pre=/dev/null  # an older schema (1, 2) gets the current columns through temp views
+    _pre=/dev/null  # an older schema gets the current columns through temp views
     _v=$("$SQLITE3" -readonly -batch "$_db" 'PRAGMA user_version')
     [ -f "$PLOTS/compat-v$_v.sql" ] && _pre=$PLOTS/compat-v$_v.sql
     "$SQLITE3" -readonly -batch -bail "$@" "$_db" \
@@ -252,8 +252,14 @@ EOF2
     echo
 }
 
-# tables NAME DB: the key tables of one experiment.
+# tables NAME DB: the key tables of one experiment, then its modeled TTFT.
 tables() {
+    tables_measured "$@"
+    table "$2" 1 "$PLOTS/tab-modeled.sql" \
+        'Table: modeled TTFT per run (deterministic: each request'"'"'s work priced at the calibration in the price column)'
+}
+
+tables_measured() {
     case "$1" in
     seed003)
         table "$2" "coalesce(variant, '') NOT LIKE 'sweep/%'" "$PLOTS/tab-summary.sql" \
@@ -296,6 +302,18 @@ printf 'SELECT count(*) FROM req;\n' >"$tmp.count"
     echo 'medians (p50) are the middle value, or the mean of the two middle values. The text'
     echo 'under each figure is its caption file: the configuration of the runs it plots, taken'
     echo 'from the `runs` table (including the build each run used).'
+    echo
+    echo 'Two kinds of TTFT appear. *Measured* TTFT (the "TTFT" columns, and every TTFT axis'
+    echo 'not labelled "modeled") is wall-clock time on the machine that ran the experiment: per'
+    echo 'request the median of its `--repeat` timings (the caption gives `repeat`; figures that'
+    echo 'draw a band draw the fastest to the slowest timing), so it moves with the machine and'
+    echo 'its load. *Modeled* TTFT (the "modeled" columns, the "Table: modeled TTFT" of every'
+    echo 'section and the middle panel of `seed003-sweep`) is the request'"'"'s work, the FLOPs of'
+    echo 'the engine'"'"'s cost model and the bytes its cache restored, priced at a calibration (GFLOP/s'
+    echo 'at the run'"'"'s chunk shape, restore GB/s). `make demo` prices at the reference calibrations'
+    echo 'of `results/calibration.json` (the caption'"'"'s "modeled TTFT priced at" line), so the'
+    echo 'modeled tables are identical from run to run; each run'"'"'s own measured calibration is'
+    echo 'stored beside it (`runs.calib_*`, the caption'"'"'s "calibration measured" line).'
     echo
     present=""
     for name in $EXPERIMENTS; do

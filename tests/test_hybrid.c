@@ -768,6 +768,40 @@ static void bench_checkpoints_reports_save_and_restore_against_memcpy(void **sta
     json_decref(o);
 }
 
+/* bench --decode: tokens/s of single-token steps for both kernels (the
+ * recurrent state is restored before each repetition); --compare-kernels:
+ * per chunk the ref/blas ratio. */
+static void bench_reports_decode_and_the_kernels_side_by_side(void **state) {
+    (void)state;
+    const char *bin = kvreplay_bin();
+    if (!bin) skip();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --decode --compare-kernels --tokens 96 --decode-steps 8 --reps 2 --json",
+             bin, g_path[A_HYB]);
+    json_t *o = run_json(cmd);
+    assert_int_equal(json_integer_value(json_object_get(o, "decode_steps")), 8);
+    assert_true(json_real_value(json_object_get(o, "decode_tok_s")) > 0);
+    json_t *rows = json_object_get(o, "runs");
+    assert_int_equal(json_array_size(rows), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "kernel")), "ref");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 1), "kernel")), "blas");
+    for (size_t i = 0; i < 2; i++) assert_true(json_real_value(json_object_get(json_array_get(rows, i), "decode_tok_s")) > 0);
+    json_decref(o);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --sweep-chunks 16,32 --compare-kernels --tokens 96 --reps 1 "
+             "--peak-size 64 --json", bin, g_path[A_HYB]);
+    o = run_json(cmd);
+    rows = json_object_get(o, "runs");
+    assert_int_equal(json_array_size(rows), 4);
+    assert_true(json_string_value(json_object_get(o, "ref_path")) != NULL);
+    for (size_t i = 0; i < 4; i += 2) {
+        json_t *ref = json_array_get(rows, i), *blas = json_array_get(rows, i + 1);
+        assert_float_equal(json_real_value(json_object_get(ref, "ref_over_blas")),
+                           json_real_value(json_object_get(ref, "gflops")) / json_real_value(json_object_get(blas, "gflops")),
+                           1e-3 * json_real_value(json_object_get(ref, "ref_over_blas")));
+    }
+    json_decref(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_checkpoint_restore_is_bit_identical_to_cold_swa),
@@ -791,6 +825,7 @@ int main(void) {
         cmocka_unit_test(cohere2_with_an_output_tensor_is_refused_naming_it),
         cmocka_unit_test(model_info_reports_memory_kinds_and_sizes),
         cmocka_unit_test(bench_checkpoints_reports_save_and_restore_against_memcpy),
+        cmocka_unit_test(bench_reports_decode_and_the_kernels_side_by_side),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -267,6 +267,100 @@ static void check_catches_a_corrupted_kv_row_in_the_restored_state(void **state)
     assert_int_equal(q_int(db, "select count(*) from requests where req_index != 1 and state_equal is not 1"), 0);
 }
 
+// ----------------------------------------------------------------------------
+// --repeat and the modeled TTFT
+
+static void repeat_stores_median_min_max_and_the_modeled_ttft_is_the_priced_work(void **state) {
+    (void)state;
+    need_fixtures();
+    char db[160];
+    snprintf(db, sizeof db, "%s/repeat.sqlite", g_dir);
+    hx_replay_opts o = opts(extend_transcript(), db);
+    o.repeat = 3;
+    o.num.kernel = ENG_KERNEL_REF;
+    o.num.n_threads = 2;
+    replay_ok(&o);
+    assert_int_equal(q_int(db, "select n_repeat from runs"), 3);
+    assert_int_equal(q_int(db, "select price_source = 'measured' and price_gflops = calib_gflops and "
+                               "price_restore_gbs = calib_restore_gbs and calib_gflops > 0 from runs"), 1);
+    assert_int_equal(q_int(db, "select count(*) from requests where ttft_cold_min_ms <= ttft_cold_ms and "
+                               "ttft_cold_ms <= ttft_cold_max_ms and ttft_reuse_min_ms <= ttft_reuse_ms and "
+                               "ttft_reuse_ms <= ttft_reuse_max_ms"), 4);
+    /* the modeled TTFT is the request's work at the run's price, to the last bit of a double */
+    assert_int_equal(q_int(db, "select count(*) from requests join runs using(run_id) where "
+                               "abs(model_cold_ms - flops_cold / (price_gflops * 1e9) * 1e3) <= 1e-12 * model_cold_ms "
+                               "and abs(model_reuse_ms - (flops_reuse / (price_gflops * 1e9) + "
+                               "coalesce(bytes_restored, 0) / (price_restore_gbs * 1e9)) * 1e3) <= 1e-9"), 4);
+    assert_int_equal(q_int(db, "select min(logits_equal) from requests"), 1);
+    /* without --repeat the band columns stay NULL */
+    hx_replay_opts one = opts(extend_transcript(), db);
+    replay_ok(&one);
+    assert_int_equal(q_int(db, "select count(ttft_cold_min_ms) + count(ttft_reuse_max_ms) from requests where run_id = 2"),
+                     0);
+    assert_int_equal(q_int(db, "select count(model_cold_ms) from requests where run_id = 2"), 4);
+}
+
+static void a_reference_calibration_makes_the_modeled_ttft_identical_between_runs(void **state) {
+    (void)state;
+    need_fixtures();
+    char db[160], cal[160];
+    snprintf(db, sizeof db, "%s/calib.sqlite", g_dir);
+    snprintf(cal, sizeof cal, "%s/calibration.json", g_dir);
+    unlink(cal);
+    for (int k = 0; k < 2; k++) {
+        hx_replay_opts o = opts(extend_transcript(), db);
+        o.calibration = cal;
+        replay_ok(&o);
+    }
+    assert_int_equal(access(cal, R_OK), 0);
+    assert_int_equal(q_int(db, "select count(distinct price_gflops) from runs"), 1);
+    assert_int_equal(q_int(db, "select count(*) from runs where price_source like 'reference %calibration.json'"), 2);
+    /* every request's modeled TTFTs are the same doubles in both runs */
+    assert_int_equal(q_int(db, "select count(*) from requests a join requests b on a.session = b.session and "
+                               "a.turn = b.turn and a.run_id = 1 and b.run_id = 2 where a.model_cold_ms = b.model_cold_ms "
+                               "and a.model_reuse_ms = b.model_reuse_ms"), 4);
+    /* another thread count is another configuration: a second entry */
+    hx_replay_opts t2 = opts(extend_transcript(), db);
+    t2.calibration = cal;
+    t2.num.n_threads = 2;
+    replay_ok(&t2);
+    char out[256];
+    assert_int_equal(run(out, sizeof out, "grep -c '\"threads\"' %s", cal), 0);
+    assert_int_equal(atoi(out), 2);
+}
+
+static void a_malformed_calibration_file_is_refused_naming_the_field(void **state) {
+    (void)state;
+    need_cli();
+    char cal[160], db[160], out[512];
+    snprintf(cal, sizeof cal, "%s/bad-calibration.json", g_dir);
+    snprintf(db, sizeof db, "%s/badcal.sqlite", g_dir);
+    FILE *f = fopen(cal, "w");
+    assert_non_null(f);
+    fputs("{\"format\": \"kvreplay-calibration\", \"version\": 1, \"entries\": [{\"model_sha256\": \"x\", "
+          "\"kernel\": \"blas\", \"precision\": \"fp32\", \"align\": \"chunk\", \"threads\": 1, \"chunk\": 64, "
+          "\"ubatch\": 512, \"gflops\": -3, \"restore_gbs\": 1}]}\n", f);
+    fclose(f);
+    int rc = run(out, sizeof out, "%s replay -m %s -t %s --db %s --decode 1 --calibration %s 2>&1", g_kvr, g_model,
+                 extend_transcript(), db, cal);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "bad-calibration.json: entries[0].gflops: expected a positive number"));
+}
+
+static void a_repetition_with_other_bits_is_caught(void **state) {
+    (void)state;
+    need_cli();
+    char out[1024], db[160];
+    snprintf(db, sizeof db, "%s/repflip.sqlite", g_dir);
+    int rc = run(out, sizeof out, "%s replay -m %s -t %s --db %s --decode 2 --repeat 2 --inject-fault repeat-flip "
+                 "--fault-request 2 --fault-index 77 2>&1", g_kvr, g_model, extend_transcript(), db);
+    assert_int_equal(rc, 3);
+    assert_non_null(strstr(out, "turn 2: cold prefill, repetition 2 of --repeat: logit 77 is"));
+    assert_non_null(strstr(out, "(the engine is not deterministic)"));
+    assert_int_equal(q_int(db, "select count(*) from requests"), 2);  /* the requests before it are kept */
+    assert_int_equal(q_int(db, "select status = 'failed' from runs"), 1);
+}
+
 static void bench_rejects_a_bad_integer_list_naming_the_flag(void **state) {
     (void)state;
     need_cli();
@@ -471,6 +565,10 @@ int main(void) {
         cmocka_unit_test(disk_anchor_quirk_stays_on_the_waypoint_and_the_fix_returns_to_the_anchor),
         cmocka_unit_test(resume_after_sigkill_completes_the_run_without_duplicates),
         cmocka_unit_test(experiment_runs_every_variant_and_computes_each_cold_run_once),
+        cmocka_unit_test(repeat_stores_median_min_max_and_the_modeled_ttft_is_the_priced_work),
+        cmocka_unit_test(a_reference_calibration_makes_the_modeled_ttft_identical_between_runs),
+        cmocka_unit_test(a_malformed_calibration_file_is_refused_naming_the_field),
+        cmocka_unit_test(a_repetition_with_other_bits_is_caught),
         cmocka_unit_test(bench_rejects_a_bad_integer_list_naming_the_flag),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -177,8 +177,20 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
 }
 
+/* What migration 3 -> 4 added (--repeat's timings, the modeled TTFT and its price). */
+#define DROP_V4                                                                                             \
+    "ALTER TABLE runs DROP COLUMN n_repeat; ALTER TABLE runs DROP COLUMN calib_gflops;"                    \
+    "ALTER TABLE runs DROP COLUMN calib_restore_gbs; ALTER TABLE runs DROP COLUMN price_gflops;"          \
+    "ALTER TABLE runs DROP COLUMN price_restore_gbs; ALTER TABLE runs DROP COLUMN price_source;"          \
+    "ALTER TABLE requests DROP COLUMN ttft_cold_min_ms; ALTER TABLE requests DROP COLUMN ttft_cold_max_ms;" \
+    "ALTER TABLE requests DROP COLUMN ttft_reuse_min_ms; ALTER TABLE requests DROP COLUMN ttft_reuse_max_ms;" \
+    "ALTER TABLE requests DROP COLUMN model_cold_ms; ALTER TABLE requests DROP COLUMN model_reuse_ms;"
+
+/* A schema-3 file (before --repeat and the modeled TTFT) is shown read-only
+ * with the new columns as NULL, then migrated on open, keeping its rows. */
 /* The SQL that takes a current file back to schema 2 (before runs.policy_opts). */
 #define DOWNGRADE_TO_V2                                     \
+    DROP_V4                                                 \
     "ALTER TABLE runs DROP COLUMN policy_opts;"             \
     "ALTER TABLE runs DROP COLUMN block_size;"              \
     "ALTER TABLE requests DROP COLUMN cache_bytes;"         \
@@ -206,6 +218,30 @@ static int64_t older_file(fixture *f, hx_run_meta *m, const char *downgrade, con
     sqlite3_finalize(st);
     hx_store_close(ro);
     return id;
+}
+
+/* A schema-3 file (before --repeat and the modeled TTFT) is shown read-only
+ * with the new columns as NULL, then migrated on open, keeping its rows. */
+static void a_version_3_file_is_migrated_on_open(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    int64_t id = older_file(f, &m, DROP_V4 "PRAGMA user_version = 3",
+                            "SELECT count(model_cold_ms) + count(ttft_cold_min_ms)"
+                            " FROM requests JOIN runs USING(run_id) WHERE price_source IS NULL");
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 3);
+    hx_store *s = open_ok(f->db);
+    hx_request_row r;
+    hx_request_row_init(&r);
+    r.session = "s";
+    r.transcript = "t";
+    r.model_cold_ms = 12.5;
+    r.ttft_cold_min_ms = 3;
+    put_ok(s, id, &r, NULL, 0);
+    hx_store_close(s);
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
+    assert_int_equal(query_i64(f->db, "SELECT model_cold_ms * 2 + ttft_cold_min_ms FROM results WHERE session = 's'"),
+                     28);
+    assert_int_equal(query_i64(f->db, "SELECT count(*) FROM runs WHERE n_repeat IS NULL"), 1);
 }
 
 /* A schema-2 file (before requests.cache_bytes) is shown read-only with the
@@ -240,6 +276,41 @@ static void a_version_2_file_is_migrated_on_open(void **state) {
     assert_string_not_equal(k1, k2);
     free(k1);
     free(k2);
+}
+
+/* plots/fake-schema.sql (the synthetic databases the figures are tested on)
+ * has every table and column the store creates, at the same user_version: a
+ * schema change that forgets the fake databases fails here. */
+static void the_fake_schema_of_the_plots_matches_the_store(void **state) {
+    fixture *f = *state;
+    hx_store_close(open_ok(f->db));
+    char fake[160], cmd[400];
+    snprintf(fake, sizeof fake, "%s/fake.sqlite", f->dir);
+    snprintf(cmd, sizeof cmd, "sqlite3 -bail '%s' < plots/fake-schema.sql > /dev/null", fake);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(query_i64(fake, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    char sql[600];
+    snprintf(sql, sizeof sql, "ATTACH '%s' AS fk", fake);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    static const char *const tables[] = {"runs", "requests", "steps"};
+    static const char *const side[][2] = {{"main", "fk"}, {"fk", "main"}};
+    for (int i = 0; i < 3; i++)
+        for (int d = 0; d < 2; d++) {  /* columns of one side's table missing from the other's */
+            snprintf(sql, sizeof sql, "SELECT count(*), group_concat(name) FROM (SELECT name FROM "
+                     "pragma_table_info('%s', '%s') EXCEPT SELECT name FROM pragma_table_info('%s', '%s'))",
+                     tables[i], side[d][0], tables[i], side[d][1]);
+            sqlite3_stmt *st = NULL;
+            assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+            assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+            if (sqlite3_column_int(st, 0))
+                print_error("%s: only in %s: %s\n", tables[i], d ? "plots/fake-schema.sql" : "the store",
+                            (const char *)sqlite3_column_text(st, 1));
+            assert_int_equal(sqlite3_column_int(st, 0), 0);
+            sqlite3_finalize(st);
+        }
+    sqlite3_close(db);
 }
 
 /* A schema-1 file (before requests.state_equal) with a run in it migrates to
@@ -896,7 +967,9 @@ int main(void) {
         T(opening_a_new_file_creates_the_schema_in_wal_mode),
         T(reopening_an_existing_database_keeps_its_runs),
         T(a_version_2_file_is_migrated_on_open),
+        T(the_fake_schema_of_the_plots_matches_the_store),
         T(a_version_1_file_is_migrated_on_open),
+        T(a_version_3_file_is_migrated_on_open),
         T(a_newer_schema_version_is_refused_with_a_clear_error),
         T(a_file_that_is_not_a_database_is_a_format_error),
         T(a_foreign_sqlite_database_is_not_adopted),

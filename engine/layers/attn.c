@@ -170,7 +170,8 @@ int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t p
         if (cap > n_ctx) cap = n_ctx;
         const int64_t one = GR * w->cap_T * cap;  /* one group */
         const int64_t all = (int64_t)in->n_head_kv * one;
-        const int64_t n = all <= ATTN_BATCH_FLOATS ? all : (one > ATTN_BATCH_FLOATS ? one : ATTN_BATCH_FLOATS);
+        int64_t n = all <= ATTN_BATCH_FLOATS ? all : (one > ATTN_BATCH_FLOATS ? one : ATTN_BATCH_FLOATS);
+        if (m->kctx.kernel == ENG_KERNEL_REF) n = eng_k_attention_ws(&m->kctx, w->cap_T, cap, in->n_head, in->n_head_kv, in->head_dim);
         free(w->scores);
         w->scores = zalloc(n);
         if (!w->scores) { w->cap_P = 0; w->scores_cap = 0; return ENG_ERR_NOMEM; }

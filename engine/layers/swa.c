@@ -158,17 +158,25 @@ void eng_swa_ws_free(eng_swa_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-int eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G, int32_t E) {
-    const int32_t kpos0 = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0, P = pos0 + T - kpos0, R = (H / G) * T;
+/* Floats of the scores buffer for a chunk: a batch of KV heads' score
+ * rectangles (blas), the ref kernel's per-thread scratch (ref). */
+static int64_t scores_floats(const eng_kctx *ctx, int32_t R, int32_t P, int32_t G, int32_t E) {
+    if (ctx->kernel == ENG_KERNEL_REF) return eng_k_attention_ref_ws(ctx->n_threads, P, E);
     const int64_t one = (int64_t)R * P;
     int64_t nb = SWA_BATCH_FLOATS / one;
     if (nb < 1) nb = 1;
     if (nb > G) nb = G;
+    return nb * one;
+}
+
+int eng_swa_ws_reserve(const eng_kctx *ctx, eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G,
+                       int32_t E) {
+    const int32_t kpos0 = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0, P = pos0 + T - kpos0, R = (H / G) * T;
     const int64_t GE = (int64_t)G * E;
     const int64_t HTE = (int64_t)H * T * E;
     if (eng_grow(&ws->kg, &ws->cap_k, P * GE) != ENG_OK || eng_grow(&ws->vg, &ws->cap_v, P * GE) != ENG_OK ||
         eng_grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || eng_grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
-        eng_grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
+        eng_grow(&ws->scores, &ws->cap_s, scores_floats(ctx, R, P, G, E)) != ENG_OK)
         return ENG_ERR_NOMEM;
     return ENG_OK;
 }
@@ -178,7 +186,7 @@ int eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32
 
 typedef struct band_args {
     bool         bf16;
-    eng_kernel   kernel;
+    eng_kpath    path;
     int32_t      T, pos0, W, kpos0, E, GR, R, P, ldkv, ldo, g0;
     float        scale;
     const float *qg, *K, *V;
@@ -194,36 +202,12 @@ static inline void band_of(const band_args *a, int32_t r, int32_t *j0, int32_t *
     *j1 = p - a->kpos0;
 }
 
-static float dot_fixed(const float *x, const float *y, int32_t n) {
-    float s = 0.0f;
-    for (int32_t e = 0; e < n; e++) s += x[e] * y[e];
-    return s;
-}
-
-/* Softmax of s[j0..j1] in place, zeroing [0, j0) and (j1, P). */
-static void band_softmax(float *s, int32_t j0, int32_t j1, int32_t P, float scale, bool bf16) {
-    const int32_t n = j1 - j0 + 1;
-    float *b = s + j0;
+/* Softmax of s[j0..j1] in place (eng_k_softmax_row's bits, lanes counted
+ * from the band's first key), zeroing [0, j0) and (j1, P). */
+static void band_softmax(eng_kpath path, float *s, int32_t j0, int32_t j1, int32_t P, float scale, bool bf16) {
     for (int32_t j = 0; j < j0; j++) s[j] = 0.0f;
     for (int32_t j = j1 + 1; j < P; j++) s[j] = 0.0f;
-    #pragma omp simd
-    for (int32_t j = 0; j < n; j++) b[j] = b[j] * scale;
-    if (bf16)
-        for (int32_t j = 0; j < n; j++) b[j] = eng_bf16_round(b[j]);
-    float m8[8], a8[8];
-    for (int c = 0; c < 8; c++) { m8[c] = -INFINITY; a8[c] = 0.0f; }
-    for (int32_t j = 0; j < n; j++) m8[j & 7] = b[j] > m8[j & 7] ? b[j] : m8[j & 7];
-    float mx = m8[0];
-    for (int c = 1; c < 8; c++) mx = m8[c] > mx ? m8[c] : mx;
-    #pragma omp simd
-    for (int32_t j = 0; j < n; j++) b[j] = eng_expf(b[j] - mx);
-    for (int32_t j = 0; j < n; j++) a8[j & 7] += b[j];
-    const float sum = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
-    const float inv = 1.0f / sum;
-    #pragma omp simd
-    for (int32_t j = 0; j < n; j++) b[j] = b[j] * inv;
-    if (bf16)
-        for (int32_t j = 0; j < n; j++) b[j] = eng_bf16_round(b[j]);
+    eng_k_softmax_path(path, s + j0, j1 - j0 + 1, scale, bf16);
 }
 
 /* KV heads [g0 + r0, g0 + r1): scores, banded softmax, values, scatter. */
@@ -235,32 +219,13 @@ static void band_heads(void *v, int32_t r0, int32_t r1) {
         const float *q = a->qg + (int64_t)g * R * E;
         float *o = a->og + (int64_t)g * R * E;
         const float *K = a->K + (int64_t)g * E, *V = a->V + (int64_t)g * E;
-        if (a->kernel == ENG_KERNEL_BLAS) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, q, E, K, a->ldkv, 0.0f, S, P);
-            for (int32_t r = 0; r < R; r++) {
-                int32_t j0, j1;
-                band_of(a, r, &j0, &j1);
-                band_softmax(S + (int64_t)r * P, j0, j1, P, a->scale, a->bf16);
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, S, P, V, a->ldkv, 0.0f, o, E);
-        } else {
-            for (int32_t r = 0; r < R; r++) {
-                int32_t j0, j1;
-                band_of(a, r, &j0, &j1);
-                float *s = S + (int64_t)r * P;
-                const float *qr = q + (int64_t)r * E;
-                for (int32_t j = j0; j <= j1; j++) s[j] = dot_fixed(qr, K + (int64_t)j * a->ldkv, E);
-                band_softmax(s, j0, j1, P, a->scale, a->bf16);
-                float *orow = o + (int64_t)r * E;
-                for (int32_t e = 0; e < E; e++) orow[e] = 0.0f;
-                for (int32_t j = j0; j <= j1; j++) {
-                    const float pj = s[j];
-                    const float *vj = V + (int64_t)j * a->ldkv;
-                    #pragma omp simd
-                    for (int32_t e = 0; e < E; e++) orow[e] = orow[e] + pj * vj[e];  /* per e: j ascending */
-                }
-            }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, q, E, K, a->ldkv, 0.0f, S, P);
+        for (int32_t r = 0; r < R; r++) {
+            int32_t j0, j1;
+            band_of(a, r, &j0, &j1);
+            band_softmax(a->path, S + (int64_t)r * P, j0, j1, P, a->scale, a->bf16);
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, S, P, V, a->ldkv, 0.0f, o, E);
         if (a->bf16)
             for (int64_t i = 0; i < (int64_t)R * E; i++) o[i] = eng_bf16_round(o[i]);
         for (int32_t hh = 0; hh < a->GR; hh++)  /* back to [T, H*E] */
@@ -276,29 +241,33 @@ int eng_swa_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, i
     const int32_t GR = H / G, R = GR * T, P = pos0 + T - kpos0;
     const int32_t first = pos0 - W + 1 > 0 ? pos0 - W + 1 : 0;
     ENG_ASSERT(GR * G == H && T >= 1 && W >= 1 && kpos0 >= 0 && kpos0 <= first);
-    const int64_t one = (int64_t)R * P;  /* scores of one KV head */
-    int64_t nb = SWA_BATCH_FLOATS / one;
-    if (nb < 1) nb = 1;
-    if (nb > G) nb = G;
     const int64_t HTE = (int64_t)H * T * E;
     if (eng_grow(&ws->qg, &ws->cap_q, HTE) != ENG_OK || eng_grow(&ws->og, &ws->cap_o, HTE) != ENG_OK ||
-        eng_grow(&ws->scores, &ws->cap_s, nb * one) != ENG_OK)
+        eng_grow(&ws->scores, &ws->cap_s, scores_floats(ctx, R, P, G, E)) != ENG_OK)
         return ENG_ERR_NOMEM;
     for (int32_t h = 0; h < H; h++)
         for (int32_t t = 0; t < T; t++)
             memcpy(ws->qg + ((int64_t)h * T + t) * E, Q + (int64_t)t * ldq + (int64_t)h * E,
                    sizeof(float) * (size_t)E);
+    if (ctx->kernel == ENG_KERNEL_REF) {
+        eng_k_attention_ref(ctx, T, pos0, W, kpos0, H, G, E, ws->qg, K, V, ldkv, O, ldo, ws->scores, ws->cap_s);
+        return ENG_OK;
+    }
+    const int64_t one = (int64_t)R * P;  /* scores of one KV head */
+    int64_t nb = SWA_BATCH_FLOATS / one;  /* KV heads per batch */
+    if (nb < 1) nb = 1;
+    if (nb > G) nb = G;
     band_args a = {
-        .bf16 = ctx->bf16, .kernel = ctx->kernel, .T = T, .pos0 = pos0, .W = W, .kpos0 = kpos0, .E = E,
+        .bf16 = ctx->bf16, .path = ctx->path, .T = T, .pos0 = pos0, .W = W, .kpos0 = kpos0, .E = E,
         .GR = GR, .R = R, .P = P, .ldkv = ldkv, .ldo = ldo, .scale = 1.0f / sqrtf((float)E),
         .qg = ws->qg, .K = K, .V = V, .og = ws->og, .ws = ws->scores, .O = O,
     };
-    if (ctx->kernel == ENG_KERNEL_BLAS) openblas_set_num_threads(1);
+    openblas_set_num_threads(1);  /* heads spread over the pool, each sgemm on one thread */
     for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
         a.g0 = g0;
         eng_k_parallel_rows(ctx, (int32_t)(g0 + nb < G ? nb : G - g0), band_heads, &a);
     }
-    if (ctx->kernel == ENG_KERNEL_BLAS) openblas_set_num_threads(ctx->n_threads);
+    openblas_set_num_threads(ctx->n_threads);
     return ENG_OK;
 }
 
@@ -367,7 +336,7 @@ static int swa_prepare(const eng_model *m, int32_t il, void **v, int32_t T, int3
     const eng_model_info *in = &m->info;
     if (!*v && !(*v = calloc(1, sizeof(swa_kind_ws)))) return ENG_ERR_NOMEM;
     swa_kind_ws *ws = *v;
-    if (eng_swa_ws_reserve(&ws->swa, T, pos0, in->n_swa, in->n_head, in->n_head_kv, in->head_dim) != ENG_OK)
+    if (eng_swa_ws_reserve(&m->kctx, &ws->swa, T, pos0, in->n_swa, in->n_head, in->n_head_kv, in->head_dim) != ENG_OK)
         return ENG_ERR_NOMEM;
     return eng_attn_ws_prepare(m, &ws->attn, T, pos0, 0, n_ctx);
 }

@@ -29,10 +29,11 @@
  * a softmax over each row's band, values. blas: both products are one
  * sgemm over the rectangle of gathered keys (masked probabilities exactly
  * 0), so a row's result depends on the chunk's shape like full attention;
- * ref: one fixed-order dot per (row, attended key) and one accumulator per
- * (row, e) over the band in ascending position, so a row's result depends
- * only on its position and the window's keys (batch-invariant). The
- * softmax: s_j = round(S*scale), e_j = eng_expf(s_j - max), sum in 8
+ * ref: eng_k_attention_ref with the window (kernels_ref.c): one fixed-order
+ * FMA chain per (row, attended key) over e and one per (row, e) over the
+ * band in ascending position, so a row's result depends only on its
+ * position and the window's keys (batch-invariant), and a window covering
+ * the sequence is bit-identical to full attention. The softmax: s_j = round(S*scale), e_j = eng_expf(s_j - max), sum in 8
  * lanes by (j - first attended key) % 8 combined pairwise, p_j =
  * round(e_j * (1/sum)). KV heads are spread over the threads with
  * single-threaded products, so no result depends on the thread count.
@@ -101,13 +102,14 @@ typedef struct eng_swa_ws {
     int64_t cap_k, cap_v, cap_q, cap_o, cap_s;  /* floats in kg, vg, qg, og, scores */
     float  *kg, *vg;   /* [P', GE] keys and values of positions [kpos0, pos0 + T) */
     float  *qg, *og;   /* [H*T, E] queries regrouped by KV head, and outputs */
-    float  *scores;    /* [nb * R, P'] a batch of nb KV heads */
+    float  *scores;    /* blas: [nb * R, P'] a batch of nb KV heads; ref: the kernel's per-thread scratch */
 } eng_swa_ws;
 
 void eng_swa_ws_free(eng_swa_ws *ws);  /* accepts a zeroed struct */
 /* Grows ws for a chunk of T tokens at pos0 (window W, H, G, E), so that
  * eng_swa_attend for it cannot fail. ENG_OK or ENG_ERR_NOMEM. */
-int  eng_swa_ws_reserve(eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G, int32_t E);
+int  eng_swa_ws_reserve(const eng_kctx *ctx, eng_swa_ws *ws, int32_t T, int32_t pos0, int32_t W, int32_t H, int32_t G,
+                        int32_t E);
 
 /* Banded attention of a chunk of T tokens at positions [pos0, pos0 + T):
  * Q [T, H*E] (row stride ldq), K and V [P', G*E] (row stride ldkv) holding

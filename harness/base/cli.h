@@ -35,10 +35,12 @@
  * 2 for anything else (missing, a directory, unreadable, malformed). */
 int hx_exit_for_input(int status);
 
-#ifndef KVR_GIT_REV
-#define KVR_GIT_REV "unknown"
-#endif
 #define KVR_VERSION "0.1.0"
+
+/* The git revision this binary was built from (12 hex digits, "unknown"
+ * outside a checkout). Only harness/base/version.c holds it, rebuilt by the
+ * Makefile whenever HEAD moves, so runs.git_rev never goes stale. */
+const char *hx_git_rev(void);
 
 /* Prints "kvreplay: MESSAGE" on stderr and exits with code. */
 _Noreturn void hx_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

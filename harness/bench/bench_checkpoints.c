@@ -254,11 +254,7 @@ int hx_bench_checkpoints(int argc, char **argv) {
             json_array_append_new(arr, e);
         }
         json_object_set_new(o, "lengths", arr);
-        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-        if (!txt) hx_die(HX_EXIT_INTERNAL, "bench: JSON encoding failed");
-        puts(txt);
-        free(txt);
-        json_decref(o);
+        hx_bench_print_json(o);
     } else {
         printf("model %s (%s): %d layers: %d attn, %d attn_swa (window %d), %d recurrent; %s/%s, %d threads, "
                "chunk %lld, median of %lld prefills\n",

@@ -5,6 +5,10 @@
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "cli.h"
 
 double hx_median(double *v, int n) {
@@ -29,4 +33,13 @@ void hx_random_floats(uint64_t seed, float *out, int64_t n) {
     gsl_rng *r = rng(seed);
     for (int64_t i = 0; i < n; i++) out[i] = (float)gsl_rng_uniform(r) - 0.5f;
     gsl_rng_free(r);
+}
+
+void hx_bench_print_json(void *v) {
+    json_t *o = v;
+    char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    if (!txt) hx_die(HX_EXIT_INTERNAL, "bench: JSON encoding failed");
+    puts(txt);
+    free(txt);
+    json_decref(o);
 }

@@ -17,4 +17,8 @@ void hx_random_tokens(uint64_t seed, int32_t *out, int64_t n, int32_t n_vocab);
 /* n floats uniform in [-0.5, 0.5), from seed. */
 void hx_random_floats(uint64_t seed, float *out, int64_t n);
 
+/* Prints o (a json_t *) on stdout as indented JSON (reals with 6
+ * significant digits) and releases it; exits 3 when it cannot be encoded. */
+void hx_bench_print_json(void *o);
+
 #endif

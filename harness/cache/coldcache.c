@@ -64,9 +64,11 @@ void hx_coldcache_free(hx_coldcache *c) {
 
 static XXH128_hash_t make_key(const eng_model *m, const eng_prefill_params *pp, int32_t n_decode,
                               const int32_t *tokens, int32_t n) {
-    /* packed explicitly: a struct would hash its padding bytes */
-    int64_t hdr[6] = {(int64_t)eng_model_fingerprint(m), (int64_t)pp->align, pp->chunk,
-                      pp->align == ENG_ALIGN_NONE ? pp->ubatch : 0, n_decode, n};
+    /* packed explicitly: a struct would hash its padding bytes. A cold
+     * prefill starts at position 0, so align chunk with C and align none with
+     * ubatch C cut it into the same chunks: the key holds that length only. */
+    int64_t hdr[4] = {(int64_t)eng_model_fingerprint(m), pp->align == ENG_ALIGN_NONE ? pp->ubatch : pp->chunk,
+                      n_decode, n};
     XXH3_state_t *s = XXH3_createState();
     ENG_ASSERT(s);
     XXH3_128bits_reset(s);
@@ -133,6 +135,9 @@ const hx_cold_result *hx_coldcache_put(hx_coldcache *c, const eng_model *m, cons
     memcpy(e.r.logits, r->logits, sizeof(float) * (size_t)(1 + r->n_decode) * (size_t)r->n_vocab);
     memcpy(e.r.greedy, r->greedy, sizeof(int32_t) * (size_t)(r->n_decode > 0 ? r->n_decode : 0));
     e.r.ttft_ms = r->ttft_ms;
+    e.r.ttft_min_ms = r->ttft_min_ms;
+    e.r.ttft_max_ms = r->ttft_max_ms;
+    e.r.n_repeat = r->n_repeat;
     e.r.decode_ms = r->decode_ms;
     e.r.flops = r->flops;
     e.r.state_hash = r->state_hash;

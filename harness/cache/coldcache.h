@@ -3,12 +3,15 @@
  *
  * Within one process (an experiment running several policy variants), the
  * cold run of an identical prompt under identical numerics is computed once
- * and shared. The key is XXH3-128 over (model+numerics fingerprint, align,
- * chunk, ubatch, decode steps, the prompt tokens); a hit also compares the
+ * and shared. The key is XXH3-128 over (model+numerics fingerprint, the
+ * cold prefill's chunk length, decode steps, the prompt tokens): a cold
+ * prefill starts at position 0, where align chunk with C and align none
+ * with ubatch C cut the same chunks, so they share it. A hit also compares the
  * stored tokens, so a hash collision can never return another prompt's
  * logits. The value is everything the comparison needs: the last prompt
  * token's logits, every greedy decode step's logits and tokens, the cold
- * TTFT that was measured when it was computed, and its FLOPs. Entries are
+ * TTFT that was measured when it was computed (median, min and max of its
+ * --repeat timings), and its FLOPs. Entries are
  * evicted LRU beyond a byte budget.
  */
 #ifndef HX_COLDCACHE_H
@@ -25,7 +28,10 @@ typedef struct hx_cold_result {
     int32_t *greedy;       /* (n_decode) greedy tokens chosen at each step (from rows 0..n_decode-1) */
     int32_t  n_decode;
     int32_t  n_vocab;
-    double   ttft_ms;      /* measured when computed */
+    double   ttft_ms;      /* measured when computed (the median of n_repeat timings) */
+    double   ttft_min_ms;  /* the fastest and slowest of them */
+    double   ttft_max_ms;
+    int32_t  n_repeat;
     double   decode_ms;
     double   flops;
     uint64_t state_hash;   /* XXH3-64 of the serialized state after the prompt (0: not taken) */

@@ -12,8 +12,15 @@
  *            of the engine's cost model (eng_model_prefill_flops_params).
  *   ratio:   prefill GFLOP/s / peak GFLOP/s.
  * --sweep-chunks measures several C in one run; --compare-kernels measures
- * ref and blas side by side. --tokenizer, --disk-cache and --checkpoints
- * dispatch to the other benchmarks of bench/bench.h.
+ * ref and blas side by side, interleaved, and prints per C the ref/blas
+ * ratio and each kernel's ratio to the peak.
+ *   decode:  with --decode, instead of prefill: after a prompt of N tokens,
+ *            S single-token decode steps (eng_decode, M = 1: what the
+ *            teacher-forced responses and greedy decoding run), restored
+ *            to the prompt before each of R timed repetitions (after a
+ *            warm-up): the median, as tokens/s.
+ * --tokenizer, --disk-cache and --checkpoints dispatch to the other
+ * benchmarks of bench/bench.h.
  */
 #include "cli.h"
 
@@ -39,16 +46,17 @@ static const char k_usage[] =
     "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
     "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
     "\n"
-    "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run.\n"
+    "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run;\n"
+    "with --decode, single-token decode tokens/s after a prompt of --tokens.\n"
     "\n";
 
 typedef struct bench_args {
     const char  *model;
     eng_numerics num;
-    int32_t      chunk, n_tok, reps, peak_n;
+    int32_t      chunk, n_tok, reps, peak_n, decode_steps;
     int64_t      seed;
     hx_int_list  chunks;
-    bool         compare, json;
+    bool         compare, json, decode;
 } bench_args;
 
 #define OPT(field) offsetof(bench_args, field)
@@ -63,6 +71,10 @@ static const hx_option k_options[] = {
     {"--sweep-chunks", NULL, "LIST", "comma-separated chunk sizes, e.g. 16,32,64,128,256", HX_OPT_LIST, OPT(chunks),
      1, 1 << 20, NULL},
     {"--compare-kernels", NULL, NULL, "measure ref and blas side by side", HX_OPT_FLAG, OPT(compare), 0, 0, NULL},
+    {"--decode", NULL, NULL, "measure single-token decode after a prompt of --tokens instead of prefill",
+     HX_OPT_FLAG, OPT(decode), 0, 0, NULL},
+    {"--decode-steps", NULL, "S", "decode steps per timed repetition (default 64)", HX_OPT_INT, OPT(decode_steps), 1,
+     1 << 20, NULL},
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
@@ -165,6 +177,40 @@ static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t 
     eng_seq_free(s);
 }
 
+/* Decode: S steps after an n-token prompt, from the prompt's state each
+ * repetition (a checkpoint: recurrent state cannot be truncated). */
+static void measure_decode(const eng_model *m, const int32_t *toks, int32_t n, int32_t steps, int reps, run *out) {
+    eng_seq *s = eng_seq_new(m, n + steps);
+    float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    int rc = eng_prefill(s, toks, n, NULL, logits);
+    eng_ckpt *ck = rc == ENG_OK ? eng_seq_checkpoint(s) : NULL;
+    if (!ck) hx_die(HX_EXIT_INTERNAL, "bench: prompt prefill failed: %s", eng_status_str(rc));
+    for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
+        if ((rc = eng_seq_restore(s, ck)) != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: restore: %s", eng_status_str(rc));
+        double t0 = eng_now_s();
+        for (int32_t k = 0; k < steps && rc == ENG_OK; k++) rc = eng_decode(s, toks[n + k], logits);
+        double dt = eng_now_s() - t0;
+        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: decode failed: %s", eng_status_str(rc));
+        if (r >= 0) t[r] = dt;
+        if (eng_stderr_is_tty())
+            fprintf(stderr, "\rbench: %s decode rep %d/%d: %.3f s   ", eng_kernel_name(eng_model_get_numerics(m)->kernel),
+                    r + 1, reps, dt);
+    }
+    if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
+    out->kernel = eng_model_get_numerics(m)->kernel;
+    out->chunk = 1;
+    out->seconds = hx_median(t, reps);
+    out->tok_s = steps / out->seconds;
+    out->gflops = NAN;
+    out->ratio = NAN;
+    eng_ckpt_free(ck);
+    free(t);
+    free(logits);
+    eng_seq_free(s);
+}
+
 int hx_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
@@ -172,7 +218,8 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
-    bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024};
+    bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024,
+                    .decode_steps = 64};
     for (int i = 1; i < argc; i++)
         if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench", argv[i]);
     const char *model = a.model;
@@ -197,9 +244,47 @@ int hx_cmd_bench(int argc, char **argv) {
         if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
     }
     const eng_model_info *in = eng_model_get_info(models[0]);
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_tok);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_tok + a.decode_steps));
     if (!toks) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    hx_random_tokens((uint64_t)seed, toks, n_tok, in->n_vocab);
+    hx_random_tokens((uint64_t)seed, toks, n_tok + a.decode_steps, in->n_vocab);
+    if (a.decode) {
+        run dr[2];
+        for (int k = 0; k < n_kernels; k++)
+            measure_decode(models[k], toks, (int32_t)n_tok, a.decode_steps, (int)reps, &dr[k]);
+        if (json) {
+            json_t *o = json_object(), *arr = json_array();
+            json_object_set_new(o, "model", json_string(model));
+            json_object_set_new(o, "model_sha256", json_string(in->sha256));
+            json_object_set_new(o, "threads", json_integer(num.n_threads));
+            json_object_set_new(o, "precision", json_string(eng_precision_name(num.precision)));
+            json_object_set_new(o, "n_prompt", json_integer(n_tok));
+            json_object_set_new(o, "decode_steps", json_integer(a.decode_steps));
+            json_object_set_new(o, "reps", json_integer(reps));
+            json_object_set_new(o, "kernel", json_string(eng_kernel_name(dr[0].kernel)));
+            json_object_set_new(o, "decode_tok_s", json_real(dr[0].tok_s));
+            for (int k = 0; k < n_kernels; k++) {
+                json_t *e = json_object();
+                json_object_set_new(e, "kernel", json_string(eng_kernel_name(dr[k].kernel)));
+                json_object_set_new(e, "decode_s", json_real(dr[k].seconds));
+                json_object_set_new(e, "decode_tok_s", json_real(dr[k].tok_s));
+                json_array_append_new(arr, e);
+            }
+            json_object_set_new(o, "runs", arr);
+            hx_bench_print_json(o);
+        } else {
+            printf("model %s: D %d, L %d, V %d; decode %d steps after a %lld-token prompt, %d threads, %s, median of "
+                   "%lld; ref kernel path %s\n", model, in->n_embd, in->n_layer, in->n_vocab, a.decode_steps,
+                   (long long)n_tok, num.n_threads, eng_precision_name(num.precision), (long long)reps,
+                   eng_model_ref_path(models[0]));
+            printf("%-6s %10s %12s\n", "kernel", "decode_s", "tok/s");
+            for (int k = 0; k < n_kernels; k++)
+                printf("%-6s %10.4f %12.1f\n", eng_kernel_name(dr[k].kernel), dr[k].seconds, dr[k].tok_s);
+            if (n_kernels == 2) printf("ref/blas: %.3f\n", dr[0].tok_s / dr[1].tok_s);
+        }
+        free(toks);
+        for (int k = 0; k < n_kernels; k++) eng_model_free(models[k]);
+        return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
+    }
 
     peak_ctx pk;
     peak_init(&pk, (int32_t)peak_n, n_chunks * n_kernels * (int)reps);
@@ -224,6 +309,7 @@ int hx_cmd_bench(int argc, char **argv) {
         json_object_set_new(o, "peak_samples", json_integer(pk.n_samples));
         json_object_set_new(o, "peak_best_gflops", json_real(pk.best));
         json_object_set_new(o, "blas", json_string(eng_blas_info()));
+        json_object_set_new(o, "ref_path", json_string(eng_model_ref_path(models[0])));
         /* Top level: the first run (the only one without a sweep or comparison). */
         json_object_set_new(o, "chunk", json_integer(runs[0].chunk));
         json_object_set_new(o, "kernel", json_string(eng_kernel_name(runs[0].kernel)));
@@ -240,24 +326,31 @@ int hx_cmd_bench(int argc, char **argv) {
             json_object_set_new(e, "prefill_tok_s", json_real(runs[r].tok_s));
             json_object_set_new(e, "gflops", json_real(runs[r].gflops));
             json_object_set_new(e, "ratio", json_real(runs[r].ratio));
+            if (compare && runs[r].kernel == ENG_KERNEL_REF && r + 1 < n_runs)
+                json_object_set_new(e, "ref_over_blas", json_real(runs[r].gflops / runs[r + 1].gflops));
             json_array_append_new(arr, e);
         }
         json_object_set_new(o, "runs", arr);
-        char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-        if (!txt) hx_die(HX_EXIT_INTERNAL, "bench: JSON encoding failed");
-        puts(txt);
-        free(txt);
-        json_decref(o);
+        hx_bench_print_json(o);
     } else {
         printf("model %s: D %d, L %d, H %d, G %d, F %d, V %d; %lld tokens, %d threads, %s, median of %lld\n", model,
                in->n_embd, in->n_layer, in->n_head, in->n_head_kv, in->n_ff, in->n_vocab, (long long)n_tok,
                num.n_threads, eng_precision_name(num.precision), (long long)reps);
         printf("sgemm peak (%lld^3, sustained, median of %d samples taken between the prefills): %.1f GFLOP/s "
-               "(fastest call %.1f)\n", (long long)peak_n, pk.n_samples, peak, pk.best);
+               "(fastest call %.1f); ref kernel path %s\n", (long long)peak_n, pk.n_samples, peak, pk.best,
+               eng_model_ref_path(models[0]));
         printf("%-6s %6s %10s %12s %10s %7s\n", "kernel", "chunk", "prefill_s", "tok/s", "GFLOP/s", "ratio");
         for (int r = 0; r < n_runs; r++)
             printf("%-6s %6d %10.4f %12.1f %10.2f %7.3f\n", eng_kernel_name(runs[r].kernel), runs[r].chunk,
                    runs[r].seconds, runs[r].tok_s, runs[r].gflops, runs[r].ratio);
+        if (compare) {
+            printf("\nside by side (ratios of medians from this run):\n");
+            printf("%6s %12s %12s %9s %11s %11s\n", "chunk", "blas GFLOP/s", "ref GFLOP/s", "ref/blas", "blas/peak",
+                   "ref/peak");
+            for (int r = 0; r + 1 < n_runs; r += 2)  /* ref, then blas, per chunk */
+                printf("%6d %12.2f %12.2f %9.3f %11.3f %11.3f\n", runs[r].chunk, runs[r + 1].gflops, runs[r].gflops,
+                       runs[r].gflops / runs[r + 1].gflops, runs[r + 1].ratio, runs[r].ratio);
+        }
     }
     free(toks);
     peak_free(&pk);

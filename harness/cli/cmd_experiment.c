@@ -56,8 +56,8 @@ static const char k_usage[] =
     "options:\n";
 
 typedef struct exp_args {
-    const char *db, *scale, *cache_root;
-    int32_t     threads;
+    const char *db, *scale, *cache_root, *calibration;
+    int32_t     threads, repeat;
     hx_str_list only;
     int64_t     cold_mib;
     bool        resume, dry;
@@ -70,6 +70,11 @@ static const hx_option k_options[] = {
      HX_OPT_STRING, OPT(scale), 0, 0, NULL},
     {"--threads", NULL, "T", "thread count for every run (default: the spec's, else 1)", HX_OPT_INT, OPT(threads), 1,
      256, NULL},
+    {"--repeat", NULL, "N", "time every run's prefills N times (default: each run's --repeat in the spec, else 1)",
+     HX_OPT_INT, OPT(repeat), 1, 64, NULL},
+    {"--calibration", NULL, "FILE", "price every run's modeled TTFT at FILE's reference calibration (measured\n"
+     "and added for configurations it lacks); default: each run's own measurement", HX_OPT_STRING,
+     OPT(calibration), 0, 0, NULL},
     {"--only", NULL, "VARIANT", "run only this variant (repeatable prefix match)", HX_OPT_STRINGS, OPT(only), 0, 0,
      NULL},
     {"--resume", NULL, NULL, "complete interrupted runs instead of starting new ones; a variant whose run\n"
@@ -334,6 +339,8 @@ int hx_cmd_experiment(int argc, char **argv) {
             o.resume = resume;
             o.quiet = !eng_stderr_is_tty();
             if (threads) o.num.n_threads = threads;
+            if (a.repeat) o.repeat = a.repeat;
+            if (a.calibration) o.calibration = a.calibration;
             if (o.seed < 0) o.seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
             if (sname) {  /* a value that is not a number (a policy name) is stored as NULL */
                 char *end = NULL;
@@ -344,6 +351,8 @@ int hx_cmd_experiment(int argc, char **argv) {
             if (dry) {
                 printf("kvreplay replay -m %s -t %s --db %s", model_path, tr_path, db);
                 for (int i = 1; i < rargc; i++) printf(" %s", rargv[i]);
+                if (a.repeat) printf(" --repeat %d", a.repeat);
+                if (a.calibration) printf(" --calibration %s", a.calibration);
                 printf("   # variant %s%s%s\n", o.variant, sname ? " " : "", sname ? x.sweep_val : "");
                 free_args(rargv, rargc);
                 continue;

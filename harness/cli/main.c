@@ -33,7 +33,7 @@ static const hx_command cmds[] = {HX_COMMAND_LIST(HX_COMMAND_ENTRY)};
 #define N_CMDS (sizeof cmds / sizeof cmds[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "kvreplay %s (%s): bit-exact prompt-prefix KV reuse harness\n\n", KVR_VERSION, KVR_GIT_REV);
+    fprintf(f, "kvreplay %s (%s): bit-exact prompt-prefix KV reuse harness\n\n", KVR_VERSION, hx_git_rev());
     fprintf(f, "usage: kvreplay COMMAND [OPTIONS]   (kvreplay COMMAND --help for each)\n\n");
     for (size_t i = 0; i < N_CMDS; i++)
         fprintf(f, "  %-17s %s\n", cmds[i].name, cmds[i].help);
@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return HX_EXIT_OK;
     }
-    if (!strcmp(argv[1], "--version")) { printf("kvreplay %s %s\n", KVR_VERSION, KVR_GIT_REV); return 0; }
+    if (!strcmp(argv[1], "--version")) { printf("kvreplay %s %s\n", KVR_VERSION, hx_git_rev()); return 0; }
     const hx_command *c = hx_command_find(cmds, N_CMDS, argv[1]);
     if (c) return c->fn(argc - 1, argv + 1);
     fprintf(stderr, "kvreplay: unknown command '%s'\n\n", argv[1]);

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "bench_util.h"
+#include "calibrate.h"
 #include "cli.h"
 #include "compare.h"
 #include "policy.h"
@@ -41,6 +43,7 @@ void hx_replay_opts_default(hx_replay_opts *o) {
     o->pp = eng_prefill_params_default();
     o->decode_n = 40;
     o->cap_prompt = true;
+    o->repeat = 1;
     o->sweep_value = NAN;
     o->seed = -1;
     o->fault_request = 1;
@@ -63,8 +66,8 @@ static void parse_on_off(const char *flag, const char *v, void *field) {
 }
 
 static void parse_fault(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row"))
-        hx_die(HX_EXIT_USAGE, "%s: expected ulp-flip or kv-row, got '%s'", flag, v);
+    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row") && strcmp(v, "repeat-flip"))
+        hx_die(HX_EXIT_USAGE, "%s: expected ulp-flip, kv-row or repeat-flip, got '%s'", flag, v);
     *(const char **)field = v;
 }
 
@@ -103,6 +106,12 @@ static const hx_option k_engine[] = {
      "decode-written KV)", HX_OPT_CUSTOM, OPT(cap_prompt), 0, 0, parse_on_off},
     {"--n-ctx", NULL, "N", "positions per sequence (default: sized from the transcript)", HX_OPT_INT, OPT(n_ctx), 1,
      1 << 24, NULL},
+    {"--repeat", NULL, "N", "time the cold and the reused prefill N times each (the same bits every\n"
+     "time, checked); TTFT columns store the median, min and max (default 1)", HX_OPT_INT, OPT(repeat), 1, 64,
+     NULL},
+    {"--calibration", NULL, "FILE", "price the modeled TTFT at FILE's reference calibration for this\n"
+     "configuration (measured and added when missing); default: this run's own", HX_OPT_STRING, OPT(calibration),
+     0, 0, NULL},
     {0},
 };
 static const hx_option k_control[] = {
@@ -114,8 +123,9 @@ static const hx_option k_control[] = {
      0, 1 << 30, NULL},
     {"--seed", NULL, "S", "record the seed that produced synthetic inputs", HX_OPT_INT64, OPT(seed), 0, INT64_MAX,
      NULL},
-    {"--inject-fault", NULL, "F", "test the checker: ulp-flip (one reused logit moves one ULP) or kv-row\n"
-     "(the last restored KV row is recomputed from another token), on\n"
+    {"--inject-fault", NULL, "F", "test the checker: ulp-flip (one reused logit moves one ULP), kv-row\n"
+     "(the last restored KV row is recomputed from another token) or repeat-flip\n"
+     "(with --repeat: the second cold repetition's logit moves one ULP), on\n"
      "request --fault-request K (default 1), logit --fault-index I (default 0);\n"
      "exit 2 when the fault cannot be planted (no such request or logit, no\n"
      "reuse to corrupt, a request already stored by --resume)", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
@@ -237,19 +247,62 @@ static int state_hash(state_buf *b, const eng_seq *s, uint64_t *out) {
 // ----------------------------------------------------------------------------
 // The cold run: fresh state, prefill everything, greedy decode
 
-static int run_cold(eng_seq *s, const hx_prepared *p, const eng_prefill_params *pp, int32_t n_rows,
-                    hx_cold_result *r, state_buf *sb, double *engine_s) {
+/* Timings of a repeated prefill: median, min, max (ms) of t[0..n). */
+static void timing_stats(double *t, int n, double *med, double *mn, double *mx) {
+    *mn = *mx = t[0];
+    for (int i = 1; i < n; i++) {
+        if (t[i] < *mn) *mn = t[i];
+        if (t[i] > *mx) *mx = t[i];
+    }
+    *med = hx_median(t, n);
+}
+
+/* A repetition of a prefill gave other bits than the first: the engine is
+ * not deterministic here, and no comparison of this run can be trusted. */
+static int repeat_differs(char *err, size_t errlen, const char *what, int rep, const float *a, const float *b,
+                          int32_t V, bool state) {
+    int32_t i = 0;
+    while (i < V && !memcmp(a + i, b + i, sizeof(float))) i++;
+    if (state || i == V)
+        eng_errf(err, errlen, "%s prefill, repetition %d of --repeat: the state after the prompt differs from the "
+                 "first repetition's (the engine is not deterministic)", what, rep + 1);
+    else
+        eng_errf(err, errlen, "%s prefill, repetition %d of --repeat: logit %d is %a, the first repetition's %a "
+                 "(the engine is not deterministic)", what, rep + 1, i, (double)b[i], (double)a[i]);
+    return ENG_ERR_MISMATCH;
+}
+
+/* flip_at >= 0 (fault injection, repeat-flip): the second repetition's logit
+ * flip_at moves one ULP, which the repetition check must catch. */
+static int run_cold(eng_seq *s, const hx_prepared *p, const eng_prefill_params *pp, int32_t n_rows, int32_t repeat,
+                    int32_t flip_at, float *rep_logits, hx_cold_result *r, state_buf *sb, double *engine_s, char *err,
+                    size_t errlen) {
     int32_t V = r->n_vocab;
-    eng_seq_reset(s);
     eng_prefill_params cpp = *pp;
     cpp.on_chunk = NULL;
     cpp.all_logits = false;
-    double t0 = eng_now_s();
-    int rc = eng_prefill(s, p->tokens, p->n, &cpp, r->logits);
-    double t1 = eng_now_s();
-    if (rc != ENG_OK) return rc;
-    r->ttft_ms = 1e3 * (t1 - t0);
-    if ((rc = state_hash(sb, s, &r->state_hash)) != ENG_OK) return rc;
+    double t[64], t0 = 0, t1 = 0;
+    int rc = ENG_OK;
+    for (int32_t k = 0; k < repeat; k++) {
+        eng_seq_reset(s);
+        t0 = eng_now_s();
+        rc = eng_prefill(s, p->tokens, p->n, &cpp, k ? rep_logits : r->logits);
+        t1 = eng_now_s();
+        if (rc != ENG_OK) return rc;
+        if (k == 1 && flip_at >= 0 && flip_at < V) rep_logits[flip_at] = hx_next_ulp(rep_logits[flip_at]);
+        t[k] = t1 - t0;
+        *engine_s += t1 - t0;
+        uint64_t h = 0;
+        if ((rc = state_hash(sb, s, k ? &h : &r->state_hash)) != ENG_OK) return rc;
+        if (k && (memcmp(rep_logits, r->logits, sizeof(float) * (size_t)V) || h != r->state_hash))
+            return repeat_differs(err, errlen, "cold", k, r->logits, rep_logits, V, h != r->state_hash);
+    }
+    double med, mn, mx;
+    timing_stats(t, repeat, &med, &mn, &mx);
+    r->ttft_ms = 1e3 * med;
+    r->ttft_min_ms = 1e3 * mn;
+    r->ttft_max_ms = 1e3 * mx;
+    r->n_repeat = repeat;
     double t1h = eng_now_s();  /* the hash is harness time, not engine time */
     for (int32_t k = 0; k < n_rows; k++) {
         r->greedy[k] = eng_argmax(r->logits + (size_t)k * V, V);
@@ -257,7 +310,7 @@ static int run_cold(eng_seq *s, const hx_prepared *p, const eng_prefill_params *
     }
     double t2 = eng_now_s();
     r->decode_ms = 1e3 * (t2 - t1h);
-    *engine_s += (t1 - t0) + (t2 - t1h);
+    *engine_s += t2 - t1h;
     return ENG_OK;
 }
 
@@ -279,17 +332,46 @@ typedef struct replay_ctx {
     state_buf       sbuf;        /* serialized state, for state_hash */
     uint64_t        reuse_hash;  /* state_hash after the reused prefill */
     bool            fault_planted; /* --inject-fault was applied (a self-test must test something) */
+    float          *rep_logits;  /* (V) a repetition's logits (--repeat) */
+    hx_calibration  price;       /* what the modeled TTFT is priced at */
     hx_replay_summary *sum;
 } replay_ctx;
 
+/* The policy's chunk callback, timed: its checkpoint saving is part of the
+ * reused TTFT, measured once, added to every repetition's timing. */
+typedef struct timed_chunk {
+    void  (*fn)(void *ud, eng_seq *s, int32_t n_tokens);
+    void   *ud;
+    double  s;
+} timed_chunk;
+
+static void timed_on_chunk(void *v, eng_seq *s, int32_t n_tokens) {
+    timed_chunk *tc = v;
+    const double t0 = eng_now_s();
+    tc->fn(tc->ud, s, n_tokens);
+    tc->s += eng_now_s() - t0;
+}
+
+/* Reused-TTFT timings of one request: the median, min and max of its
+ * --repeat timings (all equal to the one timing without it). */
+typedef struct reuse_times {
+    double med_ms, min_ms, max_ms, restore_ms;
+} reuse_times;
+
 /* The reused path: acquire, prefill the rest, decode, roll back, teacher-force, release.
- * compare=false (resume warm-up) skips the decode. */
+ * compare=false (resume warm-up) skips the decode. With --repeat N (compare
+ * only) the prefill runs N times from a checkpoint of the acquired state: the
+ * first with the policy's callbacks (its restore and its chunk callback are
+ * timed once: they have side effects), the others bare, their timing plus
+ * those two; every repetition must leave the same logits and state. */
 static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t idx, hx_acquire *acq,
-                      hx_release *rel, double *ttft_ms, double *restore_ms, int32_t *greedy_out) {
+                      hx_release *rel, reuse_times *tm, int32_t *greedy_out, char *err, size_t errlen) {
     int32_t V = x->V;
+    const int32_t repeat = compare ? x->o->repeat : 1;
+    timed_chunk tc = {.fn = x->pol->ops->on_chunk, .ud = x->pol->state};
     eng_prefill_params pp = x->o->pp;
-    pp.on_chunk = x->pol->ops->on_chunk;
-    pp.ud = x->pol->state;
+    pp.on_chunk = timed_on_chunk;
+    pp.ud = &tc;
     pp.all_logits = false;
     memset(acq, 0, sizeof *acq);
     memset(rel, 0, sizeof *rel);
@@ -310,19 +392,43 @@ static int run_reused(replay_ctx *x, const hx_prepared *p, bool compare, int32_t
         if (rc != ENG_OK) return rc;
         x->fault_planted = true;
     }
-    if ((rc = eng_prefill(s, p->tokens + acq->n_reused, p->n - acq->n_reused, &pp, x->reuse_logits)) != ENG_OK)
-        return rc;
+    eng_ckpt *at_reuse = NULL;  /* the acquired state, for the repetitions */
+    if (repeat > 1 && !(at_reuse = eng_seq_checkpoint(s))) return ENG_ERR_NOMEM;
+    rc = eng_prefill(s, p->tokens + acq->n_reused, p->n - acq->n_reused, &pp, x->reuse_logits);
     double t2 = eng_now_s();
+    double hash_s = 0;  /* harness time (hashing states), not engine time */
+    double times[64];
+    times[0] = t2 - t0;
+    x->reuse_hash = 0;
+    if (rc == ENG_OK && compare) {
+        rc = state_hash(&x->sbuf, s, &x->reuse_hash);
+        hash_s += eng_now_s() - t2;
+    }
+    for (int32_t k = 1; k < repeat && rc == ENG_OK; k++) {
+        if ((rc = eng_seq_restore(s, at_reuse)) != ENG_OK) break;
+        const double r0 = eng_now_s();
+        rc = eng_prefill(s, p->tokens + acq->n_reused, p->n - acq->n_reused, &x->o->pp, x->rep_logits);
+        const double r1 = eng_now_s();
+        if (rc != ENG_OK) break;
+        times[k] = (t1 - t0) + (r1 - r0) + tc.s;
+        uint64_t h = 0;
+        rc = state_hash(&x->sbuf, s, &h);
+        hash_s += eng_now_s() - r1;
+        if (rc == ENG_OK && (memcmp(x->rep_logits, x->reuse_logits, sizeof(float) * (size_t)V) || h != x->reuse_hash))
+            rc = repeat_differs(err, errlen, "reused", k, x->reuse_logits, x->rep_logits, V, h != x->reuse_hash);
+    }
+    eng_ckpt_free(at_reuse);
+    if (rc != ENG_OK) return rc;
     if (fault_here && !strcmp(x->o->fault, "ulp-flip") && x->o->fault_index < x->V) {
         x->reuse_logits[x->o->fault_index] = hx_next_ulp(x->reuse_logits[x->o->fault_index]);
         x->fault_planted = true;
     }
-    *ttft_ms = 1e3 * (t2 - t0);
-    *restore_ms = 1e3 * (t1 - t0);
-    double th = eng_now_s();  /* the hash is harness time, not engine time */
-    x->reuse_hash = 0;
-    if (compare && (rc = state_hash(&x->sbuf, s, &x->reuse_hash)) != ENG_OK) return rc;
-    double hash_s = eng_now_s() - th;
+    double med, mn, mx;
+    timing_stats(times, repeat, &med, &mn, &mx);
+    tm->med_ms = 1e3 * med;
+    tm->min_ms = 1e3 * mn;
+    tm->max_ms = 1e3 * mx;
+    tm->restore_ms = 1e3 * (t1 - t0);
     if (compare && x->n_rows > 1) {
         eng_ckpt *ck = eng_seq_checkpoint(s);  /* the state after the prompt, to roll the decode back */
         if (!ck) return ENG_ERR_NOMEM;
@@ -354,9 +460,13 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     const hx_replay_opts *o = x->o;
     bool shared = false;
     const hx_cold_result *cold = hx_coldcache_get(x->cold, x->m, &o->pp, R, p->tokens, p->n);
+    if (cold && cold->n_repeat < o->repeat) cold = NULL;  /* timed fewer times than this run wants */
     if (cold) shared = true;
     else {
-        int rc = run_cold(x->cold_seq, p, &o->pp, R, &x->scratch, &x->sbuf, &x->sum->engine_s);
+        const bool flip = o->fault && !strcmp(o->fault, "repeat-flip") && idx == o->fault_request;
+        int rc = run_cold(x->cold_seq, p, &o->pp, R, o->repeat, flip ? o->fault_index : -1, x->rep_logits,
+                          &x->scratch, &x->sbuf, &x->sum->engine_s, err, errlen);
+        if (rc == ENG_ERR_MISMATCH) return rc;
         if (rc != ENG_OK) { eng_errf(err, errlen, "cold prefill: %s", eng_status_str(rc)); return rc; }
         x->scratch.flops = eng_model_prefill_flops_params(x->m, 0, p->n, &o->pp);
         const hx_cold_result *c = hx_coldcache_put(x->cold, x->m, &o->pp, p->tokens, p->n, &x->scratch);
@@ -365,11 +475,11 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
 
     hx_acquire acq;
     hx_release rel;
-    double ttft = 0, restore_ms = 0;
+    reuse_times tm;
     int32_t *greedy = calloc((size_t)R, sizeof(int32_t));
     hx_step_row *steps = calloc((size_t)R, sizeof(hx_step_row));
     if (!greedy || !steps) { free(greedy); free(steps); return ENG_ERR_NOMEM; }
-    int rc = run_reused(x, p, true, idx, &acq, &rel, &ttft, &restore_ms, greedy);
+    int rc = run_reused(x, p, true, idx, &acq, &rel, &tm, greedy, err, errlen);
     if (rc == ENG_ERR_RANGE && o->fault && !strcmp(o->fault, "kv-row") && idx == o->fault_request && !x->fault_planted) {
         eng_errf(err, errlen, "--inject-fault kv-row: request %d (session %s turn %d) reused nothing, so there is no "
                  "restored KV row to corrupt: choose a --fault-request whose prompt reuses a prefix", idx, req->session,
@@ -379,7 +489,8 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
         return ENG_ERR_ARG;
     }
     if (rc != ENG_OK) {
-        eng_errf(err, errlen, "reused prefill (policy %s): %s", o->policy, eng_status_str(rc));
+        if (rc != ENG_ERR_MISMATCH)
+            eng_errf(err, errlen, "reused prefill (policy %s): %s", o->policy, eng_status_str(rc));
         free(greedy);
         free(steps);
         return rc;
@@ -415,7 +526,13 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.n_reused = acq.n_reused;
     row.n_prefilled = p->n - acq.n_reused;
     row.ttft_cold_ms = cold->ttft_ms;
-    row.ttft_reuse_ms = ttft;
+    row.ttft_reuse_ms = tm.med_ms;
+    if (o->repeat > 1) {
+        row.ttft_cold_min_ms = cold->ttft_min_ms;
+        row.ttft_cold_max_ms = cold->ttft_max_ms;
+        row.ttft_reuse_min_ms = tm.min_ms;
+        row.ttft_reuse_max_ms = tm.max_ms;
+    }
     row.fork_step = fork;
     row.decode_equal = all_equal;
     if (cold->state_hash && x->reuse_hash) {
@@ -427,12 +544,15 @@ static int replay_one(replay_ctx *x, int32_t idx, const hx_request *req, const h
     row.flops_cold = cold->flops;
     row.flops_reuse = eng_model_prefill_flops_params(x->m, acq.n_reused, p->n - acq.n_reused, &o->pp);
     row.bytes_restored = acq.bytes_restored;
+    row.model_cold_ms = hx_calibration_price_ms(&x->price, row.flops_cold, 0);
+    row.model_reuse_ms =
+        hx_calibration_price_ms(&x->price, row.flops_reuse, acq.bytes_restored > 0 ? (double)acq.bytes_restored : 0);
     row.slot = acq.slot;
     if (acq.slot >= 0) { row.sim = acq.sim; row.f_keep = acq.f_keep; }
     row.n_checkpoints = acq.n_checkpoints;
     row.ckpt_bytes = rel.bytes_stored;
     row.cold_shared = shared;
-    row.restore_ms = restore_ms;
+    row.restore_ms = tm.restore_ms;
     row.store_ms = rel.store_ms;
     row.n_stored = rel.n_stored;
     row.bytes_stored = rel.bytes_stored;
@@ -563,7 +683,8 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
     x.cold_seq = eng_seq_new(x.m, n_ctx);
     x.reuse_logits = calloc((size_t)x.n_rows * (size_t)x.V, sizeof(float));
-    if (!x.cold_seq || !x.reuse_logits || hx_cold_result_alloc(&x.scratch, x.n_rows, x.V) != ENG_OK) {
+    x.rep_logits = calloc((size_t)x.V, sizeof(float));
+    if (!x.cold_seq || !x.reuse_logits || !x.rep_logits || hx_cold_result_alloc(&x.scratch, x.n_rows, x.V) != ENG_OK) {
         snprintf(err, sizeof err, "out of memory for %d positions", n_ctx);
         code = HX_EXIT_INTERNAL;
         goto fail;
@@ -574,9 +695,38 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
                                                                                        : HX_EXIT_INTERNAL;
         goto fail;
     }
+    /* The calibration: measured now; the modeled TTFT is priced at it, or at
+     * the reference file's figures for this configuration. */
+    hx_calibration measured;
+    if ((rc = hx_calibrate_measure(x.m, &o->pp, 1024, &measured)) != ENG_OK) {
+        snprintf(err, sizeof err, "calibration: %s", eng_status_str(rc));
+        code = HX_EXIT_INTERNAL;
+        goto fail;
+    }
+    x.price = measured;
+    char source[600] = "measured";
+    if (o->calibration) {
+        bool added = false;
+        if ((rc = hx_calibration_reference(o->calibration, x.m, &o->pp, &measured, &x.price, &added, err,
+                                           sizeof err)) != ENG_OK) {
+            code = rc == ENG_ERR_FORMAT ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
+            goto fail;
+        }
+        snprintf(source, sizeof source, "reference %s", o->calibration);
+        if (added && !o->quiet)
+            fprintf(stderr, "kvreplay: %s: no calibration for this model and configuration yet: measured "
+                    "(%.4g GFLOP/s, restore %.4g GB/s) and added\n", o->calibration, measured.gflops,
+                    measured.restore_gbs);
+    }
     hx_run_meta meta;
     char extra[256];
     fill_meta(o, x.pol, x.m, hx_prepare_template_name(pc), hx_prepare_normalize_names(pc), quirks, n_ctx, n_req, &meta, extra, sizeof extra);
+    meta.n_repeat = o->repeat;
+    meta.calib_gflops = measured.gflops;
+    meta.calib_restore_gbs = measured.restore_gbs;
+    meta.price_gflops = x.price.gflops;
+    meta.price_restore_gbs = x.price.restore_gbs;
+    meta.price_source = source;
     bool resumed = false;
     if (o->resume && (rc = already_done(x.store, &meta, sum, err, sizeof err)) != ENG_ERR_NOT_FOUND) {
         if (rc != ENG_OK) { code = HX_EXIT_INTERNAL; goto fail; }
@@ -589,6 +739,17 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         code = rc == ENG_ERR_UNSUPPORTED ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
         goto fail;
     }
+    if (resumed) {  /* a resumed run keeps the price it began with */
+        double g, b;
+        if (hx_store_run_price(x.store, x.run_id, &g, &b, err, sizeof err) != ENG_OK) {
+            code = HX_EXIT_INTERNAL;
+            goto fail;
+        }
+        if (!isnan(g) && !isnan(b)) {
+            x.price.gflops = g;
+            x.price.restore_gbs = b;
+        }
+    }
     sum->run_id = x.run_id;
 
     for (int32_t i = 0; i < n_req; i++) {
@@ -597,8 +758,8 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         if (hx_done_set_has(done, r->session, r->turn)) {  /* resume: rebuild the cache only */
             hx_acquire acq;
             hx_release rel;
-            double ttft, rms;
-            if ((rc = run_reused(&x, &prep[i], false, i, &acq, &rel, &ttft, &rms, NULL)) != ENG_OK) {
+            reuse_times tm;
+            if ((rc = run_reused(&x, &prep[i], false, i, &acq, &rel, &tm, NULL, err, sizeof err)) != ENG_OK) {
                 snprintf(err, sizeof err, "resume warm-up: %s", eng_status_str(rc));
                 code = HX_EXIT_INTERNAL;
                 goto fail;
@@ -607,6 +768,11 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
             continue;
         }
         if ((rc = replay_one(&x, i, r, &prep[i], err, sizeof err)) != ENG_OK) {
+            if (rc == ENG_ERR_MISMATCH) {  /* a --repeat repetition gave other bits */
+                char e2[1024];
+                snprintf(e2, sizeof e2, "%s: session %s turn %d: %s", o->transcript_path, r->session, r->turn, err);
+                snprintf(err, sizeof err, "%s", e2);
+            }
             code = rc == ENG_ERR_ARG ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
             goto fail;
         }
@@ -651,6 +817,7 @@ out:
     hx_cold_result_free(&x.scratch);
     free(x.sbuf.p);
     free(x.reuse_logits);
+    free(x.rep_logits);
     eng_seq_free(x.cold_seq);
     hx_policy_destroy(x.pol);
     for (int32_t i = 0; prep && i < n_req; i++) hx_prepared_free(&prep[i]);

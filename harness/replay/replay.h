@@ -8,11 +8,17 @@
  *      logits, greedy decode of decode_n tokens keeping every step's logits
  *      (or the same result from the shared cold cache);
  *   3. reused: the policy's state, prefill the rest, the same decoding;
+ *      with --repeat N both prefills are timed N times (the same bits every
+ *      time, checked with memcmp) and min, median and max are stored;
  *   4. compare bytes (memcmp), first differing index, max |diff|, ULP, KL,
  *      top-1, fork step;
  *   5. roll the decode back and teacher-force the recorded response through
  *      decode-shaped steps, then let the policy store what it keeps;
  *   6. one requests row and its steps rows in one SQLite transaction.
+ *
+ * Each request also gets a modeled TTFT: its FLOPs and restored bytes
+ * priced at the run's calibration (calibrate.h), measured at the start of
+ * the run or read from a reference file (--calibration).
  *
  * Progress goes to stderr only when it is a terminal.
  */
@@ -40,6 +46,8 @@ typedef struct hx_replay_opts {
     eng_prefill_params pp;         /* chunk 64, align chunk, ubatch 512 */
     int32_t       decode_n;        /* default 40 */
     bool          cap_prompt;      /* default true */
+    int32_t       repeat;          /* prefills timed per request, cold and reused (default 1) */
+    const char   *calibration;     /* reference calibration file pricing the modeled TTFT; NULL: this run's own */
     int32_t       n_ctx;           /* 0: sized from the transcript */
     /* the policies' own options (--slots, --cache-dir, ...), by name: each
      * policy declares its own (cache/policies/) and takes those it declares */

@@ -157,6 +157,11 @@ int hx_report_summarize(hx_store *s, int64_t run_id, hx_run_summary *out, char *
                              &out->ttft_reuse_p95_ms, err, errlen);
     out->speedup_p50 = out->ttft_reuse_p50_ms > 0
         ? out->ttft_cold_p50_ms / out->ttft_reuse_p50_ms : NAN;
+    double p95;
+    if (status == ENG_OK)
+        status = percentiles(s, run_id, "model_cold_ms", &out->model_cold_p50_ms, &p95, err, errlen);
+    if (status == ENG_OK)
+        status = percentiles(s, run_id, "model_reuse_ms", &out->model_reuse_p50_ms, &p95, err, errlen);
 out:
     sqlite3_finalize(st);
     return status;
@@ -238,9 +243,9 @@ static void md_run_header(FILE *out, sqlite3_stmt *r) {
 static const char md_figures_head[] =
     "requests | reuse | prefilled tok | TTFT p50 cold ms | TTFT p50 reused ms | speedup p50 |"
     " TTFT p95 cold ms | TTFT p95 reused ms | bit-identical | forked | max ULP |"
-    " GFLOP cold | GFLOP reused |";
+    " GFLOP cold | GFLOP reused | modeled p50 cold ms | modeled p50 reused ms |";
 static const char md_figures_rule[] =
-    "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+    "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 static void md_figures(FILE *out, const hx_run_summary *f) {
     fprintf(out, "%lld | ", (long long)f->n_requests);
@@ -266,6 +271,10 @@ static void md_figures(FILE *out, const hx_run_summary *f) {
     md_num(out, "%.3f", f->gflop_cold);
     fputs(" | ", out);
     md_num(out, "%.3f", f->gflop_reuse);
+    fputs(" | ", out);
+    md_num(out, "%.2f", f->model_cold_p50_ms);
+    fputs(" | ", out);
+    md_num(out, "%.2f", f->model_reuse_p50_ms);
     fputs(" |\n", out);
 }
 
@@ -397,6 +406,8 @@ static json_t *run_json(sqlite3_stmt *r, const hx_run_summary *f) {
     bad |= json_object_set_new(o, "ttft_cold_p95_ms", jreal(f->ttft_cold_p95_ms));
     bad |= json_object_set_new(o, "ttft_reuse_p50_ms", jreal(f->ttft_reuse_p50_ms));
     bad |= json_object_set_new(o, "ttft_reuse_p95_ms", jreal(f->ttft_reuse_p95_ms));
+    bad |= json_object_set_new(o, "model_cold_p50_ms", jreal(f->model_cold_p50_ms));
+    bad |= json_object_set_new(o, "model_reuse_p50_ms", jreal(f->model_reuse_p50_ms));
     bad |= json_object_set_new(o, "speedup_p50", jreal(f->speedup_p50));
     bad |= json_object_set_new(o, "n_bit_identical", json_integer(f->n_identical));
     bad |= json_object_set_new(o, "n_logits_equal", json_integer(f->n_logits_equal));

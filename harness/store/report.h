@@ -18,6 +18,10 @@
  *                    same context in both runs (a steps row holds the logits
  *                    that chose that step's tokens)
  *   cost             sum(flops_cold), sum(flops_reuse) / 1e9, GFLOP
+ *   modeled p50      p50 of model_cold_ms and model_reuse_ms (the modeled
+ *                    TTFT: FLOPs and restored bytes priced at the run's
+ *                    calibration; identical from run to run when priced at a
+ *                    reference calibration)
  * A figure with nothing to measure (no requests, all NULL) is NaN (-1 for
  * max ULP): "-" in markdown, null in JSON.
  *
@@ -52,6 +56,8 @@ typedef struct hx_run_summary {
     double  ttft_cold_p50_ms, ttft_cold_p95_ms;
     double  ttft_reuse_p50_ms, ttft_reuse_p95_ms;
     double  speedup_p50;         /* ttft_cold_p50_ms / ttft_reuse_p50_ms */
+    double  model_cold_p50_ms;   /* p50 of model_cold_ms: the modeled TTFT (deterministic; NaN when none) */
+    double  model_reuse_p50_ms;  /* p50 of model_reuse_ms */
     int64_t n_identical;         /* logits_equal AND decode_equal */
     int64_t n_logits_equal;      /* logits_equal */
     int64_t n_forked;            /* fork_step IS NOT NULL */

@@ -45,6 +45,7 @@ static const char *const runs_columns[] = {
     "anchor", "cache_dir", "cache_ram", "cache_budget", "align", "chunk", "ubatch", "kernel", "precision", "threads",
     "decode_n", "cap_prompt", "n_ctx", "seed", "blas", "cpu", "n_cpus", "hostname",
     "os_release", "config_key", "extra", "policy_opts", "block_size",
+    "n_repeat", "calib_gflops", "calib_restore_gbs", "price_gflops", "price_restore_gbs", "price_source",
 };
 
 static const char *const requests_columns[] = {
@@ -56,6 +57,8 @@ static const char *const requests_columns[] = {
     "n_checkpoints", "ckpt_bytes", "n_stored", "bytes_stored", "stable_end", "anchor_pos",
     "cold_shared", "restore_ms", "store_ms", "anchor_ms", "note", "extra",
     "state_equal", "state_hash_cold", "state_hash_reuse", "cache_bytes", "cache_entries",
+    "ttft_cold_min_ms", "ttft_cold_max_ms", "ttft_reuse_min_ms", "ttft_reuse_max_ms",
+    "model_cold_ms", "model_reuse_ms",
 };
 
 static const char *const steps_columns[] = {
@@ -205,19 +208,40 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE runs ADD COLUMN block_size INTEGER;\n"
     "ALTER TABLE requests ADD COLUMN cache_bytes INTEGER;\n"
     "ALTER TABLE requests ADD COLUMN cache_entries INTEGER;\n",
+    /* 3 -> 4: repeated timing (--repeat) and the modeled TTFT with its calibration */
+    "ALTER TABLE runs ADD COLUMN n_repeat INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN calib_gflops REAL;\n"
+    "ALTER TABLE runs ADD COLUMN calib_restore_gbs REAL;\n"
+    "ALTER TABLE runs ADD COLUMN price_gflops REAL;\n"
+    "ALTER TABLE runs ADD COLUMN price_restore_gbs REAL;\n"
+    "ALTER TABLE runs ADD COLUMN price_source TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN ttft_cold_min_ms REAL;\n"
+    "ALTER TABLE requests ADD COLUMN ttft_cold_max_ms REAL;\n"
+    "ALTER TABLE requests ADD COLUMN ttft_reuse_min_ms REAL;\n"
+    "ALTER TABLE requests ADD COLUMN ttft_reuse_max_ms REAL;\n"
+    "ALTER TABLE requests ADD COLUMN model_cold_ms REAL;\n"
+    "ALTER TABLE requests ADD COLUMN model_reuse_ms REAL;\n",
 };
 
 /* compat_views[v]: temp views that present a version-v file (opened read-only,
  * so not migrated) with the current schema's columns, NULL where v had none.
  * plots/compat-vN.sql are the same views for the sqlite3 shell. */
-#define COMPAT_RUNS_V2 \
-    "CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size FROM main.runs;"
+#define COMPAT_RUNS_3 " NULL AS policy_opts, NULL AS block_size,"
+#define COMPAT_RUNS_4                                                                                   \
+    " NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs, NULL AS price_gflops,"        \
+    " NULL AS price_restore_gbs, NULL AS price_source FROM main.runs;"
+#define COMPAT_REQUESTS_2 " NULL AS state_equal, NULL AS state_hash_cold, NULL AS state_hash_reuse,"
+#define COMPAT_REQUESTS_3 " NULL AS cache_bytes, NULL AS cache_entries,"
+#define COMPAT_REQUESTS_4                                                                               \
+    " NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,"                  \
+    " NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms FROM main.requests;"
+#define COMPAT_RUNS "CREATE TEMP VIEW runs AS SELECT *,"
+#define COMPAT_REQUESTS "CREATE TEMP VIEW requests AS SELECT *,"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
-    "CREATE TEMP VIEW requests AS SELECT *, NULL AS state_equal, NULL AS state_hash_cold,"
-    " NULL AS state_hash_reuse, NULL AS cache_bytes, NULL AS cache_entries FROM main.requests;" COMPAT_RUNS_V2,
-    "CREATE TEMP VIEW requests AS SELECT *, NULL AS cache_bytes, NULL AS cache_entries FROM main.requests;"
-    COMPAT_RUNS_V2,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
+    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_4,
 };
 
 // ----------------------------------------------------------------------------
@@ -657,6 +681,8 @@ void hx_run_meta_init(hx_run_meta *m) {
     m->cache_ram = m->cache_budget = m->block_size = -1;
     m->chunk = m->ubatch = m->threads = m->decode_n = m->cap_prompt = m->n_ctx = m->seed = -1;
     m->n_cpus = -1;
+    m->n_repeat = -1;
+    m->calib_gflops = m->calib_restore_gbs = m->price_gflops = m->price_restore_gbs = NAN;
 }
 
 /* m with the defaults of hx_store_begin_run applied; strings may point into si. */
@@ -664,7 +690,7 @@ static hx_run_meta resolve(const hx_run_meta *m, hx_sysinfo *si) {
     hx_run_meta r = *m;
     hx_sysinfo_get(si);
     if (!r.version) r.version = KVR_VERSION;
-    if (!r.git_rev) r.git_rev = KVR_GIT_REV;
+    if (!r.git_rev) r.git_rev = hx_git_rev();
     if (!r.argv) r.argv = hx_argv_joined();
     if (!r.quirks) r.quirks = "";
     if (!r.normalize) r.normalize = "";
@@ -723,6 +749,7 @@ char *hx_run_meta_config_key(const hx_run_meta *m) {
     bad |= jset(o, "extra", jstr(r.extra));
     bad |= jset(o, "policy_opts", jstr(r.policy_opts));
     bad |= jset(o, "block_size", jint(r.block_size));
+    if (r.n_repeat > 1) bad |= jset(o, "n_repeat", jint(r.n_repeat));  /* absent at 1: keys of older runs still match */
     char *key = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
     json_decref(o);
     if (!key) return NULL;
@@ -854,6 +881,12 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     bind_text(st, "extra", r.extra);
     bind_text(st, "policy_opts", r.policy_opts);
     bind_int_opt(st, "block_size", r.block_size);
+    bind_int_opt(st, "n_repeat", r.n_repeat);
+    bind_real(st, "calib_gflops", r.calib_gflops);
+    bind_real(st, "calib_restore_gbs", r.calib_restore_gbs);
+    bind_real(st, "price_gflops", r.price_gflops);
+    bind_real(st, "price_restore_gbs", r.price_restore_gbs);
+    bind_text(st, "price_source", r.price_source);
     int rc = step_done(st);
     if (rc != SQLITE_OK) status = fail_sql(s, rc, err, errlen, "runs: inserting a run");
     int64_t id = sqlite3_last_insert_rowid(s->db);
@@ -866,6 +899,30 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     else if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 out:
     free(key);
+    return status;
+}
+
+int hx_store_run_price(hx_store *s, int64_t run_id, double *gflops, double *restore_gbs, char *err,
+                       size_t errlen) {
+    ENG_ASSERT(s != NULL && gflops != NULL && restore_gbs != NULL);
+    *gflops = *restore_gbs = NAN;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT price_gflops, price_restore_gbs FROM runs WHERE run_id = ?1", -1, &st,
+                                NULL);
+    if (rc != SQLITE_OK) return fail_sql(s, rc, err, errlen, "runs: reading a run's price");
+    sqlite3_bind_int64(st, 1, run_id);
+    int status = ENG_OK;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        if (sqlite3_column_type(st, 0) != SQLITE_NULL) *gflops = sqlite3_column_double(st, 0);
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL) *restore_gbs = sqlite3_column_double(st, 1);
+    } else if (rc == SQLITE_DONE) {
+        eng_errf(err, errlen, "%s: runs: no run %lld", s->path, (long long)run_id);
+        status = ENG_ERR_NOT_FOUND;
+    } else {
+        status = fail_sql(s, rc, err, errlen, "runs: reading a run's price");
+    }
+    sqlite3_finalize(st);
     return status;
 }
 
@@ -1128,6 +1185,8 @@ void hx_request_row_init(hx_request_row *r) {
     r->fork_step = -1;
     r->kl = NAN;
     r->ttft_cold_ms = r->ttft_reuse_ms = NAN;
+    r->ttft_cold_min_ms = r->ttft_cold_max_ms = r->ttft_reuse_min_ms = r->ttft_reuse_max_ms = NAN;
+    r->model_cold_ms = r->model_reuse_ms = NAN;
     r->flops_cold = r->flops_reuse = NAN;
     r->sim = r->f_keep = NAN;
     r->restore_ms = r->store_ms = r->anchor_ms = NAN;
@@ -1182,6 +1241,12 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     bind_int(st, "n_prefilled", r->n_prefilled);
     bind_real(st, "ttft_cold_ms", r->ttft_cold_ms);
     bind_real(st, "ttft_reuse_ms", r->ttft_reuse_ms);
+    bind_real(st, "ttft_cold_min_ms", r->ttft_cold_min_ms);
+    bind_real(st, "ttft_cold_max_ms", r->ttft_cold_max_ms);
+    bind_real(st, "ttft_reuse_min_ms", r->ttft_reuse_min_ms);
+    bind_real(st, "ttft_reuse_max_ms", r->ttft_reuse_max_ms);
+    bind_real(st, "model_cold_ms", r->model_cold_ms);
+    bind_real(st, "model_reuse_ms", r->model_reuse_ms);
     bind_int(st, "logits_equal", r->logits_equal);
     bind_int_opt(st, "first_diff_index", r->first_diff_index);
     bind_first_diff(st, diff, r->a_first, r->b_first, r->ulp_first);

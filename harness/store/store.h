@@ -69,7 +69,7 @@
 #include "compare.h"
 
 /* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 3
+#define HX_STORE_SCHEMA_VERSION 4
 
 typedef struct hx_store hx_store;  /* opaque: connection + cached statements */
 
@@ -119,7 +119,7 @@ typedef struct hx_run_meta {
     /* provenance */
     const char *started_at;        /* ISO-8601 UTC; default: now, "2025-01-31T12:00:00.000Z" */
     const char *version;           /* default KVR_VERSION */
-    const char *git_rev;           /* default KVR_GIT_REV */
+    const char *git_rev;           /* default hx_git_rev() */
     const char *argv;              /* the command line; default hx_argv_joined() */
     const char *experiment;        /* experiment spec name; NULL for a plain replay */
     const char *variant;           /* variant within the experiment; NULL for a plain replay */
@@ -170,6 +170,13 @@ typedef struct hx_run_meta {
     const char *extra;             /* JSON object with policy-specific settings, or NULL */
     const char *policy_opts;       /* JSON object: the policy's options as it runs them (block-hash, radix), or NULL */
     int64_t     block_size;        /* tokens per block (block-hash, effective) or page (radix), <0 -> NULL */
+    /* timing: --repeat and the modeled TTFT (docs/sqlite.md) */
+    int64_t     n_repeat;          /* prefills timed per request (cold and reused); part of config_key when > 1 */
+    double      calib_gflops;      /* measured at the run's start: prefill GFLOP/s at its chunk shape */
+    double      calib_restore_gbs; /* measured at the run's start: state restore GB/s */
+    double      price_gflops;      /* the figures the modeled TTFT is priced at */
+    double      price_restore_gbs;
+    const char *price_source;      /* "measured", or "reference FILE" */
 } hx_run_meta;
 
 /* Sets every field to its sentinel: NULL strings, -1 integers, NaN reals. */
@@ -215,6 +222,11 @@ int hx_store_finish_run(hx_store *s, int64_t run_id, hx_run_status status, char 
 /* The latest run_id in the database (ENG_ERR_NOT_FOUND when it has no runs). */
 int hx_store_last_run(hx_store *s, int64_t *run_id, char *err, size_t errlen);
 
+/* The price_gflops and price_restore_gbs of run_id (a resumed run keeps
+ * pricing its requests as it began); NaN when NULL. ENG_ERR_NOT_FOUND for an
+ * unknown run. */
+int hx_store_run_price(hx_store *s, int64_t run_id, double *gflops, double *restore_gbs, char *err, size_t errlen);
+
 /* Number of `requests` rows of run_id in *n (0 for an unknown run). */
 int hx_store_count_requests(hx_store *s, int64_t run_id, int64_t *n, char *err, size_t errlen);
 
@@ -254,7 +266,7 @@ int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int
  * (-1: logits equal; a_first, b_first and ulp_first are then NULL too), kl,
  * fork_step (-1: never forks), flops_*, sim, f_keep, slot, lcp, miss_*,
  * n_checkpoints, ckpt_bytes, n_stored, bytes_stored, stable_end,
- * anchor_pos, bytes_restored, restore_ms, store_ms, anchor_ms, ttft_*_ms,
+ * anchor_pos, bytes_restored, restore_ms, store_ms, anchor_ms, ttft_*_ms, model_*_ms,
  * note, extra, cache_bytes, cache_entries. Required: session (non-NULL), turn, req_index, n_prompt,
  * n_reused, n_prefilled, n_decode (>= 0). Unsigned ULP figures above
  * INT64_MAX (NaN pairs) are stored as INT64_MAX. */
@@ -268,6 +280,11 @@ typedef struct hx_request_row {
     int64_t     n_prefilled;      /* tokens prefilled in the reused run */
     double      ttft_cold_ms;     /* cold prefill to first-token logits, ms */
     double      ttft_reuse_ms;    /* lookup + restore + prefill, ms */
+                                  /* (with --repeat N > 1: the median of N timings of each) */
+    double      ttft_cold_min_ms, ttft_cold_max_ms;    /* the fastest and slowest of the N */
+    double      ttft_reuse_min_ms, ttft_reuse_max_ms;
+    double      model_cold_ms;    /* modeled TTFT: flops_cold priced at the run's price_gflops */
+    double      model_reuse_ms;   /* flops_reuse and bytes_restored priced at price_gflops, price_restore_gbs */
     bool        logits_equal;     /* last prompt token's logits memcmp-equal */
     int64_t     first_diff_index; /* first differing logit index, -1 when equal */
     float       a_first, b_first; /* cold and reused logit there (stored as %a text) */

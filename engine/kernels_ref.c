@@ -1,0 +1,741 @@
+/*
+ * engine/kernels_ref.c: the ref kernel's products and attention: fixed-order
+ * fused multiply-add chains, batch-invariant and fast. See kernels.h for the
+ * numerical contract; this file is how it is kept at speed.
+ *
+ * The chain. Every output element of a ref product is ONE float accumulator
+ * that starts at +0 and takes acc = fma(x[k], b[k], acc) for k = 0, 1, ...,
+ * K-1 in that order, each step a fused multiply-add rounded once (IEEE 754
+ * fusedMultiplyAdd). The operations an element sees depend only on K and on
+ * its own inputs: not on M, on which rows or columns share its register
+ * block, on the row offset, on the thread count, nor on the instruction set.
+ * So the result is batch-invariant by construction, and every path below
+ * gives the same bits (tested). The FMA is deliberate: the build keeps
+ * -ffp-contract=off, so the compiler never fuses a multiply and an add on
+ * its own anywhere; here each fused step is written out (an intrinsic, or
+ * fmaf() in the portable path), and the result is fixed by this code, not
+ * by the compiler's choices. An element's chain may be interrupted (its
+ * accumulator stored as a float and loaded again later, as the attention's
+ * band heads and tails do): a stored float is exact, so the chain continues
+ * bit for bit.
+ *
+ * Paths (eng_kpath, chosen at model load by what the CPU runs; the
+ * environment variable KVREPLAY_REF_PATH=scalar|avx2|avx512 lowers it, for
+ * comparisons):
+ *   avx512: register blocks of up to 12 rows x 32 columns (24 zmm
+ *           accumulators), 6 x 64 or 3 x 128 for short blocks;
+ *   avx2:   up to 6 rows x 16 columns (12 ymm accumulators), 3 x 32, 1 x 64;
+ *   scalar: portable C, fmaf() per element (compiled for any target).
+ * The vector paths are compiled with target attributes and picked at run
+ * time, so one binary runs on any x86-64 (and the build needs no -march).
+ *
+ * The B operand (weights W^T, keys, values) is read in panels of 32
+ * columns: panel q, row k at b + q*pstride + k*ldb, 32 contiguous floats.
+ * Weights are packed once at load into [N/32][K][32] (eng_kmat, padded with
+ * zero columns), so a register block streams one panel sequentially. Keys
+ * are packed per chunk; values are read in place when E is a multiple of
+ * 32. Work is split over column panels and row blocks, never over k.
+ *
+ * Attention (eng_k_attention_ref): per KV head, its query heads' rows are
+ * cut into blocks of up to 12; a block's scores are one product against the
+ * packed keys (fixed-order chains over e), each row's softmax is
+ * eng_k_softmax_row over its attended keys, and its outputs are chains over
+ * the attended keys in ascending position: the keys every row of the block
+ * attends go through the register-blocked product, the few that only some
+ * rows attend (the causal diagonal, a window's start) through a per-row
+ * axpy that continues the same chain. Nothing depends on the block, the
+ * chunk or the thread.
+ *
+ * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define REF_X86 1
+#else
+#define REF_X86 0
+#endif
+
+#define PW ENG_REF_PANEL  /* panel width: 32 columns */
+#define MR_MAX 12         /* rows of the largest register block (avx512) */
+#define TILE_W 128        /* widest register block: 4 panels */
+
+// ----------------------------------------------------------------------------
+// Paths
+
+const char *eng_kpath_name(eng_kpath p) {
+    return p == ENG_KPATH_AVX512 ? "avx512" : p == ENG_KPATH_AVX2 ? "avx2" : "scalar";
+}
+
+eng_kpath eng_kpath_best(void) {
+    eng_kpath p = ENG_KPATH_SCALAR;
+#if REF_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) p = ENG_KPATH_AVX2;
+    if (p == ENG_KPATH_AVX2 && __builtin_cpu_supports("avx512f")) p = ENG_KPATH_AVX512;
+#endif
+    const char *env = getenv("KVREPLAY_REF_PATH");
+    if (env) {
+        eng_kpath want = p;
+        if (!strcmp(env, "scalar")) want = ENG_KPATH_SCALAR;
+        else if (!strcmp(env, "avx2")) want = ENG_KPATH_AVX2;
+        else if (!strcmp(env, "avx512")) want = ENG_KPATH_AVX512;
+        if (want < p) p = want;  /* never above what the CPU runs */
+    }
+    return p;
+}
+
+/* Rows of the largest register block of a path. */
+static int32_t mr_max(eng_kpath p) { return p == ENG_KPATH_AVX2 ? 6 : MR_MAX; }
+
+// ----------------------------------------------------------------------------
+// Register blocks: Y[MR, W] (+)= X[MR, K] . B[K, W], W = NV vectors of the
+// path's width, vector v of row k at b + (v*lanes / 32)*pstride + (v*lanes) % 32 + k*ldb.
+// acc_in: the accumulators start from Y (a chain continued) instead of +0.
+
+typedef void (*ref_ukr)(int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps, int64_t ldb, float *y,
+                        int64_t ldy, int acc_in, const char *pf, int64_t pf_step);
+
+#if REF_X86
+#define AI512 static inline __attribute__((always_inline, target("avx512f")))
+#define AI2 static inline __attribute__((always_inline, target("avx2,fma")))
+
+AI512 void ukr512(const int MR, const int NV, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
+                  int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
+    __m512 acc[MR_MAX][8];
+    const float *bv[8];
+    _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) bv[v] = b + (v / 2) * ps + (v % 2) * 16;
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)
+            acc[r][v] = acc_in ? _mm512_loadu_ps(y + r * ldy + 16 * v) : _mm512_setzero_ps();
+    _Pragma("GCC unroll 2") for (int32_t k = 0; k < K; k++) {
+        __m512 w[8];
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) w[v] = _mm512_loadu_ps(bv[v] + k * ldb);
+        _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+            const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(xb, w[v], acc[r][v]);
+        }
+    }
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
+}
+
+AI2 void ukr256(const int MR, const int NV, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
+                int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
+    __m256 acc[6][8];
+    const float *bv[8];
+    _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) bv[v] = b + (v / 4) * ps + (v % 4) * 8;
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)
+            acc[r][v] = acc_in ? _mm256_loadu_ps(y + r * ldy + 8 * v) : _mm256_setzero_ps();
+    _Pragma("GCC unroll 2") for (int32_t k = 0; k < K; k++) {
+        __m256 w[8];
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(bv[v] + k * ldb);
+        _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
+            const __m256 xb = _mm256_broadcast_ss(x + r * ldx + k);
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(xb, w[v], acc[r][v]);
+        }
+    }
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) _mm256_storeu_ps(y + r * ldy + 8 * v, acc[r][v]);
+}
+
+#define K512(MR, NV)                                                                                          \
+    __attribute__((target("avx512f"))) static void k512_##MR##_##NV(int32_t K, const float *x, int64_t ldx,  \
+                                                                     const float *b, int64_t ps, int64_t ldb, \
+                                                                     float *y, int64_t ldy, int acc_in,       \
+                                                                     const char *pf, int64_t pf_step) {       \
+        ukr512(MR, NV, K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);                                 \
+    }
+#define K256(MR, NV)                                                                                          \
+    __attribute__((target("avx2,fma"))) static void k256_##MR##_##NV(int32_t K, const float *x, int64_t ldx, \
+                                                                     const float *b, int64_t ps, int64_t ldb, \
+                                                                     float *y, int64_t ldy, int acc_in,       \
+                                                                     const char *pf, int64_t pf_step) {       \
+        ukr256(MR, NV, K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);                                 \
+    }
+/* avx512: MR x 32 for every MR, MR x 64 for MR <= 6, MR x 128 for MR <= 3 (at most 24 accumulators) */
+K512(1, 2) K512(2, 2) K512(3, 2) K512(4, 2) K512(5, 2) K512(6, 2)
+K512(7, 2) K512(8, 2) K512(9, 2) K512(10, 2) K512(11, 2) K512(12, 2)
+K512(1, 4) K512(2, 4) K512(3, 4) K512(4, 4) K512(5, 4) K512(6, 4)
+K512(1, 8) K512(2, 8) K512(3, 8)
+/* avx2: MR x 16 for every MR <= 6, MR x 32 for MR <= 3, 1 x 64 (at most 12 accumulators) */
+K256(1, 2) K256(2, 2) K256(3, 2) K256(4, 2) K256(5, 2) K256(6, 2)
+K256(1, 4) K256(2, 4) K256(3, 4)
+K256(1, 8)
+
+static const ref_ukr k512_w32[MR_MAX] = {k512_1_2, k512_2_2, k512_3_2, k512_4_2,  k512_5_2,  k512_6_2,
+                                         k512_7_2, k512_8_2, k512_9_2, k512_10_2, k512_11_2, k512_12_2};
+static const ref_ukr k512_w64[6] = {k512_1_4, k512_2_4, k512_3_4, k512_4_4, k512_5_4, k512_6_4};
+static const ref_ukr k512_w128[3] = {k512_1_8, k512_2_8, k512_3_8};
+static const ref_ukr k256_w16[6] = {k256_1_2, k256_2_2, k256_3_2, k256_4_2, k256_5_2, k256_6_2};
+static const ref_ukr k256_w32[3] = {k256_1_4, k256_2_4, k256_3_4};
+#endif
+
+/* The portable block: the same chain per element with fmaf(), any width
+ * up to TILE_W (columns w of panel-relative index c at b + (c/32)*ps + c%32). */
+static void ukr_scalar(int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
+                       int64_t ldb, float *y, int64_t ldy, int acc_in) {
+    for (int32_t r = 0; r < MR; r++)
+        for (int32_t c0 = 0; c0 < W; c0 += PW) {
+            const int32_t nc = W - c0 < PW ? W - c0 : PW;
+            const float *bp = b + (c0 / PW) * ps;
+            float acc[PW];
+            for (int32_t c = 0; c < nc; c++) acc[c] = acc_in ? y[r * ldy + c0 + c] : 0.0f;
+            for (int32_t k = 0; k < K; k++) {
+                const float xr = x[r * ldx + k];
+                const float *bk = bp + k * ldb;
+                for (int32_t c = 0; c < nc; c++) acc[c] = fmaf(xr, bk[c], acc[c]);
+            }
+            memcpy(y + r * ldy + c0, acc, sizeof(float) * (size_t)nc);
+        }
+}
+
+/* Widest block (columns) the path has for MR rows. */
+static int32_t tile_w(eng_kpath p, int32_t MR) {
+    if (p == ENG_KPATH_AVX512) return MR <= 3 ? 128 : MR <= 6 ? 64 : 32;
+    if (p == ENG_KPATH_AVX2) return MR <= 1 ? 64 : MR <= 3 ? 32 : 16;
+    return PW;
+}
+
+/* One block of MR rows x W columns (W a multiple of 16 no wider than
+ * tile_w, starting on a panel boundary unless W == 16) whose B columns are
+ * all readable. While it runs, the K lines pf + k*pf_step are prefetched
+ * into L2 (the next weights; pf_step 0: nothing new). */
+static void ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, const float *b,
+                    int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
+#if REF_X86
+    if (p == ENG_KPATH_AVX512 && W % 32 == 0) {
+        const ref_ukr f = W == 128 ? k512_w128[MR - 1] : W == 64 ? k512_w64[MR - 1] : k512_w32[MR - 1];
+        f(K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);
+        return;
+    }
+    if (p == ENG_KPATH_AVX2) {
+        if (W == 64) { k256_1_8(K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step); return; }
+        if (W == 32 && MR <= 3) { k256_w32[MR - 1](K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step); return; }
+        for (int32_t c = 0; c < W; c += 16)  /* halves of panels */
+            k256_w16[MR - 1](K, x, ldx, b + (c / PW) * ps + c % PW, ps, ldb, y + c, ldy, acc_in,
+                             pf + (c / 16) * pf_step * K, pf_step);
+        return;
+    }
+#endif
+    (void)pf;
+    (void)pf_step;
+    ukr_scalar(MR, W, K, x, ldx, b, ps, ldb, y, ldy, acc_in);
+}
+
+// ----------------------------------------------------------------------------
+// The blocked product over a region: rows [0, M) x columns [c0, c1)
+
+/* B operand: panel q, row k at b + q*ps + k*ldb; columns [0, nread) may be
+ * read (nread >= the product's N: panels padded, or a row stride). */
+typedef struct ref_b {
+    const float *b;
+    int64_t      ps, ldb;
+    int32_t      nread;
+} ref_b;
+
+/* Balanced row blocks: M rows in ceil(M / mr) blocks, sizes differing by at most one. */
+static inline void row_block(int32_t M, int32_t nb, int32_t ib, int32_t *r0, int32_t *r1) {
+    *r0 = (int32_t)((int64_t)M * ib / nb);
+    *r1 = (int32_t)((int64_t)M * (ib + 1) / nb);
+}
+
+/* One row block of MR rows over columns [c0, c1) of an N-column product
+ * (c0 on a panel boundary), in blocks of at most wmax columns. Blocks whose
+ * columns run past N go through a small tile; columns past B's readable
+ * width through the portable block (same chains). The pf_bytes at pf are
+ * prefetched along the way (0: none). */
+static void gemm_rows(eng_kpath p, int32_t MR, int32_t K, const float *X, int64_t ldx, const ref_b *B, int32_t c0,
+                      int32_t c1, int32_t N, float *Y, int64_t ldy, int acc_in, int32_t wmax, const char *pf,
+                      int64_t pf_bytes) {
+    const int32_t wmin = p == ENG_KPATH_AVX2 ? 16 : PW;
+    const int32_t cend = (c1 + wmin - 1) / wmin * wmin;
+    const int32_t n_calls = (c1 - c0 + wmax - 1) / wmax;
+    const int64_t step = K > 0 ? pf_bytes / n_calls / K : 0;
+    if (!pf) pf = (const char *)B->b;
+    for (int32_t c = c0; c < c1;) {
+        int32_t w = wmax;
+        while (w > wmin && c + w > cend) w /= 2;  /* narrower at the end of the region */
+        const float *bb = B->b + (c / PW) * B->ps + c % PW;
+        const int32_t nc = N - c < w ? N - c : w;
+        if (c + w <= B->nread && nc == w) {
+            ukr_run(p, MR, w, K, X, ldx, bb, B->ps, B->ldb, Y + c, ldy, acc_in, pf, step);
+        } else {
+            float t[MR_MAX * TILE_W];
+            if (acc_in)
+                for (int32_t r = 0; r < MR; r++) memcpy(t + r * w, Y + r * ldy + c, sizeof(float) * (size_t)nc);
+            if (c + w <= B->nread) ukr_run(p, MR, w, K, X, ldx, bb, B->ps, B->ldb, t, w, acc_in, pf, step);
+            else ukr_scalar(MR, nc, K, X, ldx, bb, B->ps, B->ldb, t, w, acc_in);
+            for (int32_t r = 0; r < MR; r++) memcpy(Y + r * ldy + c, t + r * w, sizeof(float) * (size_t)nc);
+        }
+        pf += step * K;
+        c += w;
+    }
+}
+
+/* Y[i0..i1, c0..c1) (+)= X . B: rows in balanced blocks of at most the
+ * path's MR, columns in chunks of the widest block of the largest row
+ * block, each chunk of B reused by every row block while it is in cache.
+ * With contiguous panels (packed weights: B streams from memory), the row
+ * blocks of a chunk prefetch the next chunk into L2, a slice each. */
+static void gemm_region(eng_kpath p, int32_t i0, int32_t i1, int32_t c0, int32_t c1, int32_t N, int32_t K,
+                        const float *X, int64_t ldx, const ref_b *B, float *Y, int64_t ldy, int acc_in) {
+    const int32_t M = i1 - i0, mr = mr_max(p);
+    if (M <= 0 || c1 <= c0) return;
+    const int32_t nb = (M + mr - 1) / mr;
+    const int32_t wmax = tile_w(p, (M + nb - 1) / nb);
+    const bool contig = B->ldb == PW && B->ps == (int64_t)K * PW;
+    for (int32_t cc = c0; cc < c1; cc += wmax) {
+        const int32_t ce = cc + wmax < c1 ? cc + wmax : c1;
+        /* the next chunk's panels: [ce, min(ce + wmax, c1)) */
+        const int32_t ne = ce + wmax < c1 ? ce + wmax : c1;
+        const int64_t next = contig && ne > ce ? (int64_t)((ne + PW - 1) / PW - ce / PW) * B->ps * 4 : 0;
+        const char *nb0 = (const char *)(B->b + (ce / PW) * B->ps);
+        for (int32_t ib = 0; ib < nb; ib++) {
+            int32_t r0, r1;
+            row_block(M, nb, ib, &r0, &r1);
+            const int64_t s0 = next * ib / nb, s1 = next * (ib + 1) / nb;
+            gemm_rows(p, r1 - r0, K, X + (int64_t)(i0 + r0) * ldx, ldx, B, cc, ce, N, Y + (int64_t)(i0 + r0) * ldy,
+                      ldy, acc_in, tile_w(p, r1 - r0) < wmax ? tile_w(p, r1 - r0) : wmax, next ? nb0 + s0 : NULL,
+                      s1 - s0);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Products with packed weights, split over panels (and rows when panels are few)
+
+typedef struct matmul_args {
+    eng_kpath    path;
+    int32_t      M, N, K, n_pan, n_rg;
+    const float *X;
+    int64_t      ldx, ldy;
+    ref_b        B;
+    float       *Y;
+} matmul_args;
+
+/* Items it0..it1: item = row group * n_pan + panel. */
+static void matmul_items(void *v, int32_t it0, int32_t it1) {
+    const matmul_args *a = v;
+    for (int32_t it = it0; it < it1;) {
+        const int32_t rg = it / a->n_pan, q0 = it % a->n_pan;
+        int32_t q1 = q0 + (it1 - it);
+        if (q1 > a->n_pan) q1 = a->n_pan;
+        int32_t r0, r1;
+        row_block(a->M, a->n_rg, rg, &r0, &r1);
+        const int32_t c1 = q1 * PW < a->N ? q1 * PW : a->N;
+        gemm_region(a->path, r0, r1, q0 * PW, c1, a->N, a->K, a->X, a->ldx, &a->B, a->Y, a->ldy, 0);
+        it += q1 - q0;
+    }
+}
+
+void eng_k_matmul_ref(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
+                      int32_t ldy) {
+    matmul_args a = {.path = ctx->path, .M = M, .N = W->n_out, .K = W->n_in, .X = X, .ldx = ldx, .ldy = ldy, .Y = Y};
+    if (W->panels) {
+        a.B = (ref_b){.b = W->data, .ps = (int64_t)W->n_in * PW, .ldb = PW, .nread = W->ld};
+    } else {
+        ENG_ASSERT(W->kn);  /* W^T [K, ld]: panel q at column 32q, rows a whole ld apart */
+        a.B = (ref_b){.b = W->data, .ps = PW, .ldb = W->ld, .nread = W->ld};
+    }
+    a.n_pan = (a.N + PW - 1) / PW;
+    /* Rows are split too when there are few panels for the threads. */
+    const int32_t nth = ctx->n_threads, mr = mr_max(ctx->path);
+    a.n_rg = 1;
+    if (nth > 1 && a.n_pan < 4 * nth) {
+        a.n_rg = (4 * nth + a.n_pan - 1) / a.n_pan;
+        const int32_t max_rg = (M + mr - 1) / mr;
+        if (a.n_rg > max_rg) a.n_rg = max_rg;
+    }
+    eng_k_parallel_rows_cost(ctx, a.n_pan * a.n_rg, (int64_t)(M / a.n_rg + 1) * PW * a.K, matmul_items, &a);
+}
+
+// ----------------------------------------------------------------------------
+// Attention
+
+/* y[0..W) = fma(p, B[j][0..W), y): one step of W chains (W a multiple of
+ * 32; b is row j of panel 0, panels ps apart). */
+#if REF_X86
+__attribute__((target("avx512f"))) static void axpy512(int32_t W, float p, const float *b, int64_t ps, float *y) {
+    const __m512 pv = _mm512_set1_ps(p);
+    for (int32_t c0 = 0; c0 < W; c0 += PW) {
+        const float *bp = b + (c0 / PW) * ps;
+        _mm512_storeu_ps(y + c0, _mm512_fmadd_ps(pv, _mm512_loadu_ps(bp), _mm512_loadu_ps(y + c0)));
+        _mm512_storeu_ps(y + c0 + 16, _mm512_fmadd_ps(pv, _mm512_loadu_ps(bp + 16), _mm512_loadu_ps(y + c0 + 16)));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void axpy256(int32_t W, float p, const float *b, int64_t ps, float *y) {
+    const __m256 pv = _mm256_set1_ps(p);
+    for (int32_t c0 = 0; c0 < W; c0 += PW) {
+        const float *bp = b + (c0 / PW) * ps;
+        for (int c = 0; c < PW; c += 8)
+            _mm256_storeu_ps(y + c0 + c, _mm256_fmadd_ps(pv, _mm256_loadu_ps(bp + c), _mm256_loadu_ps(y + c0 + c)));
+    }
+}
+#endif
+
+static void axpy_row(eng_kpath path, int32_t W, float p, const float *b, int64_t ps, float *y) {
+#if REF_X86
+    if (path == ENG_KPATH_AVX512) { axpy512(W, p, b, ps, y); return; }
+    if (path == ENG_KPATH_AVX2) { axpy256(W, p, b, ps, y); return; }
+#endif
+    for (int32_t c0 = 0; c0 < W; c0 += PW)
+        for (int32_t c = 0; c < PW; c++) y[c0 + c] = fmaf(p, b[(c0 / PW) * ps + c], y[c0 + c]);
+}
+
+// ----------------------------------------------------------------------------
+// The softmax of a row, AVX-512: eng_k_softmax_row's operations element for
+// element (the same bits, tested), 16 lanes wide. The 8 partial maxima and
+// sums of eng_k_softmax_row (lane j % 8, ascending j) are kept as 8-lane
+// vectors that take the low, then the high half of each 16 scores, so each
+// partial sees its elements in the same order.
+
+#if REF_X86
+#define AI512F static inline __attribute__((always_inline, target("avx512f")))
+
+/* eng_bf16_round, 16 lanes. */
+AI512F __m512 bf16_512(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb),
+                                             _mm512_set1_epi32((int32_t)0xffff0000u));
+    const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
+                                           _mm512_set1_epi32((int32_t)0xffff0000u));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+/* eng_expf, 16 lanes: the same operations (no fused steps). The range
+ * selections change nothing for x in [-87, 88]; a block whose lanes are all
+ * there (the usual case: softmax's inputs are <= 0 and rarely below -87)
+ * skips them. */
+AI512F __m512 exp512_core(__m512 xc) {
+    const __m512 t = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(12582912.0f));
+    const __m512 n = _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f));
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(1.428606765330187045e-06f)));
+    const __m512 r2 = _mm512_mul_ps(r, r), r4 = _mm512_mul_ps(r2, r2);
+    const __m512 p01 = _mm512_add_ps(_mm512_set1_ps(1.0f), r);
+    const __m512 p23 = _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_mul_ps(r, _mm512_set1_ps(1.0f / 6.0f)));
+    const __m512 p45 = _mm512_add_ps(_mm512_set1_ps(1.0f / 24.0f), _mm512_mul_ps(r, _mm512_set1_ps(1.0f / 120.0f)));
+    const __m512 p67 = _mm512_add_ps(_mm512_set1_ps(1.0f / 720.0f), _mm512_mul_ps(r, _mm512_set1_ps(1.0f / 5040.0f)));
+    const __m512 p = _mm512_add_ps(_mm512_add_ps(p01, _mm512_mul_ps(r2, p23)),
+                                   _mm512_mul_ps(r4, _mm512_add_ps(p45, _mm512_mul_ps(r2, p67))));
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+AI512F __m512 exp512(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    /* in [-87, 88] and not NaN: u <= 0x42b00000 as signed (x <= 88, or negative), u <= 0xc2ae0000 as unsigned */
+    const __mmask16 out = _mm512_cmpgt_epi32_mask(u, _mm512_set1_epi32(0x42b00000)) |
+                          _mm512_cmpgt_epu32_mask(u, _mm512_set1_epi32((int32_t)0xc2ae0000u));
+    if (!out) return exp512_core(x);
+    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                     _mm512_set1_epi32(0x7f800000));
+    const __mmask16 above = _mm512_cmpgt_epi32_mask(u, _mm512_set1_epi32(0x42b00000));
+    const __mmask16 below = _mm512_cmpgt_epu32_mask(u, _mm512_set1_epi32((int32_t)0xc2ae0000u));
+    __m512 xc = _mm512_mask_blend_ps(above, x, _mm512_set1_ps(88.0f));
+    xc = _mm512_mask_blend_ps(below, xc, _mm512_set1_ps(-87.0f));
+    xc = _mm512_mask_blend_ps(is_nan, xc, _mm512_setzero_ps());
+    __m512 y = exp512_core(xc);
+    y = _mm512_mask_blend_ps(_mm512_cmpgt_epu32_mask(u, _mm512_set1_epi32((int32_t)0xc2aeac4fu)), y,
+                             _mm512_setzero_ps());
+    y = _mm512_mask_blend_ps(_mm512_cmpgt_epi32_mask(u, _mm512_set1_epi32(0x42b17217)), y,
+                             _mm512_set1_ps(__builtin_inff()));
+    return _mm512_mask_blend_ps(is_nan, y, x);
+}
+
+/* Lanes [0, n) of 16 (n <= 16). */
+static inline __mmask16 mask16(int32_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+
+/* R <= 4 rows at once, row r at s[r] with n[r] scores: each row's operations
+ * are exactly eng_k_softmax_row's; interleaving rows only overlaps their
+ * dependency chains (the 8 partial sums of a row are serial by definition). */
+#define SM_ROWS 4
+/* Rows beyond R get n = 0 and are skipped; the loops over r are unrolled,
+ * so each row's partial maxima and sums stay in registers. */
+__attribute__((target("avx512f"))) static void softmax512_rows(float *const *sr, const int32_t *nr, int R, float scale,
+                                                                 bool bf16) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    __m512 m8[SM_ROWS], a8[SM_ROWS], vmx[SM_ROWS], inv[SM_ROWS];
+    float *s[SM_ROWS];
+    int32_t n[SM_ROWS], nmax = 0;
+    _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+        s[r] = r < R ? sr[r] : NULL;
+        n[r] = r < R ? nr[r] : 0;
+        m8[r] = _mm512_set1_ps(-__builtin_inff());  /* lanes 0..7 used */
+        a8[r] = _mm512_setzero_ps();
+        if (n[r] > nmax) nmax = n[r];
+    }
+    for (int32_t j = 0; j < nmax; j += 16)
+        _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+            if (j >= n[r]) continue;
+            const __mmask16 k = mask16(n[r] - j);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s[r] + j), vs);
+            if (bf16) v = bf16_512(v);
+            _mm512_mask_storeu_ps(s[r] + j, k, v);
+            m8[r] = _mm512_mask_max_ps(m8[r], k & 0xff, v, m8[r]);  /* low half: j .. j+7 */
+            const __m512 hi = _mm512_shuffle_f32x4(v, v, 0x4e);    /* j+8 .. j+15 into lanes 0..7 */
+            m8[r] = _mm512_mask_max_ps(m8[r], (__mmask16)(k >> 8), hi, m8[r]);
+        }
+    _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+        float m[16];
+        _mm512_storeu_ps(m, m8[r]);
+        float mx = m[0];
+        for (int c = 1; c < 8; c++) mx = m[c] > mx ? m[c] : mx;
+        vmx[r] = _mm512_set1_ps(mx);
+    }
+    for (int32_t j = 0; j < nmax; j += 16)
+        _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+            if (j >= n[r]) continue;
+            const __mmask16 k = mask16(n[r] - j);
+            const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s[r] + j), vmx[r]));
+            _mm512_mask_storeu_ps(s[r] + j, k, e);
+            a8[r] = _mm512_mask_add_ps(a8[r], k & 0xff, a8[r], e);
+            a8[r] = _mm512_mask_add_ps(a8[r], (__mmask16)(k >> 8), a8[r], _mm512_shuffle_f32x4(e, e, 0x4e));
+        }
+    _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+        float a[16];
+        _mm512_storeu_ps(a, a8[r]);
+        const float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        inv[r] = _mm512_set1_ps(1.0f / sum);
+    }
+    for (int32_t j = 0; j < nmax; j += 16)
+        _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+            if (j >= n[r]) continue;
+            const __mmask16 k = mask16(n[r] - j);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s[r] + j), inv[r]);
+            if (bf16) v = bf16_512(v);
+            _mm512_mask_storeu_ps(s[r] + j, k, v);
+        }
+}
+#endif
+
+/* The softmax of R rows (row r: s[r], n[r] scores), eng_k_softmax_row's bits on every path. */
+static void softmax_rows(eng_kpath path, float *const *s, const int32_t *n, int R, float scale, bool bf16) {
+#if REF_X86
+    if (path == ENG_KPATH_AVX512) {
+        for (int r0 = 0; r0 < R; r0 += SM_ROWS)
+            softmax512_rows(s + r0, n + r0, R - r0 < SM_ROWS ? R - r0 : SM_ROWS, scale, bf16);
+        return;
+    }
+#endif
+    for (int r = 0; r < R; r++) eng_k_softmax_row(s[r], n[r], scale, bf16);
+}
+
+/* The softmax of n scores (eng_k_softmax_row's bits on every path). */
+void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16) {
+    softmax_rows(path, &s, &n, 1, scale, bf16);
+}
+
+static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
+
+/* Floats of one thread's scratch for P keys of head dim E. */
+static int64_t attn_thread_floats(int32_t P, int32_t E) {
+    const int64_t P32 = round32(P), E32 = round32(E);
+    return P32 * E + E32 * P32 + (int64_t)MR_MAX * P32 + (int64_t)MR_MAX * E32;
+}
+
+int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E) {
+    return (int64_t)(n_threads > 1 ? n_threads : 1) * attn_thread_floats(P, E);
+}
+
+typedef struct attn_args {
+    eng_kpath    path;
+    bool         bf16;
+    int32_t      T, pos0, W, kpos0, GR, E, P, ldkv, ldo;
+    int32_t      seg_rows, nb_seg, n_seg, nb_g;  /* row blocks: n_seg segments of seg_rows rows per KV head */
+    float        scale;
+    const float *qg, *K, *V;
+    float       *O, *ws;
+} attn_args;
+
+/* Packs key panel q of KV head g: Kp[q][e][c] = K[32q + c][g*E + e] (0 past P). */
+#if REF_X86
+__attribute__((target("avx512f"))) static void pack_keys512(const float *k0, int64_t ldkv, int32_t n, int32_t E,
+                                                              float *dst) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int32_t)ldkv));
+    const __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+    const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+    const float *k1 = k0 + 16 * ldkv;
+    for (int32_t e = 0; e < E; e++) {
+        _mm512_storeu_ps(dst + e * PW, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, k0 + e, 4));
+        _mm512_storeu_ps(dst + e * PW + 16,
+                         m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, k1 + e, 4) : _mm512_setzero_ps());
+    }
+}
+#endif
+
+static void pack_keys(const attn_args *a, int32_t g, int32_t q, float *Kp) {
+    const int32_t E = a->E;
+    float *dst = Kp + (int64_t)q * E * PW;
+    const int32_t n = a->P - q * PW < PW ? a->P - q * PW : PW;
+    const float *k0 = a->K + (int64_t)q * PW * a->ldkv + (int64_t)g * E;
+#if REF_X86
+    if (a->path == ENG_KPATH_AVX512 && (int64_t)a->ldkv * PW < INT32_MAX) {
+        pack_keys512(k0, a->ldkv, n, E, dst);
+        return;
+    }
+#endif
+    for (int32_t c = 0; c < n; c++) {
+        const float *k = k0 + (int64_t)c * a->ldkv;
+        for (int32_t e = 0; e < E; e++) dst[e * PW + c] = k[e];
+    }
+    for (int32_t c = n; c < PW; c++)
+        for (int32_t e = 0; e < E; e++) dst[e * PW + c] = 0.0f;
+}
+
+/* Packs the values of KV head g when E is not a multiple of 32:
+ * Vp[qe][j][c] = V[j][g*E + 32qe + c] (0 past E). */
+static void pack_values(const attn_args *a, int32_t g, float *Vp, int32_t P32) {
+    const int32_t E = a->E, E32 = round32(E);
+    for (int32_t qe = 0; qe < E32 / PW; qe++)
+        for (int32_t j = 0; j < a->P; j++) {
+            float *dst = Vp + ((int64_t)qe * P32 + j) * PW;
+            const float *v = a->V + (int64_t)j * a->ldkv + (int64_t)g * E + qe * PW;
+            const int32_t n = E - qe * PW < PW ? E - qe * PW : PW;
+            memcpy(dst, v, sizeof(float) * (size_t)n);
+            for (int32_t c = n; c < PW; c++) dst[c] = 0.0f;
+        }
+}
+
+/* Keys attended by row r of a KV head's stack (query head r / T, token r % T):
+ * [lo, hi] in gathered key rows. */
+static inline void row_band(const attn_args *a, int32_t r, int32_t *lo, int32_t *hi) {
+    const int32_t p = a->pos0 + r % a->T;
+    int32_t l = a->W > 0 ? p - a->W + 1 : 0;
+    if (l < a->kpos0) l = a->kpos0;
+    *lo = l - a->kpos0;
+    *hi = p - a->kpos0;
+}
+
+/* One row block [r0, r1) of KV head g: scores, softmax, values, output. */
+static void attn_block(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float *Kp, bool packed, const ref_b *Vb,
+                       float *S, float *Ot) {
+    const eng_kpath path = a->path;
+    const int32_t E = a->E, MR = r1 - r0, P32 = round32(a->P), E32 = round32(E);
+    const int32_t WV = E % PW ? E32 : E;  /* value columns computed */
+    int32_t lo[MR_MAX], hi[MR_MAX], lo_min = INT32_MAX, lo_max = 0, hi_min = INT32_MAX, hi_max = 0;
+    for (int32_t i = 0; i < MR; i++) {
+        row_band(a, r0 + i, &lo[i], &hi[i]);
+        if (lo[i] < lo_min) lo_min = lo[i];
+        if (lo[i] > lo_max) lo_max = lo[i];
+        if (hi[i] < hi_min) hi_min = hi[i];
+        if (hi[i] > hi_max) hi_max = hi[i];
+    }
+    /* scores of the key panels the block touches (extra scores are never read) */
+    const float *q = a->qg + ((int64_t)g * a->GR * a->T + r0) * E;
+    const ref_b KB = {.b = Kp, .ps = (int64_t)E * PW, .ldb = PW, .nread = P32};
+    const int32_t qa = lo_min / PW, qb = hi_max / PW + 1;
+    const int32_t wmax = tile_w(path, MR);
+    int32_t q_next = qa;  /* streamed keys: the next panel to pack */
+    for (int32_t c = qa * PW; c < qb * PW; c += wmax) {
+        const int32_t ce = c + wmax < qb * PW ? c + wmax : qb * PW;
+        if (!packed)
+            for (; q_next < (ce + PW - 1) / PW; q_next++) pack_keys(a, g, q_next, Kp);
+        gemm_rows(path, MR, E, q, E, &KB, c, ce, P32, S, P32, 0, wmax, NULL, 0);
+    }
+    float *rows[MR_MAX];
+    int32_t nk[MR_MAX];
+    for (int32_t i = 0; i < MR; i++) {
+        rows[i] = S + (int64_t)i * P32 + lo[i];
+        nk[i] = hi[i] - lo[i] + 1;
+    }
+    softmax_rows(path, rows, nk, MR, a->scale, a->bf16);
+    /* values: per row the chain over its keys lo..hi ascending */
+    if (lo_max > hi_min) {  /* no key common to every row: each row on its own */
+        for (int32_t i = 0; i < MR; i++) {
+            float *o = Ot + (int64_t)i * E32;
+            memset(o, 0, sizeof(float) * (size_t)E32);
+            for (int32_t j = lo[i]; j <= hi[i]; j++)
+                axpy_row(path, WV, S[(int64_t)i * P32 + j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
+        }
+    } else {
+        const bool heads = lo_min < lo_max;
+        if (heads)
+            for (int32_t i = 0; i < MR; i++) {
+                float *o = Ot + (int64_t)i * E32;
+                memset(o, 0, sizeof(float) * (size_t)E32);
+                for (int32_t j = lo[i]; j < lo_max; j++)
+                    axpy_row(path, WV, S[(int64_t)i * P32 + j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
+            }
+        const ref_b VS = {.b = Vb->b + (int64_t)lo_max * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
+        gemm_region(path, 0, MR, 0, WV, WV, hi_min - lo_max + 1, S + lo_max, P32, &VS, Ot, E32, heads);
+        for (int32_t i = 0; i < MR; i++)
+            for (int32_t j = hi_min + 1; j <= hi[i]; j++)
+                axpy_row(path, WV, S[(int64_t)i * P32 + j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, Ot + (int64_t)i * E32);
+    }
+    for (int32_t i = 0; i < MR; i++) {
+        const int32_t r = r0 + i, t = r % a->T, h = g * a->GR + r / a->T;
+        float *o = a->O + (int64_t)t * a->ldo + (int64_t)h * E;
+        memcpy(o, Ot + (int64_t)i * E32, sizeof(float) * (size_t)E);
+        if (a->bf16)
+            for (int32_t e = 0; e < E; e++) o[e] = eng_bf16_round(o[e]);
+    }
+}
+
+/* Items [it0, it1) of thread ith: item = KV head * nb_g + row block. */
+static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
+    const attn_args *a = v;
+    const int32_t E = a->E, P32 = round32(a->P), E32 = round32(E);
+    float *Kp = a->ws + (int64_t)ith * attn_thread_floats(a->P, E);
+    float *Vp = Kp + (int64_t)P32 * E;
+    float *S = Vp + (int64_t)E32 * P32;
+    float *Ot = S + (int64_t)MR_MAX * P32;
+    int32_t g_packed = -1;
+    for (int32_t it = it0; it < it1; it++) {
+        const int32_t g = it / a->nb_g, b = it % a->nb_g;
+        /* keys: packed once per head when the thread has several blocks of it, else panel by panel */
+        const int32_t g_first = it0 > g * a->nb_g ? it0 : g * a->nb_g;
+        const int32_t g_end = it1 < (g + 1) * a->nb_g ? it1 : (g + 1) * a->nb_g;
+        const bool pack_all = g_end - g_first > 1;
+        /* values: packed too (a contiguous stream per panel) when reused, else read in place */
+        const bool pack_v = pack_all || E % PW;
+        ref_b Vb;
+        if (g != g_packed) {
+            if (pack_all)
+                for (int32_t q = 0; q < P32 / PW; q++) pack_keys(a, g, q, Kp);
+            if (pack_v) pack_values(a, g, Vp, P32);
+            g_packed = g;
+        }
+        if (pack_v) Vb = (ref_b){.b = Vp, .ps = (int64_t)P32 * PW, .ldb = PW, .nread = E32};
+        else Vb = (ref_b){.b = a->V + (int64_t)g * E, .ps = PW, .ldb = a->ldkv, .nread = E};
+        const int32_t s = b / a->nb_seg, bs = b % a->nb_seg;
+        int32_t r0, r1;
+        row_block(a->seg_rows, a->nb_seg, bs, &r0, &r1);
+        attn_block(a, g, s * a->seg_rows + r0, s * a->seg_rows + r1, Kp, pack_all, &Vb, S, Ot);
+    }
+}
+
+void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G,
+                         int32_t E, const float *qg, const float *K, const float *V, int32_t ldkv, float *O,
+                         int32_t ldo, float *ws, int64_t ws_cap) {
+    const int32_t GR = H / G, P = pos0 + T - kpos0, mr = mr_max(ctx->path);
+    ENG_ASSERT(GR * G == H && T >= 1 && P >= T && ws_cap >= eng_k_attention_ref_ws(ctx->n_threads, P, E));
+    attn_args a = {
+        .path = ctx->path, .bf16 = ctx->bf16, .T = T, .pos0 = pos0, .W = W, .kpos0 = kpos0, .GR = GR, .E = E,
+        .P = P, .ldkv = ldkv, .ldo = ldo, .scale = 1.0f / sqrtf((float)E), .qg = qg, .K = K, .V = V, .O = O,
+        .ws = ws,
+    };
+    /* A KV head's GR*T rows: per query head when a head's T rows fill blocks,
+     * else all together (decode: the GR rows of one token share a block). */
+    if (T >= mr) { a.seg_rows = T; a.n_seg = GR; }
+    else { a.seg_rows = GR * T; a.n_seg = 1; }
+    a.nb_seg = (a.seg_rows + mr - 1) / mr;
+    a.nb_g = a.n_seg * a.nb_seg;
+    eng_k_parallel_ith(ctx, G * a.nb_g, (int64_t)(a.seg_rows / a.nb_seg + 1) * P * E * 4, attn_items, &a);
+}

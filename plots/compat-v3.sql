@@ -1,0 +1,10 @@
+-- plots/compat-v3.sql: read before lib.sql on a schema-3 results database
+-- (PRAGMA user_version = 3, before --repeat and the modeled TTFT): temp views
+-- that shadow main.runs and main.requests with the current columns, NULL
+-- where version 3 had none. The same views as compat_views[3] in
+-- harness/store/store.c.
+CREATE TEMP VIEW runs AS SELECT *, NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs,
+    NULL AS price_gflops, NULL AS price_restore_gbs, NULL AS price_source FROM main.runs;
+CREATE TEMP VIEW requests AS SELECT *, NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms,
+    NULL AS ttft_reuse_min_ms, NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms,
+    NULL AS model_reuse_ms FROM main.requests;

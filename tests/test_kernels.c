@@ -1,0 +1,431 @@
+/*
+ * tests/test_kernels.c: the ref kernel's batch invariance and its code
+ * paths (engine/kernels_ref.c).
+ *
+ *   - every ref product equals the documented chain, acc = fmaf(x[k], w[k],
+ *     acc) for k ascending from +0, computed plainly here (memcmp), on every
+ *     path the CPU runs (scalar, avx2, avx512), for both weight layouts, at
+ *     1, 2 and 3 threads, for every M in 1..256 and row offsets;
+ *   - the ref attention (full and windowed) equals a plain oracle of the
+ *     same chains on every path, whatever the chunking;
+ *   - the softmax of every path gives eng_k_softmax_row's bits, on scores
+ *     that reach exp's clamps, infinities and NaN;
+ *   - through the public API, on llama, sliding-window, hybrid (Mamba-2) and
+ *     RWKV-7 tiny models: logits, KV and recurrent state are
+ *     memcmp-identical whatever the chunk length M (every M in 1..256
+ *     against 64), the row offset of each token in its chunk and the thread
+ *     count (1 and 2); and ref differs from blas only within a tolerance.
+ *
+ * Paths the CPU does not run are skipped with a message (the scalar path
+ * always runs).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "kernels.h"
+#include "model.h"
+#include "seqcheck.h"
+#include "status.h"
+#include "synth.h"
+
+#define TOL_FP32 1e-4  /* ref vs blas, relative to the largest |logit| (as test_engine.c) */
+
+static uint64_t g_rng;
+static float frand(void) {  /* uniform in [-1, 1) */
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((int64_t)(g_rng >> 40) - (1 << 23)) / (float)(1 << 23);
+}
+static float *rvec(int64_t n, float scale) {
+    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+/* The paths this CPU runs: scalar, then avx2 and avx512 when available. */
+static int paths(eng_kpath out[3]) {
+    const eng_kpath best = eng_kpath_best();
+    int n = 0;
+    for (int p = ENG_KPATH_SCALAR; p <= (int)best; p++) out[n++] = (eng_kpath)p;
+    return n;
+}
+
+static eng_kctx ctx_of(eng_kpath path, int32_t threads, eng_pool *pool) {
+    eng_kctx c = {.kernel = ENG_KERNEL_REF, .bf16 = false, .n_threads = threads, .pool = threads > 1 ? pool : NULL,
+                  .path = path};
+    return c;
+}
+
+// ----------------------------------------------------------------------------
+// Products
+
+/* y[i][j] = the fmaf chain of row i of x with row j of w (k ascending from +0). */
+static void oracle_matmul(int32_t M, int32_t N, int32_t K, const float *x, int32_t ldx, const float *w, float *y) {
+    for (int32_t i = 0; i < M; i++)
+        for (int32_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int32_t k = 0; k < K; k++) acc = fmaf(x[(int64_t)i * ldx + k], w[(int64_t)j * K + k], acc);
+            y[(int64_t)i * N + j] = acc;
+        }
+}
+
+static void ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_count(void **state) {
+    (void)state;
+    static const int32_t shapes[][3] = {  /* M, N, K */
+        {1, 45, 777}, {5, 64, 64}, {13, 100, 33}, {64, 96, 257}, {37, 300, 128}, {2, 33, 1}, {130, 17, 40},
+    };
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    eng_pool *p2 = eng_pool_new(2), *p3 = eng_pool_new(3);
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int32_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ldx = K + 3;
+        g_rng = 100 + si;
+        float *w = rvec((int64_t)N * K, 1.0f), *x = rvec((int64_t)M * ldx, 1.0f);
+        float *want = malloc(sizeof(float) * (size_t)M * N), *y = malloc(sizeof(float) * (size_t)M * (N + 5));
+        oracle_matmul(M, N, K, x, ldx, w, want);
+        eng_kmat Wp, Wkn;
+        assert_int_equal(eng_kmat_init_for(&Wp, w, N, K, ENG_KERNEL_REF, false), ENG_OK);
+        assert_int_equal(eng_kmat_init(&Wkn, w, N, K, false), ENG_OK);
+        assert_true(Wp.panels && Wp.ld % ENG_REF_PANEL == 0);
+        for (int pi = 0; pi < np; pi++)
+            for (int32_t th = 1; th <= 3; th++)
+                for (int lay = 0; lay < 2; lay++) {
+                    const eng_kctx c = ctx_of(ps[pi], th, th == 2 ? p2 : p3);
+                    memset(y, 0xff, sizeof(float) * (size_t)M * (N + 5));
+                    eng_k_matmul(&c, lay ? &Wkn : &Wp, M, x, ldx, y, N + 5);
+                    for (int32_t i = 0; i < M; i++)
+                        if (memcmp(y + (int64_t)i * (N + 5), want + (int64_t)i * N, sizeof(float) * (size_t)N))
+                            fail_msg("path %s, %d threads, %s layout, M %d N %d K %d: row %d differs from the chain",
+                                     eng_kpath_name(ps[pi]), th, lay ? "kn" : "panel", M, N, K, i);
+                    checked++;
+                }
+        eng_kmat_free(&Wp);
+        eng_kmat_free(&Wkn);
+        free(w); free(x); free(want); free(y);
+    }
+    print_message("%d products checked on %d path(s) (best: %s)\n", checked, np, eng_kpath_name(eng_kpath_best()));
+    eng_pool_free(p2);
+    eng_pool_free(p3);
+}
+
+/* Every M in 1..256 at every row offset class: the rows of X[i0, i0 + M)
+ * come out as the same rows of the full product, at 1 and 2 threads. */
+static void ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads(void **state) {
+    (void)state;
+    const int32_t MAX = 300, N = 70, K = 96;
+    g_rng = 7;
+    float *w = rvec((int64_t)N * K, 1.0f), *x = rvec((int64_t)MAX * K, 1.0f);
+    float *full = malloc(sizeof(float) * (size_t)MAX * N), *y = malloc(sizeof(float) * (size_t)MAX * N);
+    eng_kmat W;
+    assert_int_equal(eng_kmat_init_for(&W, w, N, K, ENG_KERNEL_REF, false), ENG_OK);
+    eng_pool *p2 = eng_pool_new(2);
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    for (int pi = 0; pi < np; pi++) {
+        const eng_kctx c1 = ctx_of(ps[pi], 1, NULL);
+        eng_k_matmul(&c1, &W, MAX, x, K, full, N);
+        for (int32_t M = 1; M <= 256; M++) {
+            const int32_t i0 = (M * 37) % (MAX - M + 1);
+            const eng_kctx c = ctx_of(ps[pi], M % 2 ? 1 : 2, p2);
+            eng_k_matmul(&c, &W, M, x + (int64_t)i0 * K, K, y, N);
+            if (memcmp(y, full + (int64_t)i0 * N, sizeof(float) * (size_t)M * N))
+                fail_msg("path %s: M %d at row offset %d differs from the full product", eng_kpath_name(ps[pi]), M, i0);
+        }
+    }
+    eng_kmat_free(&W);
+    eng_pool_free(p2);
+    free(w); free(x); free(full); free(y);
+}
+
+// ----------------------------------------------------------------------------
+// Softmax and attention
+
+static void softmax_paths_give_the_bits_of_the_shared_softmax(void **state) {
+    (void)state;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    static const int32_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000};
+    int rows = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int kind = 0; kind < 4; kind++)
+            for (int bf = 0; bf < 2; bf++) {
+                const int32_t n = lens[li];
+                g_rng = 1000 + li * 8 + kind * 2 + bf;
+                /* kind 0: ordinary scores; 1: a range past exp's clamps (-87, 88);
+                 * 2: with -inf, huge values and subnormals; 3: with a NaN */
+                float *s0 = rvec(n, kind == 0 ? 8.0f : 400.0f);
+                if (kind >= 2) {
+                    s0[n / 2] = -INFINITY;
+                    if (n > 2) s0[n / 3] = 3e38f;
+                    if (n > 3) s0[1] = 1e-40f;
+                }
+                if (kind == 3) s0[n - 1] = NAN;
+                float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+                memcpy(want, s0, sizeof(float) * (size_t)n);
+                eng_k_softmax_row(want, n, 0.125f, bf);
+                for (int pi = 0; pi < np; pi++) {
+                    memcpy(got, s0, sizeof(float) * (size_t)n);
+                    eng_k_softmax_path(ps[pi], got, n, 0.125f, bf);
+                    if (memcmp(got, want, sizeof(float) * (size_t)n))
+                        fail_msg("softmax path %s, n %d, kind %d, bf16 %d differs", eng_kpath_name(ps[pi]), n, kind, bf);
+                }
+                rows++;
+                free(s0); free(want); free(got);
+            }
+    print_message("%d softmax rows on %d path(s)\n", rows, np);
+}
+
+/* The ref attention's chains, plainly: for query head h, token t at
+ * position p = pos0 + t, keys j in [lo, p] (lo = max(p - W + 1, kpos0),
+ * W == 0: 0): s_j = fmaf chain over e of q[e]*k_j[e]; eng_k_softmax_row;
+ * o[e] = fmaf chain over j ascending of p_j * v_j[e]; rounded when bf16. */
+static void oracle_attention(int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G, int32_t E,
+                             const float *Q, int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O,
+                             int32_t ldo, bool bf16) {
+    const int32_t GR = H / G;
+    float *s = malloc(sizeof(float) * (size_t)(pos0 + T + 1));
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t t = 0; t < T; t++) {
+            const int32_t p = pos0 + t, g = h / GR;
+            int32_t lo = W > 0 ? p - W + 1 : 0;
+            if (lo < kpos0) lo = kpos0;
+            const float *q = Q + (int64_t)t * ldq + (int64_t)h * E;
+            for (int32_t j = lo; j <= p; j++) {
+                const float *k = K + (int64_t)(j - kpos0) * ldkv + (int64_t)g * E;
+                float acc = 0.0f;
+                for (int32_t e = 0; e < E; e++) acc = fmaf(q[e], k[e], acc);
+                s[j - lo] = acc;
+            }
+            eng_k_softmax_row(s, p - lo + 1, 1.0f / sqrtf((float)E), bf16);
+            float *o = O + (int64_t)t * ldo + (int64_t)h * E;
+            for (int32_t e = 0; e < E; e++) {
+                float acc = 0.0f;
+                for (int32_t j = lo; j <= p; j++)
+                    acc = fmaf(s[j - lo], V[(int64_t)(j - kpos0) * ldkv + (int64_t)g * E + e], acc);
+                o[e] = bf16 ? eng_bf16_round(acc) : acc;
+            }
+        }
+    free(s);
+}
+
+static void ref_attention_equals_its_chains_on_every_path_and_chunking(void **state) {
+    (void)state;
+    static const struct { int32_t H, G, E, W; } cfg[] = {
+        {4, 2, 16, 0}, {8, 8, 64, 0}, {2, 1, 8, 0}, {4, 2, 48, 0}, {6, 3, 32, 0},
+        {4, 2, 16, 20}, {4, 4, 64, 33}, {2, 1, 8, 1}, {4, 2, 40, 64},
+    };
+    static const int32_t chunks[] = {64, 1, 7, 13, 100};
+    const int32_t n = 150;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    eng_pool *p2 = eng_pool_new(2);
+    int cases = 0;
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++)
+        for (int bf = 0; bf < 2; bf++) {
+            const int32_t H = cfg[ci].H, G = cfg[ci].G, E = cfg[ci].E, W = cfg[ci].W;
+            const int32_t HE = H * E, GE = G * E, LD = HE + 2 * GE;
+            g_rng = 500 + ci * 2 + bf;
+            float *x = rvec((int64_t)n * LD, 2.0f);  /* rows [Q | K | V] */
+            if (bf)
+                for (int64_t i = 0; i < (int64_t)n * LD; i++) x[i] = eng_bf16_round(x[i]);
+            float *want = malloc(sizeof(float) * (size_t)n * HE), *got = malloc(sizeof(float) * (size_t)n * HE);
+            float *qg = malloc(sizeof(float) * (size_t)H * 100 * E);
+            /* the oracle, chunk by chunk of 64 (a row's result does not depend on its chunk) */
+            for (int32_t p0 = 0; p0 < n; p0 += 64) {
+                const int32_t T = n - p0 < 64 ? n - p0 : 64;
+                const int32_t kpos0 = W > 0 && p0 - W + 1 > 0 ? p0 - W + 1 : 0;
+                oracle_attention(T, p0, W, kpos0, H, G, E, x + (int64_t)p0 * LD, LD, x + (int64_t)kpos0 * LD + HE,
+                                 x + (int64_t)kpos0 * LD + HE + GE, LD, want + (int64_t)p0 * HE, HE, bf);
+            }
+            for (int pi = 0; pi < np; pi++)
+                for (size_t ki = 0; ki < sizeof chunks / sizeof chunks[0]; ki++) {
+                    const eng_kctx c = {.kernel = ENG_KERNEL_REF, .bf16 = bf, .n_threads = ki % 2 ? 2 : 1,
+                                        .pool = ki % 2 ? p2 : NULL, .path = ps[pi]};
+                    memset(got, 0xff, sizeof(float) * (size_t)n * HE);
+                    for (int32_t p0 = 0; p0 < n; p0 += chunks[ki]) {
+                        const int32_t T = n - p0 < chunks[ki] ? n - p0 : chunks[ki];
+                        const int32_t kpos0 = W > 0 && p0 - W + 1 > 0 ? p0 - W + 1 : 0, P = p0 + T - kpos0;
+                        for (int32_t h = 0; h < H; h++)
+                            for (int32_t t = 0; t < T; t++)
+                                memcpy(qg + ((int64_t)h * T + t) * E, x + (int64_t)(p0 + t) * LD + (int64_t)h * E,
+                                       sizeof(float) * (size_t)E);
+                        const int64_t cap = eng_k_attention_ref_ws(c.n_threads, P, E);
+                        float *ws = malloc(sizeof(float) * (size_t)cap);
+                        eng_k_attention_ref(&c, T, p0, W, kpos0, H, G, E, qg, x + (int64_t)kpos0 * LD + HE,
+                                            x + (int64_t)kpos0 * LD + HE + GE, LD, got + (int64_t)p0 * HE, HE, ws, cap);
+                        free(ws);
+                    }
+                    for (int32_t t = 0; t < n; t++)
+                        if (memcmp(got + (int64_t)t * HE, want + (int64_t)t * HE, sizeof(float) * (size_t)HE))
+                            fail_msg("attention H %d G %d E %d W %d bf16 %d, path %s, chunk %d: token %d differs",
+                                     H, G, E, W, bf, eng_kpath_name(ps[pi]), chunks[ki], t);
+                    cases++;
+                }
+            free(x); free(want); free(got); free(qg);
+        }
+    print_message("%d attention runs equal to the oracle\n", cases);
+    eng_pool_free(p2);
+}
+
+// ----------------------------------------------------------------------------
+// Through the public API: every chunk length, row offset and thread count
+
+#define N_ARCH 4
+#define NT 320
+static const char *const g_arch[N_ARCH] = {"llama", "swa", "hybrid", "rwkv7"};
+static char g_dir[64], g_path[N_ARCH][128];
+static int32_t g_toks[NT];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_kernels_XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    for (int a = 0; a < N_ARCH; a++) {
+        snprintf(g_path[a], sizeof g_path[a], "%s/%s.gguf", g_dir, g_arch[a]);
+        eng_synth_params p = eng_synth_preset_arch(g_arch[a], "tiny");
+        p.seed = 11 + a;
+        char err[256];
+        if (eng_synth_write(&p, g_path[a], err, sizeof err) != ENG_OK) {
+            fprintf(stderr, "synth %s: %s\n", g_arch[a], err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int a = 0; a < N_ARCH; a++) unlink(g_path[a]);
+    rmdir(g_dir);
+    return 0;
+}
+
+static eng_model *load(int a, eng_kernel k, int32_t threads) {
+    eng_numerics num = {.kernel = k, .precision = ENG_PRECISION_FP32, .n_threads = threads};
+    eng_model *m = NULL;
+    char err[256] = "";
+    if (eng_model_load(g_path[a], &num, &m, err, sizeof err) != ENG_OK) fail_msg("load %s: %s", g_path[a], err);
+    return m;
+}
+
+/* Prefills toks [0, n): first `head` tokens as one chunk (none when 0), the
+ * rest in chunks of M counted from there (align none): token p sits at row
+ * (p - head) % M of its chunk. All logits into lg [n, V]. */
+static eng_seq *prefill_m(const eng_model *m, int32_t n, int32_t head, int32_t M, float *lg) {
+    const int32_t V = eng_model_get_info(m)->n_vocab;
+    eng_seq *s = eng_seq_new(m, n);
+    assert_non_null(s);
+    eng_prefill_params pp = eng_prefill_params_default();
+    pp.align = ENG_ALIGN_NONE;
+    pp.all_logits = true;
+    if (head > 0) {
+        pp.ubatch = head;
+        assert_int_equal(eng_prefill(s, g_toks, head, &pp, lg), ENG_OK);
+    }
+    pp.ubatch = M;
+    assert_int_equal(eng_prefill(s, g_toks + head, n - head, &pp, lg + (int64_t)head * V), ENG_OK);
+    return s;
+}
+
+static void ref_logits_kv_and_state_are_identical_for_every_m_offset_and_thread_count(void **state) {
+    (void)state;
+    g_rng = 99;
+    for (int i = 0; i < NT; i++) g_toks[i] = (int32_t)((g_rng = g_rng * 6364136223846793005ull + 1) >> 33);
+    for (int a = 0; a < N_ARCH; a++) {
+        eng_model *m1 = load(a, ENG_KERNEL_REF, 1), *m2 = load(a, ENG_KERNEL_REF, 2);
+        const int32_t V = eng_model_get_info(m1)->n_vocab, n = NT;
+        for (int i = 0; i < NT; i++) g_toks[i] = (int32_t)((uint32_t)g_toks[i] % (uint32_t)V);
+        float *lref = malloc(sizeof(float) * (size_t)n * V), *lg = malloc(sizeof(float) * (size_t)n * V);
+        /* the reference: the grid of C = 64, one thread */
+        eng_seq *ref = eng_seq_new(m1, n);
+        eng_prefill_params pp = eng_prefill_params_default();
+        pp.all_logits = true;
+        assert_int_equal(eng_prefill(ref, g_toks, n, &pp, lref), ENG_OK);
+        for (int32_t M = 1; M <= 256; M++) {
+            const int32_t head = (M * 7) % 61;  /* shifts every token's row in its chunk */
+            eng_seq *s = prefill_m(M % 2 ? m1 : m2, n, head, M, lg);
+            for (int32_t t = 0; t < n; t++)
+                if (memcmp(lg + (int64_t)t * V, lref + (int64_t)t * V, sizeof(float) * (size_t)V))
+                    fail_msg("%s: M %d, first chunk %d, %d thread(s): logits of token %d differ from C = 64",
+                             g_arch[a], M, head, M % 2 ? 1 : 2, t);
+            char what[96];
+            snprintf(what, sizeof what, "%s: M %d, first chunk %d", g_arch[a], M, head);
+            sc_same_state(s, ref, what);
+            eng_seq_free(s);
+        }
+        print_message("%s: 256 chunk lengths x row offsets x 1/2 threads: logits, KV and state identical\n",
+                      g_arch[a]);
+        /* ref vs blas: a cross-implementation check, within tolerance */
+        eng_model *mb = load(a, ENG_KERNEL_BLAS, 2);
+        eng_seq *sb = eng_seq_new(mb, n);
+        assert_int_equal(eng_prefill(sb, g_toks, n, &pp, lg), ENG_OK);
+        double md = 0, mx = 0;
+        for (int64_t i = 0; i < (int64_t)n * V; i++) {
+            md = fmax(md, fabs((double)lg[i] - lref[i]));
+            mx = fmax(mx, fabs((double)lref[i]));
+        }
+        print_message("%s: ref vs blas max |diff| %.3g (max |logit| %.3g)\n", g_arch[a], md, mx);
+        assert_true(md <= TOL_FP32 * mx);
+        eng_seq_free(sb);
+        eng_model_free(mb);
+        eng_seq_free(ref);
+        free(lref); free(lg);
+        eng_model_free(m1);
+        eng_model_free(m2);
+    }
+}
+
+/* The model uses the fastest path; forcing the scalar path gives the same bits. */
+static void model_logits_are_the_same_on_every_path(void **state) {
+    (void)state;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    for (int a = 0; a < N_ARCH; a++) {
+        eng_model *m = load(a, ENG_KERNEL_REF, 2);
+        const int32_t V = eng_model_get_info(m)->n_vocab, n = 200;
+        for (int i = 0; i < n; i++) g_toks[i] = (int32_t)((uint32_t)(i * 7919 + 13) % (uint32_t)V);
+        float *want = malloc(sizeof(float) * (size_t)n * V), *got = malloc(sizeof(float) * (size_t)n * V);
+        eng_prefill_params pp = eng_prefill_params_default();
+        pp.all_logits = true;
+        eng_seq *first = NULL;
+        for (int pi = np - 1; pi >= 0; pi--) {
+            m->kctx.path = ps[pi];
+            eng_seq *s = eng_seq_new(m, n);
+            assert_int_equal(eng_prefill(s, g_toks, n, &pp, pi == np - 1 ? want : got), ENG_OK);
+            if (!first) {
+                first = s;
+                continue;
+            }
+            if (memcmp(got, want, sizeof(float) * (size_t)n * V))
+                fail_msg("%s: path %s gives other logits than %s", g_arch[a], eng_kpath_name(ps[pi]),
+                         eng_kpath_name(ps[np - 1]));
+            sc_same_state(s, first, eng_kpath_name(ps[pi]));
+            eng_seq_free(s);
+        }
+        eng_seq_free(first);
+        free(want); free(got);
+        eng_model_free(m);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_count),
+        cmocka_unit_test(ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads),
+        cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
+        cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
+        cmocka_unit_test(ref_logits_kv_and_state_are_identical_for_every_m_offset_and_thread_count),
+        cmocka_unit_test(model_logits_are_the_same_on_every_path),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
