@@ -14,14 +14,18 @@
 #      $FIG_DIR/NAME-FIG.png (1200x700) and NAME-FIG.pdf (6x3.5 in).
 #   3. $FIG_DIR/NAME-FIG.txt gets the caption: the gp script's "# caption:"
 #      line, the database, and the runs' configuration (plots/caption.sql).
+#   4. With DATA_DIR set, $DATA_DIR/NAME-FIG.tsv keeps the query's rows, as
+#      gnuplot read them (the numbers each figure plots).
 # A figure whose query returns no rows is skipped (with a note); a missing
 # database or one without requests is skipped. Files are rendered into a
 # staging directory and renamed into $FIG_DIR only when the experiment's
-# figures all succeeded; its stale NAME-* figures are then removed.
+# figures all succeeded; its stale NAME-* figures (and data files) are then
+# removed.
 #
 # Environment (defaults): RESULTS_DIR (results), FIG_DIR ($RESULTS_DIR/figures),
-# EXPERIMENTS (every experiments/NAME.json), SQLITE3 (sqlite3),
-# GNUPLOT (gnuplot); report.sh also reads KVREPLAY (build/kvreplay).
+# DATA_DIR (unset: the rows are not kept), EXPERIMENTS (every
+# experiments/NAME.json), SQLITE3 (sqlite3), GNUPLOT (gnuplot); report.sh
+# also reads KVREPLAY (build/kvreplay).
 # results/bench.json is not rendered.
 #
 # Exit status: 0 when every present experiment rendered; 1 (with a message
@@ -30,6 +34,7 @@ set -eu
 
 RESULTS_DIR=${RESULTS_DIR:-results}
 FIG_DIR=${FIG_DIR:-$RESULTS_DIR/figures}
+DATA_DIR=${DATA_DIR:-}
 SQLITE3=${SQLITE3:-sqlite3}
 GNUPLOT=${GNUPLOT:-gnuplot}
 PLOTS=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +49,7 @@ command -v "$SQLITE3" >/dev/null 2>&1 || die "$SQLITE3: not found (install the D
 command -v "$GNUPLOT" >/dev/null 2>&1 || die "$GNUPLOT: not found (install the Debian package gnuplot-nox)"
 [ -d "$RESULTS_DIR" ] || die "$RESULTS_DIR: no such directory (run the experiments first: make demo)"
 mkdir -p "$FIG_DIR" || die "$FIG_DIR: cannot create"
+[ -z "$DATA_DIR" ] || mkdir -p "$DATA_DIR" || die "$DATA_DIR: cannot create"
 
 TAB=$(printf '\t')
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-plots.XXXXXX") || die "cannot create a temporary directory"
@@ -129,6 +135,7 @@ $(cat "$work/gp.out")"
             query "$db" "$filter" "$PLOTS/caption.sql" -noheader -list 2>"$work/err" \
                 || die "$PLOTS/caption.sql: query failed on $db: $(cat "$work/err")"
         } >"$stage/$fig.txt"
+        [ -z "$DATA_DIR" ] || cp "$work/$fig.tsv" "$stage/$fig.tsv" || die "$stage/$fig.tsv: cannot write"
         made="$made $fig"
     done
     # Publish: rename into FIG_DIR, then drop this experiment's stale figures.
@@ -136,8 +143,10 @@ $(cat "$work/gp.out")"
         for ext in png pdf txt; do
             mv -f "$stage/$fig.$ext" "$FIG_DIR/$fig.$ext" || die "$FIG_DIR/$fig.$ext: cannot write"
         done
+        [ -z "$DATA_DIR" ] || mv -f "$stage/$fig.tsv" "$DATA_DIR/$fig.tsv" || die "$DATA_DIR/$fig.tsv: cannot write"
     done
-    for old in "$FIG_DIR/$name"-*.png "$FIG_DIR/$name"-*.pdf "$FIG_DIR/$name"-*.txt; do
+    for old in "$FIG_DIR/$name"-*.png "$FIG_DIR/$name"-*.pdf "$FIG_DIR/$name"-*.txt \
+               ${DATA_DIR:+"$DATA_DIR/$name"-*.tsv}; do
         [ -f "$old" ] || continue
         base=$(basename "$old"); base=${base%.*}
         case " $made " in *" $base "*) ;; *) rm -f "$old" ;; esac

@@ -12,7 +12,8 @@ WITH per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(swee
                min(price_gflops) AS pg, min(price_restore_gbs) AS pb
         FROM req GROUP BY run_id)
 SELECT replace(coalesce(per.variant, 'run ' || per.run_id)
-               || CASE WHEN per.sn IS NOT NULL THEN ' ' || per.sn || '=' || printf('%g', per.sv) ELSE '' END,
+               || CASE WHEN per.sn IS NOT NULL AND per.sv IS NOT NULL THEN ' ' || per.sn || '=' || printf('%g', per.sv)
+                       ELSE '' END,
                '|', '/') AS "run",
        per.n AS "requests",
        per.npf AS "prefilled tokens",
