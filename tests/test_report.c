@@ -116,6 +116,7 @@ static void build_db(fixture *f) {
 
     meta(&m, "exp", "buggy");
     m.quirks = "cch-drift";
+    m.sweep_name = "policy";  /* a sweep over names: the value is NULL */
     if (hx_store_begin_run(f->s, &m, &run, err, sizeof err)) fail_msg("%s", err);
     for (int i = 0; i < 10; i++) {
         hx_request_row r;
@@ -277,6 +278,8 @@ static void markdown_shows_the_config_and_the_figures(void **state) {
     assert_int_equal(st, ENG_OK);
     assert_non_null(strstr(md, "### Run 1 "));
     assert_non_null(strstr(md, "### Run 2 (exp / buggy): model tiny, policy slot-lcp, quirks cch-drift"));
+    assert_non_null(strstr(md, ", sweep policy (see the variant)\n"));
+    assert_null(strstr(md, "nan"));
     assert_non_null(strstr(md, "### Run 3: model tiny"));
     free(md);
 }
@@ -324,7 +327,7 @@ static void experiment_table_has_a_row_per_run_grouped_by_variant(void **state) 
     assert_int_equal(hx_report_experiment(f->s, "exp", mem, NULL, 0), ENG_OK);
     fclose(mem);
     assert_non_null(strstr(text, "## Experiment exp\n"));
-    char *buggy = strstr(text, "| buggy | 2 | - | slot-lcp | cch-drift |");
+    char *buggy = strstr(text, "| buggy | 2 | policy (see the variant) | slot-lcp | cch-drift |");
     char *fixed = strstr(text, "| fixed | 1 | chunk = 64 | slot-lcp | none |");
     assert_non_null(buggy);
     assert_non_null(fixed);

@@ -177,6 +177,14 @@ enum {
     RC_DECODE_N, RC_STATUS, RC_STARTED_AT, RC_FINISHED_AT, RC_SWEEP_NAME, RC_SWEEP_VALUE,
     RC_TRANSCRIPT, RC_N_CTX, RC_CPU, RC_GIT_REV,
 };
+
+/* "NAME = VALUE" of a run's sweep; a value that is not a number (a sweep over
+ * policy names) is stored as NULL and named by the variant instead. */
+static void put_sweep(FILE *out, sqlite3_stmt *r) {
+    if (isnan(col_real(r, RC_SWEEP_VALUE))) fprintf(out, "%s (see the variant)", col_text(r, RC_SWEEP_NAME));
+    else fprintf(out, "%s = %g", col_text(r, RC_SWEEP_NAME), col_real(r, RC_SWEEP_VALUE));
+}
+
 #define RUNS_SELECT                                                                        \
     "SELECT run_id, experiment, variant, model_name, model_path, policy, quirks, normalize," \
     " align, chunk, ubatch, kernel, precision, threads, decode_n, status, started_at,"     \
@@ -233,8 +241,10 @@ static void md_run_header(FILE *out, sqlite3_stmt *r) {
             col_text(r, RC_PRECISION), (long long)col_int(r, RC_THREADS));
     if (col_int(r, RC_DECODE_N) >= 0)
         fprintf(out, ", decode_n %lld", (long long)col_int(r, RC_DECODE_N));
-    if (col_text(r, RC_SWEEP_NAME))
-        fprintf(out, ", sweep %s = %g", col_text(r, RC_SWEEP_NAME), col_real(r, RC_SWEEP_VALUE));
+    if (col_text(r, RC_SWEEP_NAME)) {
+        fputs(", sweep ", out);
+        put_sweep(out, r);
+    }
     const char *status = col_text(r, RC_STATUS);
     if (status && strcmp(status, "done") != 0) fprintf(out, ", status %s", status);
     fputc('\n', out);
@@ -335,10 +345,8 @@ int hx_report_experiment(hx_store *s, const char *experiment, FILE *out, char *e
         fputs("| ", out);
         md_cell(out, col_text(r, RC_VARIANT));
         fprintf(out, " | %lld | ", (long long)col_int(r, RC_RUN_ID));
-        if (col_text(r, RC_SWEEP_NAME))
-            fprintf(out, "%s = %g", col_text(r, RC_SWEEP_NAME), col_real(r, RC_SWEEP_VALUE));
-        else
-            fputs("-", out);
+        if (col_text(r, RC_SWEEP_NAME)) put_sweep(out, r);
+        else fputs("-", out);
         fputs(" | ", out);
         md_cell(out, col_text(r, RC_POLICY));
         fputs(" | ", out);
