@@ -16,6 +16,8 @@
 --   and derived columns:
 --     label         the run's variant, or "run ID" without one (legend text;
 --                   the caption files give each run's quirks and rules)
+--     run_name      label and, for a numeric sweep, " NAME=VALUE" ('|' shown
+--                   as '/'): the "run" column of the report's tables
 --     vorder        the smallest run_id of the variant in fig_runs (series
 --                   order in legends and tables = the order the runs were made)
 --     anchor_write  ms spent writing the disk anchor: requests.anchor_ms, or
@@ -67,6 +69,10 @@ SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_pre
        f.align, f.chunk, f.ubatch, f.kernel, f.precision, f.block_size, f.cap_prompt, f.vorder, f.n_repeat,
        f.price_gflops, f.price_restore_gbs, f.price_source,
        coalesce(f.variant, 'run ' || f.run_id) AS label,
+       replace(coalesce(f.variant, 'run ' || f.run_id)
+               || CASE WHEN f.sweep_name IS NOT NULL AND f.sweep_value IS NOT NULL
+                       THEN ' ' || f.sweep_name || '=' || printf('%g', f.sweep_value) ELSE '' END,
+               '|', '/') AS run_name,
        min(q.req_index) OVER (PARTITION BY q.run_id, q.session) AS first_idx
 FROM requests q JOIN fig_runs f USING (run_id));
 

@@ -6,15 +6,12 @@
 -- the mean of the two middle ones). Every column is a function of the
 -- transcript, the configuration and the price: priced at a reference
 -- calibration, two runs give this table byte for byte.
-WITH per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(sweep_name) AS sn,
+WITH per AS (SELECT run_id, min(vorder) AS vo, min(run_name) AS rn,
                min(sweep_value) AS sv, count(*) AS n, sum(n_prefilled) AS npf,
                sum(flops_reuse) / 1e9 AS gf, sum(bytes_restored) AS br,
                min(price_gflops) AS pg, min(price_restore_gbs) AS pb
         FROM req GROUP BY run_id)
-SELECT replace(coalesce(per.variant, 'run ' || per.run_id)
-               || CASE WHEN per.sn IS NOT NULL AND per.sv IS NOT NULL THEN ' ' || per.sn || '=' || printf('%g', per.sv)
-                       ELSE '' END,
-               '|', '/') AS "run",
+SELECT per.rn AS "run",
        per.n AS "requests",
        per.npf AS "prefilled tokens",
        CASE WHEN per.gf IS NULL THEN '-' ELSE printf('%.3f', per.gf) END AS "GFLOP reused",

@@ -4,17 +4,14 @@
 -- prefilled by the reused run, TTFT p50 cold and reused (ms; the middle
 -- value or the mean of the two middle ones), TTFT sums (s), % bit-identical
 -- (logits_equal AND decode_equal AND state_equal not 0), % of generations forked.
-WITH per AS (SELECT run_id, min(vorder) AS vo, min(variant) AS variant, min(sweep_name) AS sn,
+WITH per AS (SELECT run_id, min(vorder) AS vo, min(run_name) AS rn,
                min(sweep_value) AS sv, count(*) AS n, sum(n_prompt) AS np, sum(n_reused) AS nr,
                sum(n_prefilled) AS npf, sum(ttft_cold_ms) / 1000.0 AS cs,
                sum(ttft_reuse_ms) / 1000.0 AS rs,
                100.0 * avg(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1) AS ident,
                100.0 * sum(fork_step IS NOT NULL) / nullif(sum(n_decode > 0), 0) AS forked
         FROM req GROUP BY run_id)
-SELECT replace(coalesce(per.variant, 'run ' || per.run_id)
-               || CASE WHEN per.sn IS NOT NULL AND per.sv IS NOT NULL THEN ' ' || per.sn || '=' || printf('%g', per.sv)
-                       ELSE '' END,
-               '|', '/') AS "run",
+SELECT per.rn AS "run",
        per.n AS "requests",
        printf('%.3f', 1.0 * per.nr / nullif(per.np, 0)) AS "reuse fraction",
        per.npf AS "prefilled tokens",
