@@ -196,6 +196,13 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     "ALTER TABLE requests DROP COLUMN cache_bytes;"         \
     "ALTER TABLE requests DROP COLUMN cache_entries;"
 
+/* ... and back to schema 1 (before requests.state_equal). */
+#define DOWNGRADE_TO_V1                                     \
+    DOWNGRADE_TO_V2                                         \
+    "ALTER TABLE requests DROP COLUMN state_equal;"         \
+    "ALTER TABLE requests DROP COLUMN state_hash_cold;"     \
+    "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
+
 /* Makes f->db an older file holding one run (its id returned): a current
  * file with one run, taken back by downgrade (SQL that ends by setting
  * PRAGMA user_version). Then checks that a read-only open, which does not
@@ -313,15 +320,75 @@ static void the_fake_schema_of_the_plots_matches_the_store(void **state) {
     sqlite3_close(db);
 }
 
+/* The column names of schema.table in order, comma-separated (malloc'd). */
+static char *column_list(sqlite3 *db, const char *schema, const char *table) {
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT group_concat(name, ',') FROM (SELECT name FROM pragma_table_info('%s', '%s') "
+             "ORDER BY cid)", table, schema);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    char *v = strdup(sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0) : "");
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* An older file read through plots/compat-vN.sql (the sqlite3 shell's copy of
+ * store.c's compat_views) and through the store's read-only open shows runs
+ * and requests with the current schema's columns, in the current order. */
+static void the_compat_views_of_the_store_and_the_plots_give_the_current_columns(void **state) {
+    fixture *f = *state;
+    static const char *const downgrade[] = {
+        NULL,
+        DOWNGRADE_TO_V1,
+        DOWNGRADE_TO_V2,
+        DROP_V4,
+    };
+    hx_store_close(open_ok(f->db));
+    sqlite3 *cur = NULL;
+    assert_int_equal(sqlite3_open_v2(f->db, &cur, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    char *want[2] = {column_list(cur, "main", "runs"), column_list(cur, "main", "requests")};
+    sqlite3_close(cur);
+    static const char *const tables[] = {"runs", "requests"};
+    for (int v = 1; v < HX_STORE_SCHEMA_VERSION; v++) {
+        char path[160], sql[2048], file[64];
+        snprintf(path, sizeof path, "%s/v%d.sqlite", f->dir, v);
+        hx_store_close(open_ok(path));
+        sqlite3 *db = NULL;
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        snprintf(sql, sizeof sql, "%sPRAGMA user_version = %d", downgrade[v], v);
+        assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        snprintf(file, sizeof file, "plots/compat-v%d.sql", v);
+        FILE *fp = fopen(file, "r");
+        assert_non_null(fp);
+        size_t n = fread(sql, 1, sizeof sql - 1, fp);
+        fclose(fp);
+        sql[n] = '\0';
+        assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        char err[256] = "";
+        hx_store *ro = NULL;
+        assert_int_equal(hx_store_open_readonly(path, &ro, err, sizeof err), ENG_OK);
+        for (int i = 0; i < 2; i++) {
+            char *shell = column_list(db, "temp", tables[i]), *store = column_list(hx_store_db(ro), "temp", tables[i]);
+            if (strcmp(shell, want[i])) print_error("%s %s:\n  %s\nwant\n  %s\n", file, tables[i], shell, want[i]);
+            assert_string_equal(shell, want[i]);
+            assert_string_equal(store, want[i]);
+            free(shell);
+            free(store);
+        }
+        hx_store_close(ro);
+        sqlite3_close(db);
+    }
+    free(want[0]);
+    free(want[1]);
+}
+
 /* A schema-1 file (before requests.state_equal) with a run in it migrates to
  * the current version on open, keeps its rows, and takes new rows. */
 static void a_version_1_file_is_migrated_on_open(void **state) {
     fixture *f = *state;
     hx_run_meta m;
-    int64_t id = older_file(f, &m, DOWNGRADE_TO_V2 "ALTER TABLE requests DROP COLUMN state_equal;"
-                                   "ALTER TABLE requests DROP COLUMN state_hash_cold;"
-                                   "ALTER TABLE requests DROP COLUMN state_hash_reuse;"
-                                   "PRAGMA user_version = 1",
+    int64_t id = older_file(f, &m, DOWNGRADE_TO_V1 "PRAGMA user_version = 1",
                             "SELECT count(state_equal) + count(cache_bytes) FROM requests");
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 1);
     hx_store *s = open_ok(f->db);
@@ -968,6 +1035,7 @@ int main(void) {
         T(reopening_an_existing_database_keeps_its_runs),
         T(a_version_2_file_is_migrated_on_open),
         T(the_fake_schema_of_the_plots_matches_the_store),
+        T(the_compat_views_of_the_store_and_the_plots_give_the_current_columns),
         T(a_version_1_file_is_migrated_on_open),
         T(a_version_3_file_is_migrated_on_open),
         T(a_newer_schema_version_is_refused_with_a_clear_error),
