@@ -126,7 +126,7 @@ int  hx_transcript_push(hx_transcript *t, hx_request *r);
 
 /* ==========================================================================
  * Additions by the transcript module (beyond the lead's contract above).
- * They are shared with the importers (harness/transcripts/import.c), the synthetic
+ * They are shared with the importers (harness/import/import.c), the synthetic
  * generator (harness/transcripts/synth_transcript.c) and the templates.
  * ======================================================================== */
 

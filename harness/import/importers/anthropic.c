@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/importers/anthropic.c: `--from anthropic`: JSONL of
+ * harness/import/importers/anthropic.c: `--from anthropic`: JSONL of
  * Messages API request bodies, one model call per line; sessions by key and
  * responses from the next request (import.c).
  */

@@ -1,6 +1,6 @@
 /*
- * harness/transcripts/importers/importer.h: the importer interface, and the
- * helpers every importer shares (defined in transcripts/import.c).
+ * harness/import/importers/importer.h: the importer interface, and the
+ * helpers every importer shares (defined in import/import.c).
  *
  * An importer is one file here that defines a `const hx_importer
  * hx_importer_<id>` (its --from name, help line, options and import

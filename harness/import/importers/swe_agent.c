@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/importers/swe_agent.c: `--from swe-agent`: a
+ * harness/import/importers/swe_agent.c: `--from swe-agent`: a
  * SWE-agent *.traj JSON file; one model call per assistant message of
  * history[] (OpenAI-style messages, openai.c's rules).
  */

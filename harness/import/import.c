@@ -1,10 +1,10 @@
 /*
- * harness/transcripts/import.c: the importer registry and what every
+ * harness/import/import.c: the importer registry and what every
  * importer shares: line and JSON helpers, sessions by key with responses
  * from the next request (anthropic, openai), the --system-file/--tools-file
  * overrides and the entry points (rules in import.h, docs/transcripts.md).
  *
- * One importer per file under transcripts/importers/ (importer.h): it turns
+ * One importer per file under import/importers/ (importer.h): it turns
  * its input into hx_requests with the shared JSON rules of transcript.c
  * (blocks, messages, tools).
  * Invariants: output requests are in input order; turns count from 0 per
@@ -28,7 +28,7 @@
 
 // ----------------------------------------------------------------------------
 // The registry: one line per importer. X(id) names hx_importer_<id>, defined
-// in transcripts/importers/<id>.c; the order is --help's, and the first four
+// in import/importers/<id>.c; the order is --help's, and the first four
 // are the values of hx_import_format (import.h).
 
 #define HX_IMPORTER_LIST(X) \

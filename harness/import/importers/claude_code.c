@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/importers/claude_code.c: `--from claude-code`: Claude
+ * harness/import/importers/claude_code.c: `--from claude-code`: Claude
  * Code session logs (~/.claude/projects/<p>/<session>.jsonl, and a
  * subagent's <session>/subagents/agent-<id>.jsonl).
  *

@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/importers/openai.c: `--from openai`: JSONL of
+ * harness/import/importers/openai.c: `--from openai`: JSONL of
  * chat-completions request bodies, one model call per line; sessions by key
  * and responses from the next request (import.c). Its message rules serve
  * the SWE-agent importer too (hx_imp_openai_message).
