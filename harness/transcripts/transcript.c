@@ -53,7 +53,9 @@ void hx_errf_at(char *err, size_t errlen, const char *path, int64_t line, const 
     va_end(ap);
     const char *p = path ? path : "-";
     bool has_field = field && field[0];
-    if (line > 0)
+    if (path && !path[0])  /* no file (an HTTP body): "FIELD: what" */
+        snprintf(err, errlen, "%s%s%s", has_field ? field : "", has_field ? ": " : "", msg);
+    else if (line > 0)
         snprintf(err, errlen, "%s:%lld: %s%s%s", p, (long long)line, has_field ? field : "",
                  has_field ? ": " : "", msg);
     else

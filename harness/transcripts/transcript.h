@@ -157,7 +157,8 @@ int  hx_transcript_serialize_version(const hx_transcript *t, int version, char *
                                      size_t errlen);
 
 /* Error message helper: "PATH:LINE: FIELD: <fmt>" ("PATH: FIELD: ..." when
- * line <= 0, no "FIELD: " when field is NULL or empty). err may be NULL. */
+ * line <= 0, "FIELD: ..." when path is "" (an HTTP body), no "FIELD: " when
+ * field is NULL or empty). err may be NULL. */
 void hx_errf_at(char *err, size_t errlen, const char *path, int64_t line, const char *field,
                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 

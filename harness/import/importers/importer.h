@@ -84,10 +84,4 @@ typedef int (*hx_imp_request_fn)(json_t *j, const char *path, int64_t line, hx_r
 int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
                   int64_t *n_skipped, hx_imp_request_fn request, char *err, size_t errlen);
 
-/* openai.c: one OpenAI-style message -> *m; *is_system for system/developer. */
-int hx_imp_openai_message(const json_t *j, const char *path, int64_t line, const char *field, hx_message *m,
-                          bool *is_system, char *err, size_t errlen);
-/* openai.c: leading system messages become system blocks (appended to q->system). */
-int hx_imp_system_to_blocks(hx_request *q, hx_message *m);
-
 #endif /* HX_IMPORTER_H */
