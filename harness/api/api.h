@@ -340,7 +340,8 @@ typedef struct hx_api_route {
     json_t *(*respond)(const hx_api_req *q, const hx_api_result *r);
     /* client: the request body of q (NULL on OOM) */
     json_t *(*request)(const hx_api_req *q);
-    /* client: a response body -> *r (initialized here). ENG_OK or ENG_ERR_FORMAT (e names the field). */
+    /* client: a response body -> *r (initialized here; freed again on failure). ENG_OK or
+     * ENG_ERR_FORMAT (e names the field). */
     int     (*read)(const struct hx_api_route *rt, const char *body, size_t n, hx_api_result *r, hx_api_error *e);
     /* streaming (GENERATE routes): server-side events, client-side reading of one event */
     int     (*stream_begin)(hx_api_stream *s);

@@ -369,6 +369,7 @@ static int read_completion(const hx_api_route *rt, const char *body, size_t n, h
     int rc = read_completion_object(j, r, e, &stop);
     if (!rc && !stop) rc = hx_api_errf(e, HX_API_ERR_INVALID, "stop", "false in a response that is not streamed");
     json_decref(j);
+    if (rc) hx_api_result_free(r);
     return rc;
 }
 
@@ -632,7 +633,9 @@ static int read_info(const hx_api_route *rt, const char *body, size_t n, hx_api_
     if (alias && !(r->model = hx_strdup(alias))) { json_decref(j); return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
     r->json = hx_json_canonical(j);
     json_decref(j);
-    return r->json ? ENG_OK : hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (r->json) return ENG_OK;
+    hx_api_result_free(r);
+    return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 }
 
 // ----------------------------------------------------------------------------

@@ -930,6 +930,7 @@ static int read_models(const hx_api_route *rt, const char *body, size_t n, hx_ap
     if (!rc && id && !(r->model = hx_strdup(id))) rc = oom(e);
     if (!rc && !(r->json = hx_json_canonical(j))) rc = oom(e);
     json_decref(j);
+    if (rc) hx_api_result_free(r);
     return rc;
 }
 
