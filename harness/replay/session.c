@@ -506,6 +506,8 @@ int hx_session_turn(hx_session *x, const hx_turn *t, hx_turn_result *res, char *
     const bool compare = t->compare && !t->warm_only;
     memset(res, 0, sizeof *res);
     res->fork_step = -1;
+    res->first_step_diff = -1;
+    res->state_equal = -1;
     res->n_prompt = p->n;
     double engine_s = 0;
 
@@ -673,6 +675,7 @@ int hx_session_turn(hx_session *x, const hx_turn *t, hx_turn_result *res, char *
              acq.n_quarantined, acq.n_fallbacks, rel.n_store_failed, t->extra && t->extra[0] ? "," : "",
              t->extra ? t->extra : "");
     row.extra = extra;
+    row.verified = compare;
     if (x->store &&
         (rc = hx_store_put_request(x->store, x->run_id, &row, x->steps, compare && o->decode_n > 0 ? n_steps : 0, err,
                                    errlen)) != ENG_OK)
@@ -681,6 +684,11 @@ int hx_session_turn(hx_session *x, const hx_turn *t, hx_turn_result *res, char *
     res->compared = compare;
     res->identical = compare && all_equal && state_equal != 0;
     res->fork_step = fork;
+    res->cmp = c0;
+    res->state_equal = state_equal;
+    res->logits_equal = compare && c0.equal;
+    for (int32_t k = 1; k < n_steps && res->first_step_diff < 0; k++)
+        if (!x->steps[k].logits_equal) res->first_step_diff = k;
     x->sum->n_requests++;
     x->sum->n_prompt += p->n;
     x->sum->n_reused += acq.n_reused;

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "coldcache.h"
+#include "compare.h"
 #include "model.h"
 #include "policy.h"
 #include "prepare.h"
@@ -88,6 +89,10 @@ typedef struct hx_turn_result {
     bool    compared;
     bool    identical;            /* compared and bit-identical (logits, decode steps, state) */
     int64_t fork_step;            /* -1: the greedy tokens never forked */
+    bool    logits_equal;         /* the prompt's last logits memcmp-equal (compared only) */
+    hx_cmp  cmp;                  /* their comparison: first differing index, values, ULP */
+    int     state_equal;          /* the state after the prompt: 1, 0, -1 not compared */
+    int32_t first_step_diff;      /* the first decode step whose logits differ, -1: none */
     int32_t n_generated;
     bool    cancelled;
     int32_t slot;                 /* the slot the policy chose, -1: none */
