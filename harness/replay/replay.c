@@ -288,7 +288,8 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     for (int32_t i = 0; i < n_req; i++) {
         hx_request *r = &t.reqs[i];
         progress(i, n_req, r, t_start);
-        hx_turn turn = {.idx = i, .req = r, .p = &prep[i], .compare = true, .hint = {.id_slot = -1}};
+        hx_turn turn = {.idx = i, .req = r, .p = &prep[i], .compare = true};
+        hx_request_served_hint(r, &turn.hint.id_slot, &turn.hint.no_reuse);  /* what a served request asked */
         hx_turn_result res;
         if (hx_done_set_has(done, r->session, r->turn)) {  /* resume: rebuild the cache only */
             turn.warm_only = true;

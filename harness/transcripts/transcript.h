@@ -88,6 +88,9 @@ typedef struct hx_request {
     char      *response_text; /* raw response text (with prompt/tokens), or NULL */
     hx_call_usage   usage;        /* v2 `usage`; usage.present false when absent */
     char      *notes;        /* v2 `notes`: canonical JSON array of strings (what the importer did), or NULL */
+    char      *served;       /* v2 `served`: how a server received this call (kvreplay serve --record: the
+                                API, method, path, the headers kept, the body as received, id_slot,
+                                cache_prompt), canonical JSON object, or NULL */
 } hx_request;
 
 typedef struct hx_transcript {
@@ -123,6 +126,17 @@ void hx_request_free(hx_request *r);        /* accepts NULL */
 
 /* Appends r to t (takes ownership of r's contents; r is zeroed). */
 int  hx_transcript_push(hx_transcript *t, hx_request *r);
+
+/* What a served request asked of the cache (its `served` id_slot and
+ * cache_prompt): *id_slot -1 and *no_reuse false when it asked nothing. */
+void hx_request_served_hint(const hx_request *r, int32_t *id_slot, bool *no_reuse);
+/* One request as the v2 line hx_transcript_serialize writes for it after
+ * prev (the previous request of its session in the file, or NULL): compact
+ * when r extends prev. *out is malloc'd, with no newline. The header line of
+ * a v2 file ({"v":2,"header":HEADER}) when r is NULL and header is given.
+ * ENG_OK, ENG_ERR_FORMAT (not encodable: invalid UTF-8) or ENG_ERR_NOMEM. */
+int  hx_request_serialize_line(const hx_request *r, const hx_request *prev, const char *header, char **out,
+                               size_t *n, char *err, size_t errlen);
 
 /* ==========================================================================
  * Additions by the transcript module (beyond the lead's contract above).
