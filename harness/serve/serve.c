@@ -532,6 +532,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_error(cn, dialect_for_path(url), &e, method, url);
     }
     /* the whole request is here */
+    if (!strcmp(url, "/") && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {  /* a client's reachability probe */
+        static const char hello[] = "kvreplay serve\n";
+        log_line(cn, method, url, 200, NULL);
+        return send_bytes(cn, 200, "text/plain; charset=utf-8", hello, sizeof hello - 1);
+    }
     bool other = false;
     const hx_api_route *rt = hx_api_route_find(method, url, &other);
     hx_api_error e;
@@ -678,6 +683,9 @@ static int begin_run(hx_server *s, char *err, size_t errlen) {
     if (!o->ro.db_path) return ENG_OK;
     int rc = hx_store_open(o->ro.db_path, &s->store, err, errlen);
     if (rc) return rc;
+    /* a server writes each row once and reads none back: a small page cache (sqlite's default
+     * 2 MiB would be most of the memory a long run gains on a small model) */
+    sqlite3_exec(hx_store_db(s->store), "PRAGMA cache_size = -256", NULL, NULL, NULL);
     hx_run_meta meta;
     static char extra[1024], source[600];
     hx_session_fill_meta(s->session, s->n_ctx, -1, &meta, extra, sizeof extra);

@@ -210,6 +210,7 @@ typedef struct gen_ctx {
     hx_api_finish     finish;
     double            t_prompt;   /* when the prompt was done */
     bool              stopped;
+    bool              client_limit; /* max_gen is the request's own max_tokens (not serve's -n or the context) */
 } gen_ctx;
 
 /* Moves the stream's new bytes to the job's outgoing buffer (j->mu held). */
@@ -319,7 +320,9 @@ static int on_token(void *ud, int32_t k, int32_t id, const float *logits) {
         g->stopped = true;
         return HX_TURN_STOP;
     }
-    if (k + 1 >= g->max_gen) g->finish = HX_API_FINISH_LENGTH;
+    /* max_tokens reached: "length"; serve's own -n cap or the context's end: the end of the turn (an agent
+     * takes the turn as the model's answer instead of asking it to go on: docs/serve.md) */
+    if (k + 1 >= g->max_gen) g->finish = g->client_limit ? HX_API_FINISH_LENGTH : HX_API_FINISH_STOP;
     return HX_TURN_GO;
 }
 
@@ -429,6 +432,7 @@ static void run_generate(hx_server *s, hx_job *j) {
     char err[1024] = "";
     hx_api_error e;
     int rc;
+    gen_ctx g = {0};
 
     /* its session and turn */
     char *session = NULL;
@@ -504,13 +508,14 @@ static void run_generate(hx_server *s, hx_job *j) {
         s->metrics.ignored_fields++;
         pthread_mutex_unlock(&s->metrics.mu);
     }
-    gen_ctx g = {.s = s, .j = j, .scripted = scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
+    g = (gen_ctx){.s = s, .j = j, .scripted = scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
     for (int32_t i = 0; i < q->params.n_stop; i++)
         if (strlen(q->params.stop[i]) > g.hold) g.hold = strlen(q->params.stop[i]);
     if (g.hold) g.hold--;
     int32_t cap = o->n_predict > 0 ? o->n_predict : INT32_MAX;
-    if (q->params.max_tokens >= 0 && q->params.max_tokens < cap) cap = q->params.max_tokens;
+    if (q->params.max_tokens >= 0 && q->params.max_tokens <= cap) cap = q->params.max_tokens, g.client_limit = true;
     int32_t room = s->n_ctx - j->p.n - 1;
+    if (room < cap) g.client_limit = false;
     g.max_gen = scripted ? 0 : cap < room ? cap : room;
     if (g.max_gen < 0) g.max_gen = 0;
     hx_turn_gen gen = {.max_tokens = g.max_gen, .on_prompt = on_prompt, .on_token = on_token,
@@ -624,12 +629,14 @@ static void run_generate(hx_server *s, hx_job *j) {
     j->state = JOB_DONE;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    eng_buf_free(&g.text);
     return;
 fail:
     pthread_mutex_lock(&j->mu);
     job_fail_locked(j, &e);
     snprintf(j->log, sizeof j->log, "%.480s", e.message);
     pthread_mutex_unlock(&j->mu);
+    eng_buf_free(&g.text);
 }
 
 static void *worker_main(void *arg) {
