@@ -71,6 +71,7 @@ static const row k_rows[] = {
     {"bench", {"bench", "-m", "@"}, K_INPUT},
     {"bench", {"bench", "--tokenizer", "-m", "@"}, K_INPUT},
     {"bench", {"bench", "--checkpoints", "-m", "@"}, K_INPUT},
+    {"bench", {"bench", "--serve", "-m", "@"}, K_INPUT},
     {"bench", {"bench", "--disk-cache", "--dir", "@"}, K_MISSING | K_WRONG},
     {"synth-transcript", {"synth-transcript", "--scenario", "agent", "-o", "@"}, K_OUTPUT},
     {"import", {"import", "--from", "openai", "OPENAI", "--tools-file", "@", "-o", "OUT"}, K_INPUT},

@@ -5,6 +5,8 @@
  * `kvreplay bench --checkpoints -m M ...`             checkpoint save/restore vs memcpy, prefill
  *                                                     tok/s at 2K/8K/32K (bench_checkpoints.c)
  * `kvreplay bench --disk-cache ...`                   disk checkpoint files (bench_diskcache.c)
+ * `kvreplay bench --serve -m M ...`                   serve's TTFT over the in-process TTFT of the
+ *                                                     same request (bench_serve.c)
  * Each takes the subcommand's argv (argv[0] == "bench") and returns an exit code.
  */
 #ifndef HX_BENCH_H
@@ -13,5 +15,6 @@
 int hx_bench_tokenizer(int argc, char **argv);
 int hx_bench_disk_cache(int argc, char **argv);
 int hx_bench_checkpoints(int argc, char **argv);
+int hx_bench_serve(int argc, char **argv);
 
 #endif /* HX_BENCH_H */
