@@ -63,7 +63,7 @@ void hx_serve_opts_default(hx_serve_opts *o) {
 }
 
 int hx_serve_dialect_index(const hx_api_dialect *d) {
-    for (int i = 0; hx_api_dialects[i] && i < 3; i++)
+    for (int i = 0; hx_api_dialects[i] && i < HX_METRICS_DIALECTS; i++)
         if (hx_api_dialects[i] == d) return i;
     return 0;
 }
@@ -748,6 +748,8 @@ int hx_serve_run(const hx_serve_opts *opts) {
     memset(&sum, 0, sizeof sum);
 
     if (!o->ro.model_path) hx_die(HX_EXIT_USAGE, "serve: -m/--model is required");
+    for (int i = 0; hx_api_dialects[i]; i++)  /* a dialect registered beyond what /metrics counts apart */
+        if (i >= HX_METRICS_DIALECTS) hx_die(HX_EXIT_INTERNAL, "serve: raise HX_METRICS_DIALECTS (serve_int.h)");
     struct sockaddr_storage sa;
     bool loopback = false;
     if (parse_listen(o->listen, &sa, &loopback, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);
