@@ -790,8 +790,8 @@ static hx_api_finish finish_of(const char *f) {
 static int oom(hx_api_error *e) { return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
 
 /* usage: prompt_tokens, completion_tokens, and cached_tokens where the server reports it
- * (prompt_tokens_details.cached_tokens: OpenAI, llama-server, vLLM; meta_info / a top-level
- * cached_tokens: SGLang). */
+ * (prompt_tokens_details.cached_tokens: OpenAI, llama-server, vLLM; else a cached_tokens in
+ * usage itself). */
 static int read_usage(const json_t *u, hx_api_result *r, hx_api_error *e) {
     if (!u || json_is_null(u)) return ENG_OK;
     if (!json_is_object(u)) return hx_api_errf(e, HX_API_ERR_INVALID, "usage", "expected an object");
