@@ -6,7 +6,8 @@
  *                                                     tok/s at 2K/8K/32K (bench_checkpoints.c)
  * `kvreplay bench --disk-cache ...`                   disk checkpoint files (bench_diskcache.c)
  * `kvreplay bench --serve -m M ...`                   serve's TTFT over the in-process TTFT of the
- *                                                     same request (bench_serve.c)
+ *                                                     same request (serve/bench_serve.c, serve.h: it
+ *                                                     stands on serve's rooms, above this one)
  * Each takes the subcommand's argv (argv[0] == "bench") and returns an exit code.
  */
 #ifndef HX_BENCH_H
@@ -15,6 +16,5 @@
 int hx_bench_tokenizer(int argc, char **argv);
 int hx_bench_disk_cache(int argc, char **argv);
 int hx_bench_checkpoints(int argc, char **argv);
-int hx_bench_serve(int argc, char **argv);
 
 #endif /* HX_BENCH_H */

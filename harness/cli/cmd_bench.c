@@ -35,6 +35,7 @@
 #include "bench_util.h"
 #include "bench.h"
 #include "model.h"
+#include "serve.h"
 #include "status.h"
 #include "util.h"
 
@@ -217,7 +218,7 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
         if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
-        if (!strcmp(argv[i], "--serve")) return hx_bench_serve(argc, argv);
+        if (!strcmp(argv[i], "--serve")) return hx_serve_bench(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024,

@@ -1,5 +1,5 @@
 /*
- * harness/bench/bench_serve.c: `kvreplay bench --serve`: what answering
+ * harness/serve/bench_serve.c: `kvreplay bench --serve`: what answering
  * over HTTP costs on top of the engine, as serve's time to first token over
  * the in-process time to first token of the same request, same model, same
  * policy, same engine options, measured side by side in one run.
@@ -37,9 +37,9 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "bench.h"
 #include "bench_util.h"
 #include "model.h"
+#include "serve.h"
 #include "session.h"
 #include "status.h"
 #include "util.h"
@@ -273,7 +273,7 @@ static char *make_body(const hx_api_route *rt, uint64_t seed, int32_t n, int32_t
     return s;
 }
 
-int hx_bench_serve(int argc, char **argv) {
+int hx_serve_bench(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     serve_args a = {.num = eng_numerics_default(), .align = ENG_ALIGN_CHUNK, .chunk = 64, .reps = 7, .n_cold = 2048, .n_cached = 512};
     for (int i = 1; i < argc; i++)
