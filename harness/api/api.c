@@ -256,6 +256,12 @@ json_t *hx_api_load_body(const char *body, size_t n, hx_api_error *e) {
     return j;
 }
 
+json_t *hx_api_parse_begin(const hx_api_route *rt, const char *body, size_t n, hx_api_req *q, hx_api_error *e) {
+    hx_api_req_init(q);
+    q->route = rt;
+    return hx_api_load_body(body, n, e);
+}
+
 bool hx_api_sampling_honoured(const hx_api_sampling *s, char *why, size_t cap) {
     if (why && cap) why[0] = '\0';
     bool greedy_k = s->top_k == 1;

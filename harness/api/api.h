@@ -379,6 +379,9 @@ const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op);
  * filled (400: "invalid JSON at line L column C: ..." or "the body must be a
  * JSON object"). */
 json_t *hx_api_load_body(const char *body, size_t n, hx_api_error *e);
+/* How every route's parse begins: *q initialized for rt, then the body
+ * loaded as hx_api_load_body loads it (NULL with e filled). */
+json_t *hx_api_parse_begin(const hx_api_route *rt, const char *body, size_t n, hx_api_req *q, hx_api_error *e);
 /* Whether greedy decoding honours what the body asked: a temperature <= 0 or
  * top_k == 1 (or neither given) with neutral penalties and nothing in
  * `other`. When not, why (e.g. "temperature 0.7") goes into why. */

@@ -64,12 +64,7 @@ static bool llama_read_error(const char *body, size_t n, int status, hx_api_erro
 }
 
 static int llama_stream_error(eng_buf *out, const hx_api_error *e) {
-    json_t *o = llama_error_body(e);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = s ? hx_sse_write(out, NULL, s, strlen(s)) : ENG_ERR_NOMEM;
-    free(s);
-    return rc;
+    return hx_sse_write_json(out, NULL, llama_error_body(e));
 }
 
 // ----------------------------------------------------------------------------
@@ -109,9 +104,7 @@ static int read_prompt(const json_t *p, hx_request *q, hx_api_error *e) {
 
 static int parse_completion(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                             hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     int32_t max_tokens = -1;
@@ -199,13 +192,7 @@ static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool stre
 
 static json_t *respond_completion(const hx_api_req *q, const hx_api_result *r) { return final_json(q, r, false); }
 
-static int emit(hx_api_stream *s, const char *name, json_t *o) {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = t ? hx_sse_write(&s->out, name, t, strlen(t)) : ENG_ERR_NOMEM;
-    free(t);
-    return rc;
-}
+static int emit(hx_api_stream *s, const char *name, json_t *o) { return hx_sse_write_json(&s->out, name, o); }
 
 static int stream_token_completion(hx_api_stream *s, const hx_api_token *t, const char *text, size_t n) {
     const hx_api_req *q = s->q;
@@ -404,9 +391,7 @@ static int stream_read_completion(hx_api_reader *rd, const hx_sse_event *ev) {
 
 static int parse_tokenize(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                           hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     const json_t *c = json_object_get(j, "content");
@@ -489,9 +474,7 @@ static int read_tokenize(const hx_api_route *rt, const char *body, size_t n, hx_
 
 static int parse_detokenize(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                             hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     const json_t *a = json_object_get(j, "tokens");
     int rc = ENG_OK;
@@ -545,9 +528,7 @@ static int read_apply_template(const hx_api_route *rt, const char *body, size_t 
 
 static int parse_apply_template(const hx_api_route *rt, const char *path, const char *query, const char *body,
                                 size_t n, hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     char err[768];
     int rc = hx_api_openai_prompt(j, "", 0, &q->req, err, sizeof err);

@@ -254,15 +254,6 @@ int hx_api_openai_system_to_blocks(hx_request *q, hx_message *m) {
     return ENG_OK;
 }
 
-static int push_message(hx_request *q, hx_message *m) {
-    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
-    if (!nm) return ENG_ERR_NOMEM;
-    q->messages = nm;
-    nm[q->n_messages++] = *m;
-    memset(m, 0, sizeof *m);
-    return ENG_OK;
-}
-
 int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_request *q, char *err,
                          size_t errlen) {
     memset(q, 0, sizeof *q);
@@ -283,7 +274,7 @@ int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_
         bool sys;
         fieldf(f, "%s[%zu]", "messages", i);
         if ((rc = hx_api_openai_message(json_array_get(msgs, i), path, line, f, &m, &sys, err, errlen))) goto fail;
-        rc = (sys && q->n_messages == 0) ? hx_api_openai_system_to_blocks(q, &m) : push_message(q, &m);
+        rc = (sys && q->n_messages == 0) ? hx_api_openai_system_to_blocks(q, &m) : hx_request_push_message(q, &m);
         if (rc) {
             hx_message_free(&m);
             goto fail;
@@ -436,12 +427,7 @@ static bool openai_read_error(const char *body, size_t n, int status, hx_api_err
 }
 
 static int openai_stream_error(eng_buf *out, const hx_api_error *e) {
-    json_t *o = openai_error_body(e);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = s ? hx_sse_write(out, NULL, s, strlen(s)) : ENG_ERR_NOMEM;
-    free(s);
-    return rc;
+    return hx_sse_write_json(out, NULL, openai_error_body(e));
 }
 
 // ----------------------------------------------------------------------------
@@ -481,9 +467,7 @@ static int common_params(const json_t *j, hx_api_params *p, hx_api_error *e) {
 
 static int parse_chat(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                       hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     char err[768];
@@ -520,9 +504,7 @@ out:
 
 static int parse_completions(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                              hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     int rc = ENG_OK;
@@ -656,13 +638,7 @@ static json_t *respond_models(const hx_api_req *q, const hx_api_result *r) {
 // ----------------------------------------------------------------------------
 // Streaming (server side)
 
-static int emit(hx_api_stream *s, json_t *o) {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = t ? hx_sse_write(&s->out, NULL, t, strlen(t)) : ENG_ERR_NOMEM;
-    free(t);
-    return rc;
-}
+static int emit(hx_api_stream *s, json_t *o) { return hx_sse_write_json(&s->out, NULL, o); }
 
 static bool is_chat(const hx_api_stream *s) { return s->route->op == HX_API_OP_GENERATE && strstr(s->route->path, "chat"); }
 

@@ -98,25 +98,25 @@ stop sdk
 
 # --- Claude Code and Qwen Code, -p ------------------------------------------
 agent_home() { mkdir -p "$WORK/home-$1" "$WORK/cwd-$1"; }
+agent_said() {  # agent_said NAME EXIT: it answered, and serve recorded its requests
+    n=$(grep -c '"session"' "$WORK/$1.jsonl" 2>/dev/null)
+    if [ "$2" -eq 0 ] && [ -s "$WORK/$1.out" ] && [ "${n:-0}" -ge 1 ]; then
+        ok "$1 -p: exit 0, $n requests recorded, $(wc -c < "$WORK/$1.out") bytes answered"
+    else bad "$1 -p: exit $2"; tail -5 "$WORK/$1.err" "$WORK/$1.out" "$WORK/$1.log"; fi
+}
 start claude -c 40000 -n 32 --kernel ref --record "$WORK/claude.jsonl"
 agent_home claude
 ( cd "$WORK/cwd-claude" && HOME="$WORK/home-claude" ANTHROPIC_BASE_URL=http://127.0.0.1:$PORT ANTHROPIC_API_KEY=any \
   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 \
   timeout 300 "$NM/.bin/claude" -p "say hi" > "$WORK/claude.out" 2> "$WORK/claude.err" )
-rc=$?
-n=$(grep -c '"session"' "$WORK/claude.jsonl" 2>/dev/null)
-if [ $rc -eq 0 ] && [ -s "$WORK/claude.out" ] && [ "${n:-0}" -ge 1 ]; then ok "claude -p: exit 0, $n requests recorded, $(wc -c < "$WORK/claude.out") bytes answered"
-else bad "claude -p: exit $rc"; tail -5 "$WORK/claude.err" "$WORK/claude.out" "$WORK/claude.log"; fi
+agent_said claude $?
 stop claude
 
 start qwen -c 40000 -n 32 --kernel ref --record "$WORK/qwen.jsonl"
 agent_home qwen
 ( cd "$WORK/cwd-qwen" && HOME="$WORK/home-qwen" OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 OPENAI_API_KEY=any OPENAI_MODEL=any \
   timeout 300 "$NM/.bin/qwen" -p "say hi" > "$WORK/qwen.out" 2> "$WORK/qwen.err" )
-rc=$?
-n=$(grep -c '"session"' "$WORK/qwen.jsonl" 2>/dev/null)
-if [ $rc -eq 0 ] && [ -s "$WORK/qwen.out" ] && [ "${n:-0}" -ge 1 ]; then ok "qwen -p: exit 0, $n requests recorded, $(wc -c < "$WORK/qwen.out") bytes answered"
-else bad "qwen -p: exit $rc"; tail -5 "$WORK/qwen.err" "$WORK/qwen.out" "$WORK/qwen.log"; fi
+agent_said qwen $?
 stop qwen
 
 # --- a scripted Claude Code session, recorded, verified, replayed -----------
