@@ -393,6 +393,9 @@ int  hx_api_read_sampling(const json_t *body, hx_api_sampling *s, hx_api_error *
  * UTF-8 prefix (a string); and its bytes (an array of integers). */
 json_t *hx_api_text_json(const char *text, size_t len);
 json_t *hx_api_bytes_json(const char *text, size_t len);
+/* llama-server's "timings" object (cache_n, prompt_n, prompt_ms, their per-token
+ * and per-second figures, the same for predicted), for its native and OpenAI routes. */
+json_t *hx_api_timings_json(const hx_api_timings *t);
 /* Sanitized UTF-8 copy of n bytes: every byte that is not part of a valid
  * sequence becomes U+FFFD. malloc'd, NUL-terminated; *n_bad counts them. */
 char *hx_api_utf8_sanitize(const char *s, size_t n, int64_t *n_bad);

@@ -139,17 +139,6 @@ static const char *stop_type(hx_api_finish f) {
     }
 }
 
-static json_t *timings_json(const hx_api_timings *t) {
-    double pt = t->prompt_n > 0 ? t->prompt_ms / (double)t->prompt_n : 0;
-    double dt = t->predicted_n > 0 ? t->predicted_ms / (double)t->predicted_n : 0;
-    return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "cache_n", (json_int_t)t->cache_n, "prompt_n",
-                     (json_int_t)t->prompt_n, "prompt_ms", t->prompt_ms, "prompt_per_token_ms", pt,
-                     "prompt_per_second", t->prompt_ms > 0 ? 1e3 * (double)t->prompt_n / t->prompt_ms : 0.0,
-                     "predicted_n", (json_int_t)t->predicted_n, "predicted_ms", t->predicted_ms,
-                     "predicted_per_token_ms", dt, "predicted_per_second",
-                     t->predicted_ms > 0 ? 1e3 * (double)t->predicted_n / t->predicted_ms : 0.0);
-}
-
 static json_t *ids_json(const hx_api_token *t, int32_t n) {
     json_t *a = json_array();
     for (int32_t i = 0; a && i < n; i++)
@@ -178,7 +167,7 @@ static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool stre
                           r->stop_word ? r->stop_word : "", "tokens_cached",
                           (json_int_t)((n_prompt >= 0 ? n_prompt : 0) + (n_gen >= 0 ? n_gen : 0)));
     free(text);
-    if (o && r->timings.prompt_n >= 0 && json_object_set_new(o, "timings", timings_json(&r->timings))) {
+    if (o && r->timings.prompt_n >= 0 && json_object_set_new(o, "timings", hx_api_timings_json(&r->timings))) {
         json_decref(o);
         return NULL;
     }
@@ -194,11 +183,13 @@ static json_t *respond_completion(const hx_api_req *q, const hx_api_result *r) {
 
 static int emit(hx_api_stream *s, const char *name, json_t *o) { return hx_sse_write_json(&s->out, name, o); }
 
+/* A token's event as llama-server sends it: its id in "tokens" whatever return_tokens says (that
+ * governs the final object), and "id_slot" -1 (a partial result's slot is never set there). */
 static int stream_token_completion(hx_api_stream *s, const hx_api_token *t, const char *text, size_t n) {
     const hx_api_req *q = s->q;
     json_t *o = json_pack("{s:i, s:s%, s:o, s:b, s:i, s:I, s:I}", "index", 0, "content", text, n, "tokens",
-                          t->id >= 0 && q->params.return_tokens ? ids_json(t, 1) : json_array(), "stop", 0, "id_slot",
-                          s->r->id_slot, "tokens_predicted", (json_int_t)(s->n_tokens + 1), "tokens_evaluated",
+                          t->id >= 0 ? ids_json(t, 1) : json_array(), "stop", 0, "id_slot", -1,
+                          "tokens_predicted", (json_int_t)(s->n_tokens + 1), "tokens_evaluated",
                           (json_int_t)(s->r->usage.prompt_tokens >= 0 ? s->r->usage.prompt_tokens : 0));
     if (o && t->id >= 0 && q->params.n_probs > 0 &&
         json_object_set_new(o, "completion_probabilities", hx_api_probs_json(t, 1))) {
@@ -553,7 +544,7 @@ static json_t *respond_health(const hx_api_req *q, const hx_api_result *r) { ret
 static json_t *respond_props(const hx_api_req *q, const hx_api_result *r) {
     const hx_api_info *in = r->info;
     if (!in) return NULL;
-    return json_pack("{s:{s:{s:i, s:s}, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:s, s:s, s:s, s:s, s:b}",
+    return json_pack("{s:{s:{s:i, s:[s]}, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:s, s:s, s:s, s:s, s:b}",
                      "default_generation_settings", "params", "n_probs", 0, "samplers", "greedy", "n_ctx", in->n_ctx,
                      "total_slots", in->total_slots, "model_alias", in->model_name ? in->model_name : "",
                      "model_path", in->model_path ? in->model_path : "", "modalities", "vision", 0, "audio", 0,

@@ -580,12 +580,6 @@ static json_t *usage_json(const hx_api_result *r) {
                      (json_int_t)(r->usage.cached_tokens > 0 ? r->usage.cached_tokens : 0));
 }
 
-static json_t *timings_json(const hx_api_timings *t) {
-    return json_pack("{s:I, s:I, s:f, s:I, s:f}", "cache_n", (json_int_t)t->cache_n, "prompt_n", (json_int_t)t->prompt_n,
-                     "prompt_ms", t->prompt_ms, "predicted_n", (json_int_t)t->predicted_n, "predicted_ms",
-                     t->predicted_ms);
-}
-
 static const char *fingerprint(const hx_api_result *r) {
     return r->info && r->info->build_info ? r->info->build_info : "kvreplay";
 }
@@ -606,7 +600,7 @@ static json_t *respond_chat(const hx_api_req *q, const hx_api_result *r) {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay", "object",
                           "chat.completion", "created", (json_int_t)r->created, "model", model_of(q, r),
                           "system_fingerprint", fingerprint(r), "choices", choice, "usage", usage_json(r));
-    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", timings_json(&r->timings));
+    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", hx_api_timings_json(&r->timings));
     return o;
 }
 
@@ -621,16 +615,23 @@ static json_t *respond_completions(const hx_api_req *q, const hx_api_result *r) 
                                  fin ? json_string(fin) : json_null(), "usage", usage_json(r))
                      : NULL;
     free(text);
-    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", timings_json(&r->timings));
+    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", hx_api_timings_json(&r->timings));
     return o;
+}
+
+/* llama.cpp's enum llama_vocab_type, which llama-server's meta.vocab_type gives */
+static int vocab_type_number(const char *name) {
+    if (!name) return 0;
+    return !strcmp(name, "llama") ? 1 : !strcmp(name, "gpt2") ? 2 : !strcmp(name, "rwkv") ? 5 : 0;
 }
 
 static json_t *respond_models(const hx_api_req *q, const hx_api_result *r) {
     const hx_api_info *in = r->info;
     const char *name = in && in->model_name ? in->model_name : "kvreplay";
-    return json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:i, s:I, s:I}}]}", "object", "list", "data",
-                     "id", name, "object", "model", "created", (json_int_t)r->created, "owned_by", "kvreplay", "meta",
-                     "vocab_type", in && in->vocab_type ? in->vocab_type : "", "n_vocab", in ? in->n_vocab : 0,
+    return json_pack("{s:s, s:[{s:s, s:[], s:[], s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:I, s:I}}]}", "object", "list",
+                     "data", "id", name, "aliases", "tags", "object", "model", "created", (json_int_t)r->created,
+                     "owned_by", "kvreplay", "meta", "vocab_type", vocab_type_number(in ? in->vocab_type : NULL),
+                     "n_vocab", in ? in->n_vocab : 0,
                      "n_ctx_train", in ? in->n_ctx_train : 0, "n_embd", in ? in->n_embd : 0, "n_params",
                      (json_int_t)(in ? in->n_params : 0), "size", (json_int_t)(in ? in->size : 0));
 }
@@ -686,14 +687,18 @@ static int stream_end(hx_api_stream *s) {
     json_t *last = chunk(s, is_chat(s) ? json_object() : json_string(""), fin ? fin : "stop");
     int rc;
     if (!s->q->params.include_usage && r->timings.prompt_n >= 0 && last)
-        json_object_set_new(last, "timings", timings_json(&r->timings));
+        json_object_set_new(last, "timings", hx_api_timings_json(&r->timings));
+    if (!is_chat(s) && !s->q->params.include_usage && last) {  /* llama-server's last text_completion chunk */
+        json_object_set_new(json_array_get(json_object_get(last, "choices"), 0), "logprobs", json_null());
+        json_object_set_new(last, "usage", usage_json(r));
+    }
     if ((rc = emit(s, last))) return rc;
     if (s->q->params.include_usage) {  /* the usage chunk: no choices */
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay",
                               "object", is_chat(s) ? "chat.completion.chunk" : "text_completion", "created",
                               (json_int_t)r->created, "model", model_of(s->q, r), "system_fingerprint",
                               fingerprint(r), "choices", "usage", usage_json(r));
-        if (u && r->timings.prompt_n >= 0) json_object_set_new(u, "timings", timings_json(&r->timings));
+        if (u && r->timings.prompt_n >= 0) json_object_set_new(u, "timings", hx_api_timings_json(&r->timings));
         if ((rc = emit(s, u))) return rc;
     }
     return hx_sse_write(&s->out, NULL, "[DONE]", 6);

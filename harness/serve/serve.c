@@ -659,7 +659,8 @@ static void server_info(hx_server *s) {
     snprintf(s->bos, sizeof s->bos, "%.*s", b ? (int)n : 0, b ? b : "");
     const char *e = eng_tokenizer_eos(s->tok) >= 0 ? eng_token_piece(s->tok, eng_tokenizer_eos(s->tok), &n) : NULL;
     snprintf(s->eos, sizeof s->eos, "%.*s", e ? (int)n : 0, e ? e : "");
-    in->model_name = s->o->alias ? s->o->alias : mi->name;
+    const char *slash = strrchr(s->o->ro.model_path, '/');  /* llama-server: the file's name when no alias */
+    in->model_name = s->o->alias ? s->o->alias : slash ? slash + 1 : s->o->ro.model_path;
     in->model_path = s->o->ro.model_path;
     in->template_name = hx_prepare_template_name(s->pc);
     in->bos_token = s->bos;

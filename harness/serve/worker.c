@@ -413,12 +413,15 @@ static void say_divergence(hx_server *s, const hx_job *j, const hx_turn_result *
     atomic_store(&s->said_diverged, true);
 }
 
-static void update_slots(hx_server *s, int32_t busy) {
+/* What /slots reports: the tokens each slot holds, the one at work (busy, -1:
+ * none), and the last request a slot served (served: its index, -1: none). */
+static void update_slots(hx_server *s, int32_t busy, int32_t served, int64_t task) {
     hx_policy *pol = hx_session_policy(s->session);
     pthread_mutex_lock(&s->slots_mu);
     for (int32_t i = 0; i < s->n_slots; i++) {
         s->slots[i].n_tokens = hx_policy_n_slots(pol) ? hx_policy_slot_tokens(pol, i) : -1;
         s->slots[i].is_processing = busy == i || (busy >= 0 && s->n_slots == 1);
+        if (i == served) s->slots[i].id_task = task;
     }
     pthread_mutex_unlock(&s->slots_mu);
 }
@@ -524,10 +527,10 @@ static void run_generate(hx_server *s, hx_job *j) {
     hx_turn t = {.idx = (int32_t)s->n_engine, .req = &q->req, .p = &j->p, .compare = o->verify,
                  .hint = {.id_slot = q->params.id_slot, .no_reuse = !q->params.cache_prompt}, .gen = &gen};
     hx_turn_result r;
-    update_slots(s, q->params.id_slot >= 0 ? q->params.id_slot : 0);
+    update_slots(s, q->params.id_slot >= 0 ? q->params.id_slot : 0, -1, -1);
     rc = hx_session_turn(s->session, &t, &r, err, sizeof err);
     s->n_engine++;
-    update_slots(s, -1);
+    update_slots(s, -1, rc ? -1 : r.slot >= 0 ? r.slot : 0, j->seq);
     if (rc) {
         if (rc == ENG_ERR_NOMEM) hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
         else hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "%s", err[0] ? err : eng_status_str(rc));
