@@ -295,7 +295,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
             turn.warm_only = true;
             if ((rc = hx_session_turn(x, &turn, &res, err, sizeof err)) != ENG_OK) {
                 char e2[1024];
-                snprintf(e2, sizeof e2, "resume warm-up: %s", err);
+                snprintf(e2, sizeof e2, "resume warm-up: %.990s", err);
                 snprintf(err, sizeof err, "%s", e2);
                 code = HX_EXIT_INTERNAL;
                 goto fail;
@@ -306,7 +306,8 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         if ((rc = hx_session_turn(x, &turn, &res, err, sizeof err)) != ENG_OK) {
             if (rc == ENG_ERR_MISMATCH) {  /* a --repeat repetition gave other bits */
                 char e2[1024];
-                snprintf(e2, sizeof e2, "%s: session %s turn %d: %s", o->transcript_path, r->session, r->turn, err);
+                snprintf(e2, sizeof e2, "%s: session %s turn %d: %.*s", o->transcript_path, r->session, r->turn,
+                         (int)(sizeof e2 / 2), err);
                 snprintf(err, sizeof err, "%s", e2);
             }
             code = rc == ENG_ERR_ARG ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;

@@ -82,7 +82,7 @@ typedef struct hx_job {
     hx_api_stream  stream;       /* streamed responses: the SSE bytes the worker appends */
     eng_buf        out;          /* bytes to send: the whole body, or the stream so far */
     size_t         sent;         /* bytes of out handed to the connection */
-    char           h_reused[24], h_prompt[24], h_identical[16], h_session[96], h_script[200];
+    char           h_reused[24], h_prompt[24], h_identical[16], h_session[96], h_script[640];
     char           log[512];     /* the request's log line, written by the worker */
 } hx_job;
 

@@ -481,7 +481,7 @@ static void run_generate(hx_server *s, hx_job *j) {
                 e.n_ctx = s->n_ctx;
                 goto fail;
             }
-            snprintf(j->h_script, sizeof j->h_script, "turn %d of %d%s%s", script_index,
+            snprintf(j->h_script, sizeof j->h_script, "turn %d of %d%s%.560s", script_index,
                      hx_script_length(s->script), departure[0] ? "; departs: " : "", departure);
             if (departure[0])
                 fprintf(stderr, "kvreplay serve: request %lld departs from the script (turn %d): %s\n",
