@@ -74,6 +74,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    served_kill_all();  /* the servers of a test that failed before it stopped them */
     return fx_rm(g_dir);
 }
 

@@ -23,7 +23,28 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The servers started and not yet stopped: a failing assertion leaves its test without
+ * reaching served_stop, and served_kill_all (a group teardown, and at exit) ends them. */
+#define LIVE_MAX 64
+static pid_t g_live[LIVE_MAX];
+
+static void live_set(pid_t old, pid_t now) {
+    for (int i = 0; i < LIVE_MAX; i++)
+        if (g_live[i] == old) { g_live[i] = now; return; }
+}
+
+void served_kill_all(void) {
+    for (int i = 0; i < LIVE_MAX; i++)
+        if (g_live[i] > 0) {
+            kill(g_live[i], SIGKILL);
+            waitpid(g_live[i], NULL, 0);
+            g_live[i] = 0;
+        }
+}
+
 int served_start(served *sv, const char *dir, const char *name, const char *const *args) {
+    static bool registered;
+    if (!registered) registered = atexit(served_kill_all) == 0;
     memset(sv, 0, sizeof *sv);
     sv->pid = -1;
     snprintf(sv->dir, sizeof sv->dir, "%s", dir);
@@ -58,6 +79,7 @@ int served_start(served *sv, const char *dir, const char *name, const char *cons
         _exit(127);
     }
     sv->pid = pid;
+    live_set(0, pid);
     for (double t0 = now_s(); now_s() - t0 < 30;) {
         FILE *f = fopen(portf, "r");
         if (f) {
@@ -67,11 +89,12 @@ int served_start(served *sv, const char *dir, const char *name, const char *cons
             if (ok) { sv->port = p; return 0; }
         }
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { sv->pid = -1; return -1; }
+        if (waitpid(pid, &st, WNOHANG) == pid) { live_set(pid, 0); sv->pid = -1; return -1; }
         usleep(20000);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    live_set(pid, 0);
     sv->pid = -1;
     return -1;
 }
@@ -82,12 +105,14 @@ int served_stop(served *sv) {
     int st = 0;
     for (double t0 = now_s(); now_s() - t0 < 60; usleep(10000)) {
         if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
+            live_set(sv->pid, 0);
             sv->pid = -1;
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         }
     }
     kill(sv->pid, SIGKILL);
     waitpid(sv->pid, NULL, 0);
+    live_set(sv->pid, 0);
     sv->pid = -1;
     return -1;
 }

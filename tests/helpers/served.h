@@ -25,6 +25,8 @@ typedef struct served {
 int  served_start(served *sv, const char *dir, const char *name, const char *const *args);
 /* SIGTERM, then its exit code (128 + signal when killed; -1 when it did not end in 60 s). */
 int  served_stop(served *sv);
+/* SIGKILL to every server started and not stopped (a test that failed midway); also run at exit. */
+void served_kill_all(void);
 /* Whether the log holds text. */
 bool served_log_has(const served *sv, const char *text);
 
