@@ -16,7 +16,9 @@
  * (so all but its last token come from the cache: a fully cached 1-token
  * request), and "cold", --tokens tokens with cache_prompt false (no reuse,
  * a full prefill). Each is timed --reps times after one untimed warm-up,
- * HTTP and in-process alternating; medians and their ratio are reported,
+ * HTTP and in-process alternating (which goes first alternates too, and
+ * each waits 250 ms for the other process's spinning threads to sleep);
+ * medians and their ratio are reported,
  * with the machine's load average before and after (the figures of a
  * shared machine are ratios, never absolute).
  */
@@ -157,6 +159,7 @@ static void child_stop(child *c, bool keep) {
         unlink(files[i]);
         snprintf(p, sizeof p, "%s-wal", files[i]), unlink(p);
         snprintf(p, sizeof p, "%s-shm", files[i]), unlink(p);
+        snprintf(p, sizeof p, "%s.lock", files[i]), unlink(p);  /* the store's run lock */
     }
     rmdir(c->dir);
 }
@@ -243,6 +246,10 @@ static int local_ttft(hx_session *s, int32_t idx, const hx_api_route *rt, const 
     hx_api_req_free(&q);
     return rc;
 }
+
+/* A pause before each timed request: the other process's BLAS and pool threads spin for a
+ * while after their last work, and would take the cores from the one being timed. */
+static void settle(void) { usleep(250 * 1000); }
 
 // ----------------------------------------------------------------------------
 
@@ -339,10 +346,13 @@ int hx_serve_bench(int argc, char **argv) {
         if ((rc = http_ttft(curl, rt, bc->body, &ms, &nr, err, sizeof err)) ||
             (rc = local_ttft(s, idx++, rt, bc->body, &ms, &ems, &nr, err, sizeof err)))
             break;
-        for (int i = 0; i < a.reps && !rc; i++) {
-            if (!(rc = http_ttft(curl, rt, bc->body, &bc->http[i], &bc->reused_http, err, sizeof err)))
-                rc = local_ttft(s, idx++, rt, bc->body, &bc->local[i], &bc->engine[i], &bc->reused_local, err,
-                                sizeof err);
+        for (int i = 0; i < a.reps && !rc; i++) {  /* the order alternates, so neither always goes first */
+            for (int k = 0; k < 2 && !rc; k++) {
+                settle();
+                if ((k == 0) == (i % 2 == 0)) rc = http_ttft(curl, rt, bc->body, &bc->http[i], &bc->reused_http, err, sizeof err);
+                else rc = local_ttft(s, idx++, rt, bc->body, &bc->local[i], &bc->engine[i], &bc->reused_local, err,
+                                     sizeof err);
+            }
         }
         if (rc) break;
         bc->m_http = hx_median(bc->http, a.reps);
