@@ -349,9 +349,11 @@ int hx_serve_bench(int argc, char **argv) {
         for (int i = 0; i < a.reps && !rc; i++) {  /* the order alternates, so neither always goes first */
             for (int k = 0; k < 2 && !rc; k++) {
                 settle();
-                if ((k == 0) == (i % 2 == 0)) rc = http_ttft(curl, rt, bc->body, &bc->http[i], &bc->reused_http, err, sizeof err);
-                else rc = local_ttft(s, idx++, rt, bc->body, &bc->local[i], &bc->engine[i], &bc->reused_local, err,
-                                     sizeof err);
+                if ((k == 0) == (i % 2 == 0))
+                    rc = http_ttft(curl, rt, bc->body, &bc->http[i], &bc->reused_http, err, sizeof err);
+                else
+                    rc = local_ttft(s, idx++, rt, bc->body, &bc->local[i], &bc->engine[i], &bc->reused_local, err,
+                                    sizeof err);
             }
         }
         if (rc) break;
