@@ -9,4 +9,5 @@ CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size,
 CREATE TEMP VIEW requests AS SELECT *, NULL AS state_equal, NULL AS state_hash_cold,
     NULL AS state_hash_reuse, NULL AS cache_bytes, NULL AS cache_entries,
     NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,
-    NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms FROM main.requests;
+    NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms,
+    NULL AS verified FROM main.requests;

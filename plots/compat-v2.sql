@@ -8,4 +8,5 @@ CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size,
     NULL AS price_gflops, NULL AS price_restore_gbs, NULL AS price_source FROM main.runs;
 CREATE TEMP VIEW requests AS SELECT *, NULL AS cache_bytes, NULL AS cache_entries,
     NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,
-    NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms FROM main.requests;
+    NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms,
+    NULL AS verified FROM main.requests;

@@ -1,10 +1,10 @@
 -- plots/fake-schema.sql: the results schema of docs/sqlite.md (schema
--- version 4), for the synthetic databases of plots/fake.sh only.
+-- version 5), for the synthetic databases of plots/fake.sh only.
 --
 -- The real store (harness/store/store.c) creates these tables itself, possibly
 -- with more columns; the figure queries use only the columns documented in
 -- docs/sqlite.md, which are the ones below.
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;
 PRAGMA journal_mode = WAL;
 CREATE TABLE IF NOT EXISTS runs(
   run_id            INTEGER PRIMARY KEY,
@@ -123,6 +123,7 @@ CREATE TABLE IF NOT EXISTS requests(
   ttft_reuse_max_ms REAL,
   model_cold_ms    REAL,
   model_reuse_ms   REAL,
+  verified         INTEGER CHECK(verified IN (0,1)),
   PRIMARY KEY(run_id, session, turn)
 );
 CREATE INDEX IF NOT EXISTS requests_by_order ON requests(run_id, req_index);

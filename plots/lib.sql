@@ -59,6 +59,7 @@ SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_pre
        q.ttft_reuse_max_ms, q.model_cold_ms, q.model_reuse_ms, q.flops_cold, q.flops_reuse, q.bytes_restored,
        q.logits_equal, q.decode_equal, q.state_equal, q.fork_step,
        q.n_decode, q.max_ulp, q.miss_pos, q.miss_where, q.cache_bytes, q.cache_entries,
+       coalesce(q.verified, 1) AS verified,
        coalesce(q.anchor_ms,
                 CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,
                 0) AS anchor_write,

@@ -21,6 +21,7 @@
 #include <sqlite3.h>
 
 #include "cli.h"
+#include "report.h"
 #include "status.h"
 #include "store.h"
 #include "sysinfo.h"
@@ -177,8 +178,12 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
 }
 
+/* What migration 4 -> 5 added (serve's rows not compared with their cold run). */
+#define DROP_V5 "ALTER TABLE requests DROP COLUMN verified;"
+
 /* What migration 3 -> 4 added (--repeat's timings, the modeled TTFT and its price). */
 #define DROP_V4                                                                                             \
+    DROP_V5                                                                                                 \
     "ALTER TABLE runs DROP COLUMN n_repeat; ALTER TABLE runs DROP COLUMN calib_gflops;"                    \
     "ALTER TABLE runs DROP COLUMN calib_restore_gbs; ALTER TABLE runs DROP COLUMN price_gflops;"          \
     "ALTER TABLE runs DROP COLUMN price_restore_gbs; ALTER TABLE runs DROP COLUMN price_source;"          \
@@ -343,6 +348,7 @@ static void the_compat_views_of_the_store_and_the_plots_give_the_current_columns
         DOWNGRADE_TO_V1,
         DOWNGRADE_TO_V2,
         DROP_V4,
+        DROP_V5,
     };
     hx_store_close(open_ok(f->db));
     sqlite3 *cur = NULL;
@@ -639,6 +645,42 @@ static void an_equal_request_stores_null_divergence_fields(void **state) {
     assert_int_equal(query_i64(f->db, "SELECT count(*) FROM requests WHERE first_diff_index IS NULL"
                                       " AND a_first IS NULL AND ulp_first IS NULL"
                                       " AND fork_step IS NULL"), 1);
+}
+
+/* A row served without --verify (schema 5) says so, and the report's and
+ * check's identity figures count only the rows that were compared. */
+static void an_unverified_row_is_stored_and_left_out_of_the_verdict(void **state) {
+    fixture *f = *state;
+    hx_store *s = open_ok(f->db);
+    hx_run_meta m;
+    meta_fill(&m);
+    int64_t id = begin_ok(s, &m);
+    hx_request_row r;
+    row_fill(&r, "s1", 0, 0);
+    r.logits_equal = r.decode_equal = true;
+    put_ok(s, id, &r, NULL, 0);
+    row_fill(&r, "s1", 1, 1);
+    r.verified = false;       /* not compared: its logits_equal (0) says nothing */
+    r.logits_equal = r.decode_equal = false;
+    put_ok(s, id, &r, NULL, 0);
+    hx_run_summary sum;
+    char err[256];
+    assert_int_equal(hx_report_summarize(s, id, &sum, err, sizeof err), ENG_OK);
+    assert_int_equal(sum.n_requests, 2);
+    assert_int_equal(sum.n_verified, 1);
+    assert_int_equal(sum.n_identical, 1);
+    assert_true(sum.pct_identical == 100.0);
+    FILE *out = tmpfile();
+    assert_int_equal(hx_report_first_divergence(s, id, out, err, sizeof err), 0);  /* OK, not DIVERGED */
+    rewind(out);
+    char line[256] = "";
+    assert_non_null(fgets(line, sizeof line, out));
+    fclose(out);
+    assert_non_null(strstr(line, "OK: 1 requests"));
+    assert_non_null(strstr(line, "1 more not compared"));
+    hx_store_close(s);
+    assert_int_equal(query_i64(f->db, "SELECT count(*) FROM requests WHERE verified = 0"), 1);
+    assert_int_equal(query_i64(f->db, "SELECT count(*) FROM requests WHERE verified = 1"), 1);
 }
 
 static void a_failing_step_rolls_back_the_whole_request(void **state) {
@@ -1049,6 +1091,7 @@ int main(void) {
         T(finish_run_sets_status_and_time),
         T(put_request_writes_the_row_and_its_steps),
         T(an_equal_request_stores_null_divergence_fields),
+        T(an_unverified_row_is_stored_and_left_out_of_the_verdict),
         T(a_failing_step_rolls_back_the_whole_request),
         T(a_null_session_is_rejected_and_writes_nothing),
         T(a_request_of_an_unknown_run_is_rejected),

@@ -543,8 +543,73 @@ static void a_byte_order_mark_is_accepted_and_utf16_is_refused_by_name(void **st
     hx_transcript_free(&t);
 }
 
+/* v2 `served` (kvreplay serve --record): kept verbatim (canonical), written
+ * back byte-identical line by line, its id_slot and cache_prompt read as the
+ * request's hint, wrong types named. */
+static void a_served_request_keeps_how_it_was_received(void **state) {
+    (void)state;
+    const char *text =
+        "{\"v\":2,\"header\":{\"format\":\"kvreplay-serve\"}}\n"
+        "{\"v\":2,\"session\":\"serve-0\",\"turn\":0,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"hi\"}]}],\"response\":{\"content\":[{\"type\":\"text\",\"text\":\"yo\"}]},"
+        "\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":0,\"cache_creation_input_tokens\":0,\"total\":5},"
+        "\"served\":{\"api\":\"anthropic\",\"body\":\"{\\\"max_tokens\\\": 5}\",\"cache_prompt\":false,\"id_slot\":1}}\n"
+        "{\"v\":2,\"session\":\"serve-0\",\"turn\":1,\"prev\":0,\"append\":[{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"more\"}]}],\"response\":{\"content\":[]},\"served\":{\"api\":\"anthropic\"}}\n";
+    hx_transcript t;
+    char err[256] = "";
+    assert_int_equal(parse_str(text, false, &t, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(t.n, 2);
+    assert_string_equal(t.reqs[0].served, "{\"api\":\"anthropic\",\"body\":\"{\\\"max_tokens\\\": 5}\","
+                                          "\"cache_prompt\":false,\"id_slot\":1}");
+    int32_t slot;
+    bool no_reuse;
+    hx_request_served_hint(&t.reqs[0], &slot, &no_reuse);
+    assert_int_equal(slot, 1);
+    assert_true(no_reuse);
+    hx_request_served_hint(&t.reqs[1], &slot, &no_reuse);
+    assert_int_equal(slot, -1);
+    assert_false(no_reuse);
+    /* line by line as the whole file writes it (the header, then compact lines) */
+    char *whole, *line;
+    size_t nw, nl;
+    assert_int_equal(hx_transcript_serialize(&t, &whole, &nw, err, sizeof err), ENG_OK);
+    assert_int_equal(nw, strlen(text));
+    assert_memory_equal(whole, text, nw);
+    eng_buf b = {0};
+    assert_int_equal(hx_request_serialize_line(NULL, NULL, t.header, &line, &nl, err, sizeof err), ENG_OK);
+    eng_buf_append(&b, line, nl);
+    eng_buf_append(&b, "\n", 1);
+    free(line);
+    for (int32_t i = 0; i < t.n; i++) {
+        assert_int_equal(hx_request_serialize_line(&t.reqs[i], i ? &t.reqs[i - 1] : NULL, NULL, &line, &nl, err,
+                                                   sizeof err), ENG_OK);
+        eng_buf_append(&b, line, nl);
+        eng_buf_append(&b, "\n", 1);
+        free(line);
+    }
+    assert_int_equal(b.len, nw);
+    assert_memory_equal(b.data, whole, nw);
+    eng_buf_free(&b);
+    free(whole);
+    hx_transcript_free(&t);
+    static const struct { const char *line, *field; } bad[] = {
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"served\":[]}", "served"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"served\":{\"id_slot\":-2}}", "served.id_slot"},
+        {"{\"v\":2,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"served\":{\"cache_prompt\":0}}", "served.cache_prompt"},
+        {"{\"v\":1,\"session\":\"s\",\"turn\":0,\"prompt\":\"a\",\"served\":{}}", "served"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(parse_str(bad[i].line, false, &t, NULL, err, sizeof err), ENG_ERR_FORMAT);
+        char want[64];
+        snprintf(want, sizeof want, "t.jsonl:1: %s: ", bad[i].field);
+        assert_int_equal(strncmp(err, want, strlen(want)), 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_served_request_keeps_how_it_was_received),
         cmocka_unit_test(compact_lines_rebuild_whole_requests),
         cmocka_unit_test(a_compact_line_after_a_skipped_line_is_skipped_too),
         cmocka_unit_test(a_byte_order_mark_is_accepted_and_utf16_is_refused_by_name),

@@ -1,8 +1,8 @@
 /*
  * harness/cli/cmd_import.c: `kvreplay import`: converts recorded agent logs
- * into a transcript (v2, compact, by default; transcripts/import.h) with the
+ * into a transcript (v2, compact, by default; import/import.h) with the
  * importer that --from names; the formats, their help lines and their own
- * options come from the importer registry (transcripts/importers/).
+ * options come from the importer registry (import/importers/).
  *
  * Besides converting, it says what the input held that did not map one to
  * one (skipped lines, dropped requests, unknown types, ...), which

@@ -171,14 +171,21 @@ int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, si
         rc = ENG_ERR_ARG;
         goto fail;
     }
-    hx_render resp = {0};
-    if ((rc = hx_render_response(c->tmpl, r, &resp, err, errlen)) != ENG_OK) goto fail;
-    if (resp.len > 0) rc = response_tokens(c, out, &resp);
-    hx_render_free(&resp);
-    if (rc != ENG_OK) goto fail;
+    if ((rc = hx_prepare_response(c, r, out, err, errlen)) != ENG_OK) goto fail;
     return ENG_OK;
 fail:
     hx_prepared_free(out);
+    return rc;
+}
+
+int hx_prepare_response(hx_prepare_ctx *c, const hx_request *r, hx_prepared *p, char *err, size_t errlen) {
+    free(p->resp);
+    p->resp = NULL;
+    p->n_resp = 0;
+    hx_render resp = {0};
+    int rc = hx_render_response(c->tmpl, r, &resp, err, errlen);
+    if (rc == ENG_OK && resp.len > 0) rc = response_tokens(c, p, &resp);
+    hx_render_free(&resp);
     return rc;
 }
 

@@ -60,6 +60,10 @@ const char *hx_prepare_normalize_names(const hx_prepare_ctx *c);
  * line) or ENG_ERR_NOMEM; out is zeroed on failure. */
 int  hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, size_t errlen);
 void hx_prepared_free(hx_prepared *p);  /* accepts NULL and zeroed */
+/* (Re)computes p->resp from r's response as hx_prepare does (the rendered
+ * response, tokenized after the prompt): for a response known only after
+ * the prompt, such as a generated turn. ENG_OK, ENG_ERR_ARG or ENG_ERR_NOMEM. */
+int  hx_prepare_response(hx_prepare_ctx *c, const hx_request *r, hx_prepared *p, char *err, size_t errlen);
 
 /* Describes where byte lies in p's rendered prompt: "system block 0",
  * "tool 2 (Edit)", "message 3 (user) block 0 (tool_result)", ... */

@@ -24,6 +24,8 @@
 /* A request is bit-identical when its prompt logits, every decode step's
  * logits and (where compared) its state after the prompt are byte-equal. */
 #define IDENTICAL "(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1)"
+/* A row compared with its cold run (every row but those of kvreplay serve without --verify). */
+#define VERIFIED "coalesce(verified, 1) = 1"
 
 static int sql_fail(hx_store *s, const char *what, char *err, size_t errlen) {
     eng_errf(err, errlen, "%s: %s: %s", hx_store_path(s), what, sqlite3_errmsg(hx_store_db(s)));
@@ -114,8 +116,8 @@ int hx_report_summarize(hx_store *s, int64_t run_id, hx_run_summary *out, char *
     int status = prepare(s,
         "SELECT (SELECT count(*) FROM runs WHERE run_id = ?1), count(*),"
         " total(n_prompt), total(n_reused), total(n_prefilled),"
-        " total" IDENTICAL ", total(logits_equal = 1),"
-        " total(fork_step IS NOT NULL),"
+        " total(" VERIFIED " AND " IDENTICAL "), total(" VERIFIED " AND logits_equal = 1),"
+        " total(fork_step IS NOT NULL), total(" VERIFIED "),"
         " (SELECT max(m) FROM (SELECT max_ulp AS m FROM requests WHERE run_id = ?1"
         "   UNION ALL SELECT st.max_ulp FROM steps st JOIN requests rq USING(run_id, session, turn)"
         "   WHERE st.run_id = ?1 AND (rq.fork_step IS NULL OR st.step <= rq.fork_step))),"
@@ -141,13 +143,14 @@ int hx_report_summarize(hx_store *s, int64_t run_id, hx_run_summary *out, char *
     out->n_identical = (int64_t)sqlite3_column_double(st, 5);
     out->n_logits_equal = (int64_t)sqlite3_column_double(st, 6);
     out->n_forked = (int64_t)sqlite3_column_double(st, 7);
-    out->max_ulp = col_int(st, 8);
-    out->gflop_cold = col_real(st, 9) / 1e9;
-    out->gflop_reuse = col_real(st, 10) / 1e9;
+    out->n_verified = (int64_t)sqlite3_column_double(st, 8);
+    out->max_ulp = col_int(st, 9);
+    out->gflop_cold = col_real(st, 10) / 1e9;
+    out->gflop_reuse = col_real(st, 11) / 1e9;
     out->reuse_fraction = out->n_prompt_tokens > 0
         ? (double)out->n_reused_tokens / (double)out->n_prompt_tokens : NAN;
-    out->pct_identical = out->n_requests > 0
-        ? 100.0 * (double)out->n_identical / (double)out->n_requests : NAN;
+    out->pct_identical = out->n_verified > 0
+        ? 100.0 * (double)out->n_identical / (double)out->n_verified : NAN;
     out->pct_forked = out->n_requests > 0
         ? 100.0 * (double)out->n_forked / (double)out->n_requests : NAN;
     status = percentiles(s, run_id, "ttft_cold_ms", &out->ttft_cold_p50_ms,
@@ -421,6 +424,7 @@ static json_t *run_json(sqlite3_stmt *r, const hx_run_summary *f) {
     bad |= json_object_set_new(o, "n_logits_equal", json_integer(f->n_logits_equal));
     bad |= json_object_set_new(o, "n_forked", json_integer(f->n_forked));
     bad |= json_object_set_new(o, "pct_bit_identical", jreal(f->pct_identical));
+    bad |= json_object_set_new(o, "n_verified", json_integer(f->n_verified));
     bad |= json_object_set_new(o, "pct_forked", jreal(f->pct_forked));
     bad |= json_object_set_new(o, "max_ulp", jint(f->max_ulp));
     bad |= json_object_set_new(o, "gflop_cold", jreal(f->gflop_cold));
@@ -483,7 +487,8 @@ out:
 // The verdict of `kvreplay check`: the first request that is not bit-identical
 
 typedef struct divergence {
-    int64_t n_requests, n_diverged;
+    int64_t n_requests, n_diverged;  /* of the requests compared with their cold run */
+    int64_t n_unverified;            /* rows not compared (kvreplay serve without --verify) */
     bool    found;
     char    session[512];
     int64_t turn, req_index;
@@ -543,6 +548,8 @@ static void format_message(divergence *d) {
                       if (k_ > 0) o = o + (size_t)k_ < cap ? o + (size_t)k_ : cap - 1; } while (0)
     if (!d->found) {
         ADD("OK: %lld requests, all bit-identical to cold", (long long)d->n_requests);
+        if (d->n_unverified > 0)
+            ADD(" (%lld more not compared: served without --verify)", (long long)d->n_unverified);
         return;
     }
     ADD("DIVERGED: session %s turn %lld (request %lld): ", d->session, (long long)d->turn,
@@ -586,10 +593,10 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
     status = prepare(s,
         "SELECT session, turn, req_index, logits_equal, first_diff_index, a_first, b_first,"
         " ulp_first, max_abs_diff, max_ulp, fork_step,"
-        " (SELECT count(*) FROM requests WHERE run_id = ?1),"
-        " (SELECT count(*) FROM requests WHERE run_id = ?1 AND NOT " IDENTICAL "),"
+        " (SELECT count(*) FROM requests WHERE run_id = ?1 AND " VERIFIED "),"
+        " (SELECT count(*) FROM requests WHERE run_id = ?1 AND " VERIFIED " AND NOT " IDENTICAL "),"
         " decode_equal, state_hash_cold, state_hash_reuse"
-        " FROM requests WHERE run_id = ?1 AND NOT " IDENTICAL
+        " FROM requests WHERE run_id = ?1 AND " VERIFIED " AND NOT " IDENTICAL
         " ORDER BY req_index, rowid LIMIT 1", &st, "requests: finding the first divergence",
         err, errlen);
     if (status != ENG_OK) return status;
@@ -616,10 +623,11 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
     sqlite3_finalize(st);
     if (status == ENG_OK && d->found && d->in_decode)
         status = find_step(s, *run_id, d, err, errlen);
-    if (status == ENG_OK && !d->found) {
-        int64_t n = 0;
-        status = hx_store_count_requests(s, *run_id, &n, err, errlen);
-        d->n_requests = n;
+    if (status == ENG_OK && !d->found) {  /* the requests compared with their cold run */
+        hx_run_summary f;
+        status = hx_report_summarize(s, *run_id, &f, err, errlen);
+        d->n_requests = f.n_verified;
+        d->n_unverified = f.n_requests - f.n_verified;
     }
     if (status == ENG_OK) format_message(d);
     return status;

@@ -58,10 +58,11 @@ typedef struct hx_run_summary {
     double  speedup_p50;         /* ttft_cold_p50_ms / ttft_reuse_p50_ms */
     double  model_cold_p50_ms;   /* p50 of model_cold_ms: the modeled TTFT (deterministic; NaN when none) */
     double  model_reuse_p50_ms;  /* p50 of model_reuse_ms */
-    int64_t n_identical;         /* logits_equal AND decode_equal */
-    int64_t n_logits_equal;      /* logits_equal */
+    int64_t n_verified;          /* rows compared with their cold run (all but serve's without --verify) */
+    int64_t n_identical;         /* of those: logits_equal AND decode_equal (and the state) */
+    int64_t n_logits_equal;      /* of those: logits_equal */
     int64_t n_forked;            /* fork_step IS NOT NULL */
-    double  pct_identical;       /* 100 * n_identical / n_requests */
+    double  pct_identical;       /* 100 * n_identical / n_verified (NaN when none was compared) */
     double  pct_forked;          /* 100 * n_forked / n_requests */
     int64_t max_ulp;             /* see above; -1 when nothing was compared */
     double  gflop_cold, gflop_reuse;

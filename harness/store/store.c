@@ -58,7 +58,7 @@ static const char *const requests_columns[] = {
     "cold_shared", "restore_ms", "store_ms", "anchor_ms", "note", "extra",
     "state_equal", "state_hash_cold", "state_hash_reuse", "cache_bytes", "cache_entries",
     "ttft_cold_min_ms", "ttft_cold_max_ms", "ttft_reuse_min_ms", "ttft_reuse_max_ms",
-    "model_cold_ms", "model_reuse_ms",
+    "model_cold_ms", "model_reuse_ms", "verified",
 };
 
 static const char *const steps_columns[] = {
@@ -221,6 +221,8 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN ttft_reuse_max_ms REAL;\n"
     "ALTER TABLE requests ADD COLUMN model_cold_ms REAL;\n"
     "ALTER TABLE requests ADD COLUMN model_reuse_ms REAL;\n",
+    /* 4 -> 5: whether a request was compared with its cold run (kvreplay serve without --verify: not) */
+    "ALTER TABLE requests ADD COLUMN verified INTEGER CHECK(verified IN (0,1));\n",
 };
 
 /* compat_views[v]: temp views that present a version-v file (opened read-only,
@@ -234,14 +236,17 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_REQUESTS_3 " NULL AS cache_bytes, NULL AS cache_entries,"
 #define COMPAT_REQUESTS_4                                                                               \
     " NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,"                  \
-    " NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms FROM main.requests;"
+    " NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms,"
+#define COMPAT_REQUESTS_5 " NULL AS verified FROM main.requests;"
 #define COMPAT_RUNS "CREATE TEMP VIEW runs AS SELECT *,"
 #define COMPAT_REQUESTS "CREATE TEMP VIEW requests AS SELECT *,"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
-    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_4,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3 COMPAT_REQUESTS_4
+        COMPAT_REQUESTS_5,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4 COMPAT_REQUESTS_5,
+    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_4 COMPAT_REQUESTS_5,
+    "CREATE TEMP VIEW runs AS SELECT * FROM main.runs;" COMPAT_REQUESTS COMPAT_REQUESTS_5,
 };
 
 // ----------------------------------------------------------------------------
@@ -1195,6 +1200,7 @@ void hx_request_row_init(hx_request_row *r) {
     r->stable_end = r->anchor_pos = -1;
     r->state_equal = -1;
     r->cache_bytes = r->cache_entries = -1;
+    r->verified = 1;
 }
 
 void hx_step_row_init(hx_step_row *r) {
@@ -1288,6 +1294,7 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     bind_text(st, "extra", r->extra);
     bind_int_opt(st, "cache_bytes", r->cache_bytes);
     bind_int_opt(st, "cache_entries", r->cache_entries);
+    bind_int(st, "verified", r->verified ? 1 : 0);
 }
 
 static void bind_step(sqlite3_stmt *st, int64_t run_id, const char *session, int32_t turn,

@@ -69,7 +69,7 @@
 #include "compare.h"
 
 /* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 4
+#define HX_STORE_SCHEMA_VERSION 5
 
 typedef struct hx_store hx_store;  /* opaque: connection + cached statements */
 
@@ -325,6 +325,9 @@ typedef struct hx_request_row {
     const char *extra;            /* JSON with policy-specific figures, or NULL */
     int64_t     cache_bytes;      /* bytes the cache holds after the request (-1: not reported) */
     int64_t     cache_entries;    /* its entries then: blocks, nodes, checkpoints, files (-1: not reported) */
+    bool        verified;         /* compared with its cold run (default); false: kvreplay serve without
+                                     --verify, whose cold columns are NULL and whose logits_equal,
+                                     top1_equal and decode_equal (0) say nothing */
 } hx_request_row;
 
 /* One `steps` row (session and turn come from the request). */

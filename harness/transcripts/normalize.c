@@ -198,3 +198,34 @@ int hx_normalize_apply(const hx_normalize *n, hx_request *r) {
     }
     return total;
 }
+
+// ----------------------------------------------------------------------------
+// Session keys
+
+static void key_block(eng_buf *k, const hx_block *b, int *rc) {
+    char *t = hx_strdup(b->text);
+    if (!t) { *rc = ENG_ERR_NOMEM; return; }
+    if (hx_normalize_cch_text(&t, 0) < 0) *rc = ENG_ERR_NOMEM;
+    if (eng_buf_printf(k, "%d\x1f%s\x1f%s\x1f%s\x1f%s\x1f%d\x1e", (int)b->type, t, b->id ? b->id : "",
+                       b->name ? b->name : "", b->input ? b->input : "", (int)b->is_error))
+        *rc = ENG_ERR_NOMEM;
+    free(t);
+}
+
+char *hx_request_session_key(const hx_request *q) {
+    eng_buf k = {0};
+    int rc = ENG_OK;
+    for (int32_t i = 0; i < q->n_system; i++) key_block(&k, &q->system[i], &rc);
+    if (eng_buf_append(&k, "\x1d", 1)) rc = ENG_ERR_NOMEM;
+    for (int32_t m = 0; m < q->n_messages; m++) {
+        if (q->messages[m].role == HX_ROLE_SYSTEM) continue;
+        if (eng_buf_printf(&k, "%d\x1d", (int)q->messages[m].role)) rc = ENG_ERR_NOMEM;
+        for (int32_t b = 0; b < q->messages[m].n_blocks; b++) key_block(&k, &q->messages[m].blocks[b], &rc);
+        break;
+    }
+    if (rc) {
+        eng_buf_free(&k);
+        return NULL;
+    }
+    return k.data;
+}

@@ -79,4 +79,10 @@ int hx_normalize_spans(const hx_normalize *n, const hx_request *r, hx_norm_span 
  * values changed, or ENG_ERR_NOMEM (*text untouched). */
 int hx_normalize_cch_text(char **text, int every_line);
 
+/* The key under which kvreplay groups requests into sessions (import --from
+ * anthropic|openai, serve): the system blocks with every billing header's
+ * cch normalized (anthropic-cch), then the first non-system message, so a
+ * per-request checksum does not split a conversation. malloc'd; NULL on OOM. */
+char *hx_request_session_key(const hx_request *q);
+
 #endif /* HX_NORMALIZE_H */

@@ -53,7 +53,9 @@ void hx_errf_at(char *err, size_t errlen, const char *path, int64_t line, const 
     va_end(ap);
     const char *p = path ? path : "-";
     bool has_field = field && field[0];
-    if (line > 0)
+    if (path && !path[0])  /* no file (an HTTP body): "FIELD: what" */
+        snprintf(err, errlen, "%s%s%s", has_field ? field : "", has_field ? ": " : "", msg);
+    else if (line > 0)
         snprintf(err, errlen, "%s:%lld: %s%s%s", p, (long long)line, has_field ? field : "",
                  has_field ? ": " : "", msg);
     else
@@ -191,6 +193,15 @@ int hx_message_push_block(hx_message *m, hx_block *b) {
     return ENG_OK;
 }
 
+int hx_request_push_message(hx_request *q, hx_message *m) {
+    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
+    if (!nm) return ENG_ERR_NOMEM;
+    q->messages = nm;
+    nm[q->n_messages++] = *m;
+    memset(m, 0, sizeof *m);
+    return ENG_OK;
+}
+
 static bool str_eq(const char *a, const char *b) {
     if (!a || !b) return a == b;
     return strcmp(a, b) == 0;
@@ -243,6 +254,7 @@ void hx_request_free(hx_request *r) {
     free(r->response_text);
     hx_call_usage_free(&r->usage);
     free(r->notes);
+    free(r->served);
     memset(r, 0, sizeof *r);
 }
 
@@ -295,6 +307,7 @@ int hx_request_copy(hx_request *dst, const hx_request *src) {
     }
     if (hx_call_usage_copy(&dst->usage, &src->usage)) goto nomem;
     if (src->notes && !(dst->notes = hx_strdup(src->notes))) goto nomem;
+    if (src->served && !(dst->served = hx_strdup(src->served))) goto nomem;
     return ENG_OK;
 nomem:
     hx_request_free(dst);
@@ -811,7 +824,7 @@ int hx_tools_from_json(const struct json_t *jc, const char *path, int64_t line, 
 
 static const char *const k_v1_keys[] = {"v", "session", "turn", "system", "tools", "messages",
                                         "response", "prompt", "tokens", "meta"};
-static const char *const k_v2_keys[] = {"prev", "prev_response", "append", "usage", "notes"};
+static const char *const k_v2_keys[] = {"prev", "prev_response", "append", "usage", "notes", "served"};
 
 /* What a compact line is rebuilt from: the requests read so far and, per
  * session, the index of its latest request and the line of a skipped line
@@ -915,6 +928,37 @@ static int parse_notes(const json_t *n, const char *path, int64_t line, char **o
         }
     }
     return (*out = hx_json_canonical(n)) ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+/* v2 `served`: an object, kept as canonical JSON; the fields replay acts on
+ * are checked: id_slot an integer >= -1, cache_prompt true or false. */
+static int parse_served(const json_t *v, const char *path, int64_t line, char **out, char *err, size_t errlen) {
+    if (!json_is_object(v)) {
+        hx_errf_at(err, errlen, path, line, "served", "expected an object");
+        return ENG_ERR_FORMAT;
+    }
+    const json_t *slot = json_object_get(v, "id_slot"), *cp = json_object_get(v, "cache_prompt");
+    if (slot && (!json_is_integer(slot) || json_integer_value(slot) < -1 || json_integer_value(slot) > INT32_MAX)) {
+        hx_errf_at(err, errlen, path, line, "served.id_slot", "expected an integer >= -1");
+        return ENG_ERR_FORMAT;
+    }
+    if (cp && !json_is_boolean(cp)) {
+        hx_errf_at(err, errlen, path, line, "served.cache_prompt", "expected true or false");
+        return ENG_ERR_FORMAT;
+    }
+    return (*out = hx_json_canonical(v)) ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+void hx_request_served_hint(const hx_request *r, int32_t *id_slot, bool *no_reuse) {
+    *id_slot = -1;
+    *no_reuse = false;
+    if (!r->served) return;
+    json_error_t je;
+    json_t *j = json_loads(r->served, 0, &je);
+    const json_t *slot = json_object_get(j, "id_slot"), *cp = json_object_get(j, "cache_prompt");
+    if (json_is_integer(slot)) *id_slot = (int32_t)json_integer_value(slot);
+    if (json_is_false(cp)) *no_reuse = true;
+    json_decref(j);
 }
 
 /* A messages line's `response`: {"content": ...}, a string, or null. */
@@ -1219,6 +1263,7 @@ static int parse_object(json_t *j, const char *path, int64_t line, const line_ct
         goto out;
     if ((v = json_object_get(j, "usage")) && (rc = parse_usage(v, path, line, &out->usage, err, errlen))) goto out;
     if ((v = json_object_get(j, "notes")) && (rc = parse_notes(v, path, line, &out->notes, err, errlen))) goto out;
+    if ((v = json_object_get(j, "served")) && (rc = parse_served(v, path, line, &out->served, err, errlen))) goto out;
     rc = ENG_OK;
 out:
     if (rc != ENG_OK) hx_request_free(out);
@@ -1556,6 +1601,10 @@ static json_t *request_to_json(const hx_request *r, const hx_request *prev, int 
         json_error_t je;
         bad |= json_object_set_new(o, "notes", json_loadb(r->notes, strlen(r->notes), 0, &je));
     }
+    if (version == 2 && r->served) {
+        json_error_t je;
+        bad |= json_object_set_new(o, "served", json_loadb(r->served, strlen(r->served), 0, &je));
+    }
     if (bad) {
         json_decref(o);
         return NULL;
@@ -1592,6 +1641,41 @@ static char *line_text(json_t *o) {
     return t;
 }
 
+/* {"v":2,"header":HEADER} (malloc'd), or NULL when header is not a JSON object (or out of memory). */
+static char *header_line(const char *header) {
+    json_error_t je;
+    json_t *h = json_loadb(header, strlen(header), 0, &je);
+    json_t *o = json_is_object(h) ? json_pack("{s:i,s:o}", "v", 2, "header", h) : (json_decref(h), NULL);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+int hx_request_serialize_line(const hx_request *r, const hx_request *prev, const char *header, char **out,
+                              size_t *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    if (!r) {
+        if (!header || !(*out = header_line(header))) {
+            eng_errf(err, errlen, "the transcript header is not a JSON object");
+            return ENG_ERR_FORMAT;
+        }
+        *n = strlen(*out);
+        return ENG_OK;
+    }
+    json_t *o = request_to_json(r, prev, 2);
+    char *s = o ? line_text(o) : NULL;
+    json_decref(o);
+    if (!s) {
+        eng_errf(err, errlen, "request (session \"%s\", turn %d): cannot encode as JSON (invalid UTF-8 or out of "
+                 "memory)", r->session ? r->session : "", r->turn);
+        return ENG_ERR_FORMAT;
+    }
+    *out = s;
+    *n = strlen(s);
+    return ENG_OK;
+}
+
 int hx_transcript_serialize_version(const hx_transcript *t, int version, char **out, size_t *n, char *err,
                                     size_t errlen) {
     *out = NULL;
@@ -1604,11 +1688,7 @@ int hx_transcript_serialize_version(const hx_transcript *t, int version, char **
     hx_strmap last = {0};
     int rc = ENG_OK;
     if (version == 2 && t->header) {
-        json_error_t je;
-        json_t *h = json_loadb(t->header, strlen(t->header), 0, &je);
-        json_t *o = h ? json_pack("{s:i,s:o}", "v", 2, "header", h) : NULL;
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
+        char *s = header_line(t->header);
         if (!s) {
             eng_errf(err, errlen, "the transcript header is not a JSON object");
             return ENG_ERR_FORMAT;

@@ -88,6 +88,9 @@ typedef struct hx_request {
     char      *response_text; /* raw response text (with prompt/tokens), or NULL */
     hx_call_usage   usage;        /* v2 `usage`; usage.present false when absent */
     char      *notes;        /* v2 `notes`: canonical JSON array of strings (what the importer did), or NULL */
+    char      *served;       /* v2 `served`: how a server received this call (kvreplay serve --record: the
+                                API, method, path, the headers kept, the body as received, id_slot,
+                                cache_prompt), canonical JSON object, or NULL */
 } hx_request;
 
 typedef struct hx_transcript {
@@ -124,9 +127,20 @@ void hx_request_free(hx_request *r);        /* accepts NULL */
 /* Appends r to t (takes ownership of r's contents; r is zeroed). */
 int  hx_transcript_push(hx_transcript *t, hx_request *r);
 
+/* What a served request asked of the cache (its `served` id_slot and
+ * cache_prompt): *id_slot -1 and *no_reuse false when it asked nothing. */
+void hx_request_served_hint(const hx_request *r, int32_t *id_slot, bool *no_reuse);
+/* One request as the v2 line hx_transcript_serialize writes for it after
+ * prev (the previous request of its session in the file, or NULL): compact
+ * when r extends prev. *out is malloc'd, with no newline. The header line of
+ * a v2 file ({"v":2,"header":HEADER}) when r is NULL and header is given.
+ * ENG_OK, ENG_ERR_FORMAT (not encodable: invalid UTF-8) or ENG_ERR_NOMEM. */
+int  hx_request_serialize_line(const hx_request *r, const hx_request *prev, const char *header, char **out,
+                               size_t *n, char *err, size_t errlen);
+
 /* ==========================================================================
  * Additions by the transcript module (beyond the lead's contract above).
- * They are shared with the importers (harness/transcripts/import.c), the synthetic
+ * They are shared with the importers (harness/import/import.c), the synthetic
  * generator (harness/transcripts/synth_transcript.c) and the templates.
  * ======================================================================== */
 
@@ -157,7 +171,8 @@ int  hx_transcript_serialize_version(const hx_transcript *t, int version, char *
                                      size_t errlen);
 
 /* Error message helper: "PATH:LINE: FIELD: <fmt>" ("PATH: FIELD: ..." when
- * line <= 0, no "FIELD: " when field is NULL or empty). err may be NULL. */
+ * line <= 0, "FIELD: ..." when path is "" (an HTTP body), no "FIELD: " when
+ * field is NULL or empty). err may be NULL. */
 void hx_errf_at(char *err, size_t errlen, const char *path, int64_t line, const char *field,
                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
@@ -214,6 +229,8 @@ int  hx_message_copy(hx_message *dst, const hx_message *src);
 void hx_message_free(hx_message *m);
 /* Appends *b to m, taking ownership of its strings (b is zeroed). */
 int  hx_message_push_block(hx_message *m, hx_block *b);
+/* Appends *m to q's messages, taking ownership of its blocks (m is zeroed). */
+int  hx_request_push_message(hx_request *q, hx_message *m);
 bool hx_block_equal(const hx_block *a, const hx_block *b);
 bool hx_message_equal(const hx_message *a, const hx_message *b);
 int  hx_tool_copy(hx_tool *dst, const hx_tool *src);

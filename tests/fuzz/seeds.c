@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "api.h"
 #include "diskcache.h"
 #include "gguf.h"
 #include "import.h"
@@ -312,6 +313,90 @@ static void importer_inputs(void) {
 }
 
 // ----------------------------------------------------------------------------
+// The API dialects: request bodies of every route, and a generation's
+// response and SSE stream as the layer itself writes them
+
+static void put_str(const char *target, const char *name, const char *s) { put(target, name, s, strlen(s)); }
+
+static void put_json(const char *target, const char *name, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) die(name, "json");
+    put_str(target, name, s);
+    free(s);
+}
+
+/* The response body and the stream of a small generation through route rt (request body req). */
+static void api_outputs(const char *target, const char *path, const char *req) {
+    const hx_api_route *rt = hx_api_route_find("POST", path, NULL);
+    hx_api_req q;
+    hx_api_error e;
+    if (!rt || rt->parse(rt, path, NULL, req, strlen(req), &q, &e) != ENG_OK) die(path, "seed request");
+    hx_api_result r;
+    hx_api_result_init(&r);
+    r.id = strdup("seed-1");
+    r.usage.prompt_tokens = 12;
+    r.usage.cached_tokens = 8;
+    r.usage.completion_tokens = 2;
+    r.timings = (hx_api_timings){.cache_n = 8, .prompt_n = 4, .predicted_n = 2, .prompt_ms = 1.5, .predicted_ms = 0.5};
+    r.finish = HX_API_FINISH_STOP;
+    hx_api_prob top[2] = {{7, " Once", 5, -0.25f}, {9, " A", 2, -1.5f}};
+    hx_api_token toks[2] = {{7, " Once", 5, -0.25f, top, 2}, {8, " \xE2\x96", 3, -2.0f, top, 1}};
+    hx_block b;
+    if (hx_block_init(&b, HX_BLOCK_TEXT, " Once \xEF\xBF\xBD", NULL, NULL, NULL, false) ||
+        hx_message_push_block(&r.content, &b))
+        die(path, "block");
+    for (int i = 0; i < 2; i++) hx_api_result_push_token(&r, &toks[i]);
+    char name[64];
+    snprintf(name, sizeof name, "response-%s.json", path[1] == 'v' ? path + 4 : path + 1);
+    for (char *c = name; *c; c++) if (*c == '/') *c = '-';
+    put_json(target, name, rt->respond(&q, &r));
+    hx_api_stream st;
+    hx_api_stream_init(&st, &q, &r);
+    for (int i = 0; i < 2; i++) hx_api_stream_token(&st, &toks[i]);
+    if (hx_block_init(&b, HX_BLOCK_TOOL_USE, "", "call_1", "Read", "{\"file_path\":\"a\"}", false)) die(path, "block");
+    hx_api_stream_block(&st, &b);
+    hx_block_free(&b);
+    hx_api_stream_end(&st);
+    snprintf(name + strlen(name) - 5, 8, ".sse");
+    put(target, name, st.out.data, st.out.len);
+    hx_api_stream_free(&st);
+    hx_api_error err;
+    hx_api_errf(&err, HX_API_ERR_CONTEXT, NULL, "request (5000 tokens) exceeds the available context size (4096 tokens)");
+    err.n_prompt_tokens = 5000;
+    err.n_ctx = 4096;
+    put_json(target, "error-context.json", rt->dialect->error_body(&err));
+    hx_api_result_free(&r);
+    hx_api_req_free(&q);
+}
+
+static void api_inputs(void) {
+    put_str("api-llama", "completion.json", "{\"prompt\":\"Once upon a time\",\"n_predict\":8,\"n_probs\":3,"
+                                            "\"cache_prompt\":false,\"id_slot\":0,\"stream\":true,\"stop\":[\"\\n\"]}");
+    put_str("api-llama", "completion-ids.json", "{\"prompt\":[1,403,407,261],\"n_predict\":0,\"temperature\":0}");
+    put_str("api-llama", "tokenize.json", "{\"content\":\"Hello <|im_start|>\",\"with_pieces\":true}");
+    put_str("api-llama", "detokenize.json", "{\"tokens\":[1,403,407]}");
+    put_str("api-llama", "tokens.json", "{\"tokens\":[{\"id\":1,\"piece\":\"<s>\"},{\"id\":2,\"piece\":[226,150]}]}");
+    api_outputs("api-llama", "/completion", "{\"prompt\":\"x\",\"n_probs\":2,\"return_tokens\":true,\"stream\":true}");
+    head_lines("tests/data/openai_sample.jsonl", 3, "api-openai", "sample-3.jsonl");
+    put_str("api-openai", "chat.json", "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":"
+                                      "\"text\",\"text\":\"be brief\"}]},{\"role\":\"user\",\"content\":\"hi\"}],"
+                                      "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":true,"
+                                      "\"top_logprobs\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                                      "\"parameters\":{}}}]}");
+    put_str("api-openai", "completions.json", "{\"model\":\"m\",\"prompt\":[1,2,3],\"logprobs\":2,\"max_tokens\":4}");
+    api_outputs("api-openai", "/v1/chat/completions", "{\"messages\":[],\"stream\":true,\"stream_options\":"
+                                                      "{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":2}");
+    api_outputs("api-openai", "/v1/completions", "{\"prompt\":\"x\",\"logprobs\":2,\"stream\":true}");
+    head_lines("tests/data/anthropic_sample.jsonl", 2, "api-anthropic", "sample-2.jsonl");
+    put_str("api-anthropic", "messages.json", "{\"model\":\"claude\",\"max_tokens\":1,\"system\":[{\"type\":\"text\","
+                                             "\"text\":\"x-anthropic-billing-header: cc_version=2.1.101.e51; cch=a5145;\"}],"
+                                             "\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
+                                             "\"content\":[{\"type\":\"text\",\"text\":\"quota\"}]}],\"stream\":true}");
+    api_outputs("api-anthropic", "/v1/messages", "{\"max_tokens\":4,\"messages\":[],\"stream\":true}");
+}
+
+// ----------------------------------------------------------------------------
 // Checkpoint files and state blobs of the targets' fixture models
 
 static size_t serialize_after(const eng_model *m, const int32_t *toks, int32_t n, uint8_t **out) {
@@ -389,6 +474,7 @@ int main(int argc, char **argv) {
     texts("tokenize-bpe");
     transcripts();
     importer_inputs();
+    api_inputs();
     states_and_checkpoints();
     printf("fuzz-seeds: %d files under %s\n", g_written, g_root);
     return 0;

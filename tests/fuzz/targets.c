@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "api.h"
 #include "diskcache.h"
 #include "gguf.h"
 #include "import.h"
@@ -388,6 +389,63 @@ static void run_import(const uint8_t *data, size_t size, int f) {
 }
 
 // ----------------------------------------------------------------------------
+// api-NAME: every route of one dialect of the API layer, both directions:
+// the bytes as a request body (server side: an accepted request sends and
+// parses back equal), as a response body and as an SSE stream fed in two
+// pieces (client side), and as an error body
+
+static void run_api(const uint8_t *data, size_t size, int d) {
+    const hx_api_dialect *dl = hx_api_dialects[d];
+    const char *body = (const char *)data;
+    for (const hx_api_route *rt = dl->routes; rt->path; rt++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s", rt->path);
+        size_t L = strlen(path);
+        if (L && path[L - 1] == '*') snprintf(path + L - 1, sizeof path - (L - 1), "%u", size ? data[0] % 4u : 0u);
+        hx_api_error e;
+        if (rt->parse) {
+            hx_api_req q;
+            memset(&e, 0, sizeof e);
+            int rc = rt->parse(rt, path, size > 1 && data[1] & 1 ? "action=erase" : "action=save", body, size, &q, &e);
+            if (rc != ENG_OK) {
+                if (rc != ENG_ERR_NOMEM && (!e.message[0] || e.status < 400)) fuzz_fail("%s %s: a refusal said nothing", rt->method, rt->path);
+            } else {
+                if (rt->request) {  /* the request sends and parses back equal */
+                    json_t *j = rt->request(&q);
+                    char *again = j ? json_dumps(j, JSON_COMPACT) : NULL;
+                    json_decref(j);
+                    if (!again) fuzz_fail("%s: the request did not serialize", rt->path);
+                    hx_api_req b;
+                    if (rt->parse(rt, path, "action=erase", again, strlen(again), &b, &e) != ENG_OK)
+                        fuzz_fail("%s: the request it sends does not parse: %s\n%s", rt->path, e.message, again);
+                    if (!hx_request_equal(&q.req, &b.req)) fuzz_fail("%s: the request changed on its round trip\n%s", rt->path, again);
+                    hx_api_req_free(&b);
+                    free(again);
+                }
+                hx_api_req_free(&q);
+            }
+        }
+        if (rt->read) {
+            hx_api_result r;
+            if (rt->read(rt, body, size, &r, &e) == ENG_OK) hx_api_result_free(&r);
+        }
+        if (rt->stream_read) {
+            hx_api_reader rd;
+            hx_api_reader_init(&rd, rt);
+            hx_api_result r;
+            hx_api_result_init(&r);
+            size_t half = size / 2;
+            if (hx_api_reader_feed(&rd, body, half, &r, &e) >= 0 && hx_api_reader_feed(&rd, body + half, size - half, &r, &e) >= 0)
+                hx_api_reader_finish(&rd, &r, &e);
+            hx_api_reader_free(&rd);
+            hx_api_result_free(&r);
+        }
+    }
+    hx_api_error e;
+    dl->read_error(body, size, 400, &e);
+}
+
+// ----------------------------------------------------------------------------
 // checkpoint: the bytes as a checkpoint file in a cache directory
 
 static void put_u64(uint8_t *p, uint64_t v) {
@@ -523,6 +581,12 @@ int kvr_fuzz_targets(kvr_fuzz_target *out, int cap) {
         if (n < cap) {
             kvr_fuzz_target t = {"", run_import, f};
             snprintf(t.name, sizeof t.name, "import-%s", hx_importers[f]->name);
+            out[n] = t;
+        }
+    for (int d = 0; hx_api_dialects[d]; d++, n++)
+        if (n < cap) {
+            kvr_fuzz_target t = {"", run_api, d};
+            snprintf(t.name, sizeof t.name, "api-%s", hx_api_dialects[d]->name);
             out[n] = t;
         }
     return n;

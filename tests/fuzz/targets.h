@@ -28,6 +28,9 @@
  *   transcript     hx_transcript_parse (both --skip-bad modes), serialize and
  *                  parse back (equal), then render and tokenize every request
  *   import-NAME    hx_import_buffer with importer NAME (both --skip-bad modes)
+ *   api-NAME       every route of API dialect NAME (harness/api/): the bytes as
+ *                  a request body (an accepted request sends and parses back
+ *                  equal), as a response body, as an SSE stream, as an error
  *   checkpoint     a cache directory holding the bytes as a checkpoint file:
  *                  open (header scan), lookup (verify, then the state blob
  *                  deserialized as the disk-anchor policy does)
@@ -47,7 +50,7 @@
 typedef struct kvr_fuzz_target {
     char name[48];
     void (*run)(const uint8_t *data, size_t size, int arg);
-    int  arg;  /* the importer index for import-NAME */
+    int  arg;  /* the importer index for import-NAME, the dialect index for api-NAME */
 } kvr_fuzz_target;
 
 /* Every target, static ones first then one per registered importer; returns

@@ -133,6 +133,7 @@ typedef hx_rows bh_block;
 
 typedef struct bh_state {
     hx_policy_config cfg;
+    bool          no_reuse;      /* the next request asked for no reuse (cache_prompt: false) */
     bh_opts       o;
     int32_t       B;             /* effective block size */
     bool          grid;          /* --align chunk */
@@ -301,6 +302,9 @@ static void plan_states(bh_state *st, int32_t hit, int32_t n) {
     }
 }
 
+/* cache_prompt: false: no block is looked up; the request's blocks are cached as usual. */
+static void bh_hint(void *state, const hx_acquire_hint *h) { ((bh_state *)state)->no_reuse = h->no_reuse; }
+
 static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
     bh_state *st = state;
     memset(out, 0, sizeof *out);
@@ -316,7 +320,8 @@ static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
 
     /* 1. the attention chain: from block 0 to the first miss, at most n - 1 tokens */
     int32_t nb = hx_block_hashes(tokens, n, B, st->o.salt, st->hashes);
-    int32_t max_blocks = (n - 1) / B, k = 0;
+    int32_t max_blocks = st->no_reuse ? 0 : (n - 1) / B, k = 0;
+    st->no_reuse = false;
     while (k < max_blocks) {
         int32_t id = hx_blockpool_find(st->pool, st->hashes[k], k ? st->hashes[k - 1] : 0, tokens + (size_t)k * B,
                                        accept_block, st);
@@ -469,4 +474,5 @@ const hx_policy_ops hx_policy_block_hash = {
     .on_chunk = bh_on_chunk,
     .release = bh_release,
     .destroy = bh_destroy,
+    .hint = bh_hint,
 };

@@ -26,6 +26,9 @@ static int cold_create(const hx_policy_config *cfg, void **state, char *err, siz
     return ENG_OK;
 }
 
+/* Nothing is reused anyway; there are no slots. */
+static void cold_hint(void *state, const hx_acquire_hint *h) { (void)state, (void)h; }
+
 static int cold_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
     cold_state *st = state;
     eng_seq_reset(st->seq);
@@ -52,6 +55,7 @@ const hx_policy_ops hx_policy_cold = {
     .name = "cold",
     .create = cold_create,
     .acquire = cold_acquire,
+    .hint = cold_hint,
     .on_chunk = cold_on_chunk,
     .release = cold_release,
     .destroy = cold_destroy,

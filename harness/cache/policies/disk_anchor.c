@@ -114,6 +114,7 @@ static void clear_cache_dir(const char *dir) {
 
 typedef struct da_state {
     hx_policy_config cfg;
+    bool             no_reuse;     /* the next request asked for no reuse (cache_prompt: false) */
     da_opts          o;
     hx_diskcache    *dc;
     eng_seq         *seq;          /* the live sequence */
@@ -190,6 +191,10 @@ static const char *da_check(void *ctx, const void *payload, size_t size, int32_t
     return NULL;
 }
 
+/* cache_prompt: false: neither the live sequence nor a checkpoint file is used; what the
+ * request computes is stored as usual. */
+static void da_hint(void *state, const hx_acquire_hint *h) { ((da_state *)state)->no_reuse = h->no_reuse; }
+
 static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
     da_state *st = state;
     memset(out, 0, sizeof *out);
@@ -210,11 +215,16 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     out->best = eng_seq_tokens(st->seq);
     out->n_best = nl;
     int32_t cached = 0;
-    int32_t live = nl > 0 && lcp >= st->live_prompt ? hx_policy_reuse_len(&st->cfg, lcp, st->live_prompt, n) : -1;
+    bool no_reuse = st->no_reuse;
+    st->no_reuse = false;
+    int32_t live = !no_reuse && nl > 0 && lcp >= st->live_prompt ? hx_policy_reuse_len(&st->cfg, lcp, st->live_prompt, n) : -1;
     /* memory that cannot be truncated (recurrent layers) has no live hit below its end: disk then */
     if (live >= 0 && eng_seq_truncate(st->seq, live) == ENG_OK) {  /* 1. live hit */
         cached = live;
         snprintf(out->note, sizeof out->note, "live kv cache hit: %d tokens", cached);
+    } else if (no_reuse) {                                     /* cache_prompt: false */
+        eng_seq_reset(st->seq);
+        snprintf(out->note, sizeof out->note, "cache_prompt false: nothing reused");
     } else {                                                   /* 2. disk */
         hx_diskcache_hit hit = {0};
         hx_diskcache_stats before = hx_diskcache_get_stats(st->dc);
@@ -340,4 +350,5 @@ const hx_policy_ops hx_policy_disk_anchor = {
     .on_chunk = da_on_chunk,
     .release = da_release,
     .destroy = da_destroy,
+    .hint = da_hint,
 };

@@ -198,6 +198,28 @@ void hx_policy_help(FILE *f) {
 // ----------------------------------------------------------------------------
 // The reuse rule every policy shares
 
+int hx_policy_acquire(hx_policy *p, const int32_t *tokens, int32_t n, int32_t stable_end, const hx_acquire_hint *h,
+                      hx_acquire *out) {
+    if (h && (h->no_reuse || h->id_slot >= 0)) {
+        if (!p->ops->hint) return ENG_ERR_UNSUPPORTED;
+        p->ops->hint(p->state, h);
+    }
+    return p->ops->acquire(p->state, tokens, n, stable_end, out);
+}
+
+int32_t hx_policy_n_slots(const hx_policy *p) { return p->ops->n_slots ? p->ops->n_slots(p->state) : 0; }
+
+int64_t hx_policy_slot_tokens(const hx_policy *p, int32_t slot) {
+    if (!p->ops->slot_tokens || slot < 0 || slot >= hx_policy_n_slots(p)) return -1;
+    return p->ops->slot_tokens(p->state, slot);
+}
+
+int64_t hx_policy_erase(hx_policy *p, int32_t slot) {
+    if (!p->ops->erase) return ENG_ERR_UNSUPPORTED;
+    if (slot < 0 || slot >= hx_policy_n_slots(p)) return ENG_ERR_RANGE;
+    return p->ops->erase(p->state, slot);
+}
+
 int32_t hx_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
     int32_t n = na < nb ? na : nb, i = 0;
     while (i < n && a[i] == b[i]) i++;

@@ -128,6 +128,14 @@ typedef struct hx_release {
     int32_t n_store_failed;/* checkpoints that could not be stored (disk full, I/O error, memory) */
 } hx_release;
 
+/* What one request asks of the policy: llama-server's per-request fields,
+ * which `kvreplay serve` passes on (a replayed request asks nothing). */
+typedef struct hx_acquire_hint {
+    int32_t id_slot;   /* the slot to serve it from, -1: the policy chooses (llama-server's id_slot) */
+    bool    no_reuse;  /* reuse nothing for this request, keep what it computes as usual
+                          (llama-server's cache_prompt: false: n_past = 0, the slot then holds it) */
+} hx_acquire_hint;
+
 typedef struct hx_policy hx_policy;
 struct hx_run_meta;  /* store.h */
 
@@ -150,6 +158,15 @@ typedef struct hx_policy_ops {
     void (*on_chunk)(void *state, eng_seq *s, int32_t n_tokens);
     int  (*release)(void *state, eng_seq *s, int32_t n_prompt, hx_release *out);
     void (*destroy)(void *state);
+    /* The request's hint (hx_acquire_hint), for the next acquire only; or NULL (a hint asking
+     * something is then refused by hx_policy_acquire). */
+    void (*hint)(void *state, const hx_acquire_hint *h);
+    /* llama-server's slots, for a policy that has them (GET /slots, POST /slots/ID?action=erase),
+     * or NULL: how many; tokens slot i holds; erase slot i (its sequence and checkpoints),
+     * returning the tokens erased. */
+    int32_t (*n_slots)(const void *state);
+    int64_t (*slot_tokens)(const void *state, int32_t slot);
+    int64_t (*erase)(void *state, int32_t slot);
 } hx_policy_ops;
 
 struct hx_policy {
@@ -175,6 +192,18 @@ extern const hx_policy_ops *const hx_policies[];
  * and --quirk with every quirk (name, policy, source, what it does). */
 void hx_policy_help(FILE *f);
 void hx_policy_quirks_help(FILE *f);
+
+/* acquire through p with the request's hint h (NULL: none): ENG_ERR_UNSUPPORTED
+ * when h asks something (a slot, no reuse) of a policy without .hint, else
+ * what acquire returns. */
+int  hx_policy_acquire(hx_policy *p, const int32_t *tokens, int32_t n, int32_t stable_end, const hx_acquire_hint *h,
+                       hx_acquire *out);
+/* The policy's slots: 0 when it has none; tokens slot i holds (-1: no such
+ * slot); erase slot i: tokens erased, ENG_ERR_RANGE (no such slot) or
+ * ENG_ERR_UNSUPPORTED (no slots). */
+int32_t hx_policy_n_slots(const hx_policy *p);
+int64_t hx_policy_slot_tokens(const hx_policy *p, int32_t slot);
+int64_t hx_policy_erase(hx_policy *p, int32_t slot);
 
 /* Shared reuse rule (see the file comment). lcp: common prefix with the
  * cached entry; n_cached_prompt: that entry's prompt length; n: new prompt length. */

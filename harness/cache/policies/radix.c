@@ -120,6 +120,7 @@ typedef struct rx_state {
     eng_ckpt    *track_ckpt[MAX_TRACK];
     int32_t      n_track;
     double       store_ms;
+    bool         no_reuse;     /* the next request asked for no reuse (kvreplay serve's cache_prompt: false) */
 } rx_state;
 
 static rx_node *node_data(const hx_rnode *n) { return n->data; }
@@ -236,6 +237,10 @@ static void track(rx_state *st, int32_t pos) {
     if (st->n_track < MAX_TRACK) st->track_target[st->n_track++] = pos;
 }
 
+/* cache_prompt: false: nothing reused (the match still locks and touches the path, as a lookup
+ * does); there is one tree, no slot to choose. */
+static void rx_hint(void *state, const hx_acquire_hint *h) { ((rx_state *)state)->no_reuse = h->no_reuse; }
+
 static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
     rx_state *st = state;
     memset(out, 0, sizeof *out);
@@ -260,7 +265,8 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
         if (u < node_end(st->path[i])) { e = u; break; }
     }
     /* 2-3. states, the grid, and a carrier that holds the whole prefix */
-    int32_t r = reuse_point(st, np, e), cut = -1;
+    int32_t r = st->no_reuse ? 0 : reuse_point(st, np, e), cut = -1;
+    st->no_reuse = false;
     while (r > 0) {
         int32_t q = 0;
         while (node_end(st->path[q]) < r) q++;
@@ -487,4 +493,5 @@ const hx_policy_ops hx_policy_radix = {
     .on_chunk = rx_on_chunk,
     .release = rx_release,
     .destroy = rx_destroy,
+    .hint = rx_hint,
 };

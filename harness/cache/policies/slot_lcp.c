@@ -126,6 +126,7 @@ typedef struct slot_state {
     uint64_t  request;         /* counts acquires */
     slot     *active;          /* the slot being filled, between acquire and release */
     int32_t   prompt_end;      /* n_prompt of the active request (offgrid-checkpoint quirk) */
+    hx_acquire_hint hint;      /* the next request's id_slot and cache_prompt (kvreplay serve) */
     double    store_ms;        /* time spent storing during the active request */
     int32_t   n_stored;
     int64_t   bytes_stored;
@@ -155,6 +156,7 @@ static int slot_create(const hx_policy_config *cfg, void **state, char *err, siz
         return ENG_ERR_ARG;
     }
     st->n_slots = st->o.n_slots;
+    st->hint.id_slot = -1;
     st->slots = calloc((size_t)st->n_slots, sizeof *st->slots);
     if (!st->slots) { free(st); return ENG_ERR_NOMEM; }
     for (int32_t i = 0; i < st->n_slots; i++) {
@@ -285,11 +287,34 @@ static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, doubl
     return lru;
 }
 
+/* llama-server's id_slot (the request names its slot) and cache_prompt: false
+ * (n_past = 0: nothing reused; the slot then holds the new prompt). */
+static void slot_hint(void *state, const hx_acquire_hint *h) { ((slot_state *)state)->hint = *h; }
+
+static int32_t slot_count(const void *state) { return ((const slot_state *)state)->n_slots; }
+
+static int64_t slot_tokens(const void *state, int32_t i) {
+    return eng_seq_n_tokens(((const slot_state *)state)->slots[i].seq);
+}
+
+/* POST /slots/ID?action=erase: the slot's memory and its checkpoints (llama-server:
+ * llama_memory_seq_rm of the slot and its prompt cleared); the prompt cache stays. */
+static int64_t slot_erase(void *state, int32_t i) {
+    slot *sl = &((slot_state *)state)->slots[i];
+    int64_t n = eng_seq_n_tokens(sl->seq);
+    eng_seq_reset(sl->seq);
+    slot_clear_ckpts(sl, -1);
+    sl->n_prompt = 0;
+    return n;
+}
+
 static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
     slot_state *st = state;
     memset(out, 0, sizeof *out);
+    hx_acquire_hint h = st->hint;
+    st->hint = (hx_acquire_hint){.id_slot = -1};
     double sim = 0.0;
-    slot *sl = select_slot(st, tokens, n, &sim);
+    slot *sl = h.id_slot >= 0 && h.id_slot < st->n_slots ? &st->slots[h.id_slot] : select_slot(st, tokens, n, &sim);
     st->active = sl;
     st->request++;
     st->prompt_end = n;
@@ -312,7 +337,8 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
 
     hx_policy_config cfg = st->cfg;
     if (st->cfg.quirks & Q_OFFGRID_CHECKPOINT) cfg.pp.align = ENG_ALIGN_NONE; /* restores not floored */
-    int32_t r = hx_policy_reuse_len(&cfg, lcp, sl->n_prompt, n);
+    int32_t r = h.no_reuse ? 0 : hx_policy_reuse_len(&cfg, lcp, sl->n_prompt, n);
+    if (h.no_reuse) snprintf(out->note, sizeof out->note, "cache_prompt false: n_past = 0");
 
     if (r > 0 && eng_seq_can_truncate(s, r)) {           /* 1. live memory */
         eng_seq_truncate(s, r);
@@ -441,4 +467,8 @@ const hx_policy_ops hx_policy_slot_lcp = {
     .on_chunk = slot_on_chunk,
     .release = slot_release,
     .destroy = slot_destroy,
+    .hint = slot_hint,
+    .n_slots = slot_count,
+    .slot_tokens = slot_tokens,
+    .erase = slot_erase,
 };

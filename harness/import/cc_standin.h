@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/cc_standin.h: the stand-in for what a Claude Code log
+ * harness/import/cc_standin.h: the stand-in for what a Claude Code log
  * leaves out: the system prompt and the tool definitions of every request.
  *
  * A Claude Code session log holds the conversation, never the system prompt

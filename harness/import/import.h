@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/import.h: converting recorded agent logs into transcripts
+ * harness/import/import.h: converting recorded agent logs into transcripts
  * (`kvreplay import`). Formats (shared/FORMATS.md, rules in docs/transcripts.md):
  *
  *   anthropic    JSONL of Messages API request bodies, one model call per line.
@@ -40,7 +40,7 @@
 
 #include "transcript.h"
 
-/* The index of an importer in the registry (transcripts/import.c); these
+/* The index of an importer in the registry (import/import.c); these
  * four are named, an importer added later is found by its name. */
 typedef enum hx_import_format {
     HX_IMPORT_ANTHROPIC   = 0,

@@ -1,10 +1,10 @@
 /*
- * harness/transcripts/import.c: the importer registry and what every
+ * harness/import/import.c: the importer registry and what every
  * importer shares: line and JSON helpers, sessions by key with responses
  * from the next request (anthropic, openai), the --system-file/--tools-file
  * overrides and the entry points (rules in import.h, docs/transcripts.md).
  *
- * One importer per file under transcripts/importers/ (importer.h): it turns
+ * One importer per file under import/importers/ (importer.h): it turns
  * its input into hx_requests with the shared JSON rules of transcript.c
  * (blocks, messages, tools).
  * Invariants: output requests are in input order; turns count from 0 per
@@ -28,7 +28,7 @@
 
 // ----------------------------------------------------------------------------
 // The registry: one line per importer. X(id) names hx_importer_<id>, defined
-// in transcripts/importers/<id>.c; the order is --help's, and the first four
+// in import/importers/<id>.c; the order is --help's, and the first four
 // are the values of hx_import_format (import.h).
 
 #define HX_IMPORTER_LIST(X) \
@@ -129,15 +129,6 @@ void hx_imp_free_tools(hx_tool *t, int32_t n) {
     free(t);
 }
 
-int hx_imp_push_msg(hx_request *q, hx_message *m) {
-    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
-    if (!nm) return ENG_ERR_NOMEM;
-    q->messages = nm;
-    nm[q->n_messages++] = *m;
-    memset(m, 0, sizeof *m);
-    return ENG_OK;
-}
-
 /* Appends copies of src's blocks to dst. */
 int hx_imp_append_blocks(hx_message *dst, const hx_message *src) {
     for (int32_t i = 0; i < src->n_blocks; i++) {
@@ -176,35 +167,6 @@ int hx_imp_standin_apply(const hx_imp_standin *s, hx_request *q, const char *req
 // ----------------------------------------------------------------------------
 // Sessions by key, responses from the next request (anthropic, openai)
 
-static void key_block(eng_buf *k, const hx_block *b, int *rc) {
-    char *t = hx_strdup(b->text);
-    if (!t) { *rc = ENG_ERR_NOMEM; return; }
-    if (hx_normalize_cch_text(&t, 0) < 0) *rc = ENG_ERR_NOMEM;
-    if (eng_buf_printf(k, "%d\x1f%s\x1f%s\x1f%s\x1f%s\x1f%d\x1e", (int)b->type, t, b->id ? b->id : "",
-                       b->name ? b->name : "", b->input ? b->input : "", (int)b->is_error))
-        *rc = ENG_ERR_NOMEM;
-    free(t);
-}
-
-/* The session key of q: normalized system blocks + the first non-system message. */
-static char *session_key(const hx_request *q) {
-    eng_buf k = {0};
-    int rc = ENG_OK;
-    for (int32_t i = 0; i < q->n_system; i++) key_block(&k, &q->system[i], &rc);
-    if (eng_buf_append(&k, "\x1d", 1)) rc = ENG_ERR_NOMEM;
-    for (int32_t m = 0; m < q->n_messages; m++) {
-        if (q->messages[m].role == HX_ROLE_SYSTEM) continue;
-        if (eng_buf_printf(&k, "%d\x1d", (int)q->messages[m].role)) rc = ENG_ERR_NOMEM;
-        for (int32_t b = 0; b < q->messages[m].n_blocks; b++) key_block(&k, &q->messages[m].blocks[b], &rc);
-        break;
-    }
-    if (rc) {
-        eng_buf_free(&k);
-        return NULL;
-    }
-    return k.data;
-}
-
 typedef struct linker {
     hx_strmap keys;      /* session key -> session index */
     int32_t  *last;      /* (n) index in out->reqs of each session's latest request */
@@ -229,7 +191,7 @@ static bool extends(const hx_request *prev, const hx_request *next) {
 /* Assigns q a session and turn, links the previous request's response, and
  * pushes q onto out (taking it). */
 static int link_push(linker *L, hx_transcript *out, hx_request *q, const char *prefix) {
-    char *key = session_key(q);
+    char *key = hx_request_session_key(q);
     if (!key) return ENG_ERR_NOMEM;
     int64_t s;
     int rc = ENG_OK;

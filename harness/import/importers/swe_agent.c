@@ -1,13 +1,14 @@
 /*
- * harness/transcripts/importers/swe_agent.c: `--from swe-agent`: a
+ * harness/import/importers/swe_agent.c: `--from swe-agent`: a
  * SWE-agent *.traj JSON file; one model call per assistant message of
- * history[] (OpenAI-style messages, openai.c's rules).
+ * history[] (OpenAI-style messages, parsed by the OpenAI dialect: api/openai.c).
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "importer.h"
 #include "status.h"
 #include "util.h"
@@ -38,7 +39,7 @@ static int swe_import(const hx_import_opts *o, const char *path, const char *dat
         hx_message m;
         bool sys;
         hx_imp_fieldf(f, "history[%zu]", i);
-        rc = hx_imp_openai_message(json_array_get(hist, i), path, 0, f, &m, &sys, err, errlen);
+        rc = hx_api_openai_message(json_array_get(hist, i), path, 0, f, &m, &sys, err, errlen);
         if (rc == ENG_ERR_FORMAT && o->skip_bad) {
             (*n_skipped)++;
             continue;
@@ -61,7 +62,7 @@ static int swe_import(const hx_import_opts *o, const char *path, const char *dat
                 goto out;
             }
         }
-        rc = (sys && conv.n_messages == 0) ? hx_imp_system_to_blocks(&conv, &m) : hx_imp_push_msg(&conv, &m);
+        rc = (sys && conv.n_messages == 0) ? hx_api_openai_system_to_blocks(&conv, &m) : hx_request_push_message(&conv, &m);
         if (rc) {
             hx_message_free(&m);
             goto out;

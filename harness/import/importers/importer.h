@@ -1,6 +1,6 @@
 /*
- * harness/transcripts/importers/importer.h: the importer interface, and the
- * helpers every importer shares (defined in transcripts/import.c).
+ * harness/import/importers/importer.h: the importer interface, and the
+ * helpers every importer shares (defined in import/import.c).
  *
  * An importer is one file here that defines a `const hx_importer
  * hx_importer_<id>` (its --from name, help line, options and import
@@ -67,8 +67,6 @@ json_t *hx_imp_load_line(const char *data, size_t n, const char *s, size_t len, 
 void hx_imp_base_name(const char *path, char *out, size_t n);
 void hx_imp_free_blocks(hx_block *b, int32_t n);
 void hx_imp_free_tools(hx_tool *t, int32_t n);
-/* Appends *m to q's messages (taking it; *m is zeroed). */
-int  hx_imp_push_msg(hx_request *q, hx_message *m);
 /* Appends copies of src's blocks to dst. */
 int  hx_imp_append_blocks(hx_message *dst, const hx_message *src);
 void hx_imp_standin_free(hx_imp_standin *s);
@@ -83,11 +81,5 @@ typedef int (*hx_imp_request_fn)(json_t *j, const char *path, int64_t line, hx_r
  * request's response from its session's next request (anthropic, openai). */
 int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
                   int64_t *n_skipped, hx_imp_request_fn request, char *err, size_t errlen);
-
-/* openai.c: one OpenAI-style message -> *m; *is_system for system/developer. */
-int hx_imp_openai_message(const json_t *j, const char *path, int64_t line, const char *field, hx_message *m,
-                          bool *is_system, char *err, size_t errlen);
-/* openai.c: leading system messages become system blocks (appended to q->system). */
-int hx_imp_system_to_blocks(hx_request *q, hx_message *m);
 
 #endif /* HX_IMPORTER_H */

@@ -1,5 +1,5 @@
 /*
- * harness/transcripts/cc_standin.c: the Claude Code stand-in system prompt
+ * harness/import/cc_standin.c: the Claude Code stand-in system prompt
  * and tools (see cc_standin.h).
  *
  * Tool description sizes follow the relative sizes of Claude Code's own
