@@ -14,7 +14,7 @@ BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
 OMP     ?= -fopenmp
-PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32
+PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32 libcurl
 # The harness is every .c below harness/, in any sub-folder (no list to keep);
 # every harness folder is on the include path, so a header is included by its name.
 ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
