@@ -93,14 +93,15 @@ typedef struct xfer {
     hx_http_resp  *r;
     hx_http_sink   sink;
     void          *ud;
-    double         t0;
-    bool           too_large, aborted, oom;
+    double         t0, t_last;  /* the request's start, the last byte's arrival (s) */
+    bool           too_large, aborted, oom, idle;
 } xfer;
 
 static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
     xfer *x = ud;
     size_t n = size * nmemb;
-    double t = (eng_now_s() - x->t0) * 1e3;
+    x->t_last = eng_now_s();
+    double t = (x->t_last - x->t0) * 1e3;
     if (x->r->first_byte_ms < 0 && n > 0) x->r->first_byte_ms = t;
     if (x->r->body.len + n > x->h->o.max_body) {
         x->too_large = true;
@@ -136,6 +137,15 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
+/* No byte for idle_s: curl's low-speed limit averages over several seconds, so a server that bursts
+ * and then goes silent would be waited for far longer; this checks the last byte's time instead. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    xfer *x = ud;
+    if (eng_now_s() - x->t_last <= x->h->o.idle_s) return 0;
+    x->idle = true;
+    return 1;
+}
+
 static hx_http_fail fail_of(CURLcode rc, const xfer *x) {
     switch (rc) {
     case CURLE_OK: return HX_HTTP_OK;
@@ -143,6 +153,7 @@ static hx_http_fail fail_of(CURLcode rc, const xfer *x) {
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY: return HX_HTTP_REFUSED;
     case CURLE_OPERATION_TIMEDOUT: return HX_HTTP_TIMEOUT;
+    case CURLE_ABORTED_BY_CALLBACK: return x->idle ? HX_HTTP_TIMEOUT : HX_HTTP_OTHER;
     case CURLE_PARTIAL_FILE:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
@@ -175,7 +186,6 @@ int hx_http_do(hx_http *h, const char *method, const char *path, const char *bod
     curl_easy_reset(c);  /* options only: the connection stays in the cache */
     xfer x = {.h = h, .r = r, .sink = sink, .ud = ud};
     char errbuf[CURL_ERROR_SIZE] = "";
-    long idle = (long)(h->o.idle_s + 0.999);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
@@ -188,8 +198,9 @@ int hx_http_do(hx_http *h, const char *method, const char *path, const char *bod
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(h->o.connect_s * 1e3));
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(h->o.timeout_s * 1e3));
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, idle > 0 ? idle : 1L);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "identity");
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -199,7 +210,7 @@ int hx_http_do(hx_http *h, const char *method, const char *path, const char *bod
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
     }
     if (strcmp(method, "GET") && strcmp(method, "POST")) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    x.t0 = eng_now_s();
+    x.t0 = x.t_last = eng_now_s();
     CURLcode rc = curl_easy_perform(c);
     r->total_ms = (eng_now_s() - x.t0) * 1e3;
     curl_off_t pre = 0;
@@ -211,10 +222,11 @@ int hx_http_do(hx_http *h, const char *method, const char *path, const char *bod
     if (r->fail == HX_HTTP_OK) return ENG_OK;
     if (r->fail == HX_HTTP_TOO_LARGE)
         snprintf(r->message, sizeof r->message, "the response body is over %zu bytes", h->o.max_body);
-    else if (r->fail == HX_HTTP_TIMEOUT && !strstr(errbuf, "Operation too slow"))
-        snprintf(r->message, sizeof r->message, "no complete response within %.0f s (%s)", h->o.timeout_s, errbuf);
+    else if (r->fail == HX_HTTP_TIMEOUT && x.idle)
+        snprintf(r->message, sizeof r->message, "the server sent nothing for %g s (%zu bytes received)", h->o.idle_s,
+                 r->body.len);
     else if (r->fail == HX_HTTP_TIMEOUT)
-        snprintf(r->message, sizeof r->message, "the server sent nothing for %ld s (%s)", idle, errbuf);
+        snprintf(r->message, sizeof r->message, "no complete response within %g s (%s)", h->o.timeout_s, errbuf);
     else
         snprintf(r->message, sizeof r->message, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
     return ENG_ERR_IO;

@@ -1033,7 +1033,9 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
     for (int k = 1; k < o->repeat && !cold[n_cold - 1].fail; k++) {
         if (!strcmp(x->cold, "salt")) fresh_salt(x, x->salt_warm, sizeof x->salt_warm, "warm");  /* an empty namespace */
         else if (!strcmp(x->cold, "reset") || !strcmp(x->cold, "flush")) cache_control(x, x->cold, msg, sizeof msg);
-        if (!strcmp(x->cold, "salt") || !strcmp(x->cold, "reset") || !strcmp(x->cold, "flush")) hx_held_clear(&x->held);
+        else if (!x->has_prev) cache_control(x, "erase", msg, sizeof msg);  /* a slot: the first request found it empty */
+        if (!strcmp(x->cold, "salt") || !strcmp(x->cold, "reset") || !strcmp(x->cold, "flush") || !x->has_prev)
+            hx_held_clear(&x->held);
         if (x->has_prev) {  /* the previous request again: the cache as the first warm run found it */
             gen_run pg;
             if ((rc = set_warm(x, &x->prev)) || (rc = generate(x, &x->prev, &pg))) goto out;
