@@ -219,6 +219,7 @@ typedef struct probe_ctx {
     hx_held              held;
     bool                 held_known;
     char                 salt_warm[64];
+    char                 no_probs[200];  /* why the server gets no request for probabilities ("": it does) */
     int64_t              salt_seq;
     /* the previous request as sent (rewarm for --repeat) */
     hx_api_req           prev;
@@ -672,7 +673,7 @@ static int build_req(probe_ctx *x, const hx_request *req, const int32_t *ids, in
     p->max_tokens = x->o->decode_n;
     p->stream = true;
     p->include_usage = true;
-    int32_t k = x->o->n_probs < 0 ? x->n_vocab : x->o->n_probs;
+    int32_t k = x->no_probs[0] ? 0 : x->o->n_probs < 0 ? x->n_vocab : x->o->n_probs;
     p->n_probs = k > 0 ? k : 0;
     p->logprobs = p->n_probs > 0;
     p->return_tokens = true;  /* llama-server: the generated ids also without probabilities */
@@ -974,6 +975,17 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
     /* 2. the warm run, through the cache as the previous requests left it */
     if ((rc = set_warm(x, &q)) || (rc = generate(x, &q, &warm[n_warm++]))) goto out;
     gen_run *w = &warm[0];
+    if (w->fail && !strcmp(w->fail, "http") && w->status == 400 && q.params.n_probs > 0 && strstr(w->msg, "logprobs")) {
+        /* llama-server: "logprobs is not supported with tools + stream": the generated tokens only, from now on */
+        snprintf(x->no_probs, sizeof x->no_probs, "the server refuses probabilities here (%.120s)", w->msg);
+        say(x, "%s: comparing the generated tokens only", x->no_probs);
+        hx_api_req_free(&q);
+        gen_run_free(w);
+        n_warm = 0;
+        if ((rc = build_req(x, req, sent.ids, sent.n, &q)) || (rc = set_warm(x, &q)) ||
+            (rc = generate(x, &q, &warm[n_warm++])))
+            goto out;
+    }
     if (w->fail) {
         row.n_prompt = prompt_count(w) > 0 ? prompt_count(w) : 0;
         note_run(x, NULL, 0, w, false);
@@ -1094,6 +1106,7 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
         snprintf(note, sizeof note, "the cold run reported %lld reused tokens: the server did not honour --cold %s, "
                  "so warm was compared with warm", (long long)cold_reused, x->cold);
     else if (!exact) snprintf(note, sizeof note, "reuse not checked: %s", why[0] ? why : "no exact token ids");
+    else if (x->no_probs[0]) snprintf(note, sizeof note, "%s: the generated tokens compared only", x->no_probs);
     else if (!cold_agree) snprintf(note, sizeof note, "the %d cold runs differ from each other: the server is not "
                                    "deterministic at this request", n_cold);
     row.note = note[0] ? note : NULL;
