@@ -14,7 +14,7 @@ BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
 OMP     ?= -fopenmp
-PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32 libcurl
+PKGS    := openblas gsl sqlite3 jansson libxxhash libpcre2-32 libmicrohttpd libcurl
 # The harness is every .c below harness/, in any sub-folder (no list to keep);
 # every harness folder is on the include path, so a header is included by its name.
 ENGINE_SRC  := $(wildcard engine/*.c engine/layers/*.c)
@@ -24,7 +24,7 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -
            -ffp-contract=off -fno-fast-math $(OMP) -g $(OPT) $(SAN) \
            -Iengine -Iengine/layers $(addprefix -I,$(HARNESS_DIRS)) -Itests/helpers -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS  := $(filter-out -lgslcblas,$(shell pkg-config --libs $(PKGS) 2>/dev/null)) -lm -lpthread
-TESTLIBS := $(shell pkg-config --libs cmocka libmicrohttpd 2>/dev/null)
+TESTLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 # The revision is compiled into harness/base/version.c alone, which is rebuilt
 # when $(BUILD)/git-rev changes, i.e. whenever HEAD moves (runs.git_rev).

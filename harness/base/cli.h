@@ -184,5 +184,6 @@ int hx_cmd_replay(int argc, char **argv);
 int hx_cmd_check(int argc, char **argv);
 int hx_cmd_experiment(int argc, char **argv);
 int hx_cmd_report(int argc, char **argv);
+int hx_cmd_serve(int argc, char **argv);
 
 #endif /* HX_CLI_H */

@@ -1,0 +1,71 @@
+/*
+ * harness/cli/cmd_serve.c: `kvreplay serve`: the engine and a cache policy
+ * behind llama-server's, OpenAI's and Anthropic's HTTP APIs (serve/serve.h),
+ * with replay's policy, quirk, normalize, align, kernel and thread options.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "serve.h"
+
+#define OPT(field) offsetof(hx_serve_opts, field)
+static const hx_option k_serve[] = {
+    {"--listen", NULL, "HOST:PORT", "where to listen (default 127.0.0.1:8080; port 0: any free port)", HX_OPT_STRING,
+     OPT(listen), 0, 0, NULL},
+    {"--api-key", NULL, "KEY", "require Authorization: Bearer KEY or x-api-key: KEY (needed to listen\n"
+     "beyond the loopback; /health and /v1/models stay open, as llama-server's)", HX_OPT_STRING, OPT(api_key), 0, 0,
+     NULL},
+    {"--alias", "-a", "NAME", "the model name responses echo when a body names none (default: the model's)",
+     HX_OPT_STRING, OPT(alias), 0, 0, NULL},
+    {"--verify", NULL, NULL, "compute every request cold too and compare (logits, decode steps, state)", HX_OPT_FLAG,
+     OPT(verify), 0, 0, NULL},
+    {"--record", NULL, "FILE", "append every served request to this transcript (v2; replay reads it)",
+     HX_OPT_STRING, OPT(record), 0, 0, NULL},
+    {"--script", NULL, "FILE", "answer the scripted conversation with this transcript's recorded turns",
+     HX_OPT_STRING, OPT(script), 0, 0, NULL},
+    {"--ctx-size", "-c", "N", "positions per sequence (default: the model's training context)", HX_OPT_INT, OPT(n_ctx),
+     1, 1 << 24, NULL},
+    {"--n-predict", "-n", "N", "tokens generated per request at most (default 256; a request's own\n"
+     "max_tokens below it wins)", HX_OPT_INT, OPT(n_predict), 1, 1 << 24, NULL},
+    {"--max-body", NULL, "BYTES", "413 for a body over this (default 33554432)", HX_OPT_INT64, OPT(max_body), 1,
+     (double)((int64_t)1 << 40), NULL},
+    {"--queue", NULL, "N", "requests that may wait for the engine (default 64; 503 beyond)", HX_OPT_INT, OPT(queue), 1,
+     1 << 20, NULL},
+    {"--timeout", NULL, "S", "close a connection silent for S seconds (default 30)", HX_OPT_INT, OPT(timeout_s), 1,
+     86400, NULL},
+    {"--max-connections", NULL, "N", "concurrent connections at most (default 256)", HX_OPT_INT, OPT(max_connections), 1,
+     1 << 16, NULL},
+    {"--port-file", NULL, "FILE", "write the bound port here once listening", HX_OPT_STRING, OPT(port_file), 0, 0,
+     NULL},
+    {0},
+};
+
+static void usage(FILE *f) {
+    hx_usage(f, "usage: kvreplay serve -m MODEL.gguf [--listen 127.0.0.1:8080] [--verify] [--record FILE]\n"
+                "                      [--script FILE] [--db OUT.sqlite] [replay's policy and engine options]\n\n"
+                "Serves llama-server's API (/completion, /tokenize, /detokenize, /apply-template, /health,\n"
+                "/props, /slots, /metrics), OpenAI's (/v1/completions, /v1/chat/completions, /v1/models) and\n"
+                "Anthropic's (/v1/messages, /v1/messages/count_tokens). Every request goes through the\n"
+                "cache policy as a replay's does; generation is greedy. SIGINT or SIGTERM finish the\n"
+                "request in progress and stop (exit 0). See docs/serve.md.\n\n"
+                "options:\n", k_serve);
+    fprintf(f, "\nreplay's options (-t, --resume, --limit, --repeat and --skip-bad do not apply; --db\n"
+               "receives one row per request; --decode N is the decode steps --verify compares):\n");
+    hx_replay_opts_help(f);
+}
+
+int hx_cmd_serve(int argc, char **argv) {
+    if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
+    hx_serve_opts o;
+    hx_serve_opts_default(&o);
+    for (int i = 1; i < argc; i++)
+        if (!hx_options_parse(k_serve, &o, argc, argv, &i) && !hx_replay_opts_parse(argc, argv, &i, &o.ro))
+            hx_bad_arg("serve", argv[i]);
+    if (o.ro.transcript_path) hx_die(HX_EXIT_USAGE, "serve: -t/--transcript does not apply (--script plays one)");
+    if (o.ro.resume || o.ro.limit || o.ro.repeat > 1 || o.ro.skip_bad)
+        hx_die(HX_EXIT_USAGE, "serve: --resume, --limit, --repeat and --skip-bad are replay's, not serve's");
+    if (!o.n_ctx) o.n_ctx = o.ro.n_ctx;
+    return hx_serve_run(&o);
+}

@@ -1,0 +1,98 @@
+/*
+ * harness/serve/metrics.c: serve's counters and their Prometheus text
+ * exposition (GET /metrics, text/plain; version=0.0.4): requests by API and
+ * status, prompt, reused and generated tokens, verified / identical /
+ * diverged requests, requests whose sampling fields greedy decoding did not
+ * honour, cancellations, refusals, scripted and side requests, departures
+ * from the script, and a histogram of the time to first token.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve_int.h"
+#include "status.h"
+#include "util.h"
+
+/* TTFT bucket bounds, seconds (the last bucket is +Inf). */
+static const double k_ttft_le[HX_TTFT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const char *const k_class[6] = {"2xx", "400", "401_404_405", "413", "503", "5xx"};
+
+void hx_metrics_init(hx_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void hx_metrics_destroy(hx_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void hx_metrics_status(hx_metrics *m, int dialect, int status) {
+    int c = status < 300 ? 0 : status == 400 ? 1 : status == 413 ? 3 : status == 503 ? 4 : status >= 500 ? 5 : 2;
+    if (dialect < 0 || dialect > 2) dialect = 0;
+    pthread_mutex_lock(&m->mu);
+    m->requests[dialect][c]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void hx_metrics_ttft(hx_metrics *m, double seconds) {
+    pthread_mutex_lock(&m->mu);
+    int b = 0;
+    while (b < HX_TTFT_BUCKETS && seconds > k_ttft_le[b]) b++;
+    m->ttft_bucket[b]++;
+    m->ttft_sum_s += seconds;
+    m->ttft_count++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void counter(eng_buf *b, const char *name, const char *help, int64_t v) {
+    eng_buf_printf(b, "# HELP kvreplay_%s %s\n# TYPE kvreplay_%s counter\nkvreplay_%s %" PRId64 "\n", name, help, name,
+                   name, v);
+}
+
+char *hx_metrics_text(hx_metrics *m) {
+    static const char *const dialects[3] = {"llama", "openai", "anthropic"};
+    eng_buf b = {0};
+    pthread_mutex_lock(&m->mu);
+    hx_metrics c = *m;  /* a consistent copy */
+    pthread_mutex_unlock(&m->mu);
+    eng_buf_printf(&b, "# HELP kvreplay_requests_total Requests answered, by API and status.\n"
+                       "# TYPE kvreplay_requests_total counter\n");
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 6; k++)
+            eng_buf_printf(&b, "kvreplay_requests_total{api=\"%s\",status=\"%s\"} %" PRId64 "\n", dialects[d],
+                           k_class[k], c.requests[d][k]);
+    counter(&b, "prompt_tokens_total", "Prompt tokens of the requests the engine ran.", c.prompt_tokens);
+    counter(&b, "reused_tokens_total", "Prompt tokens whose state came from the cache.", c.reused_tokens);
+    counter(&b, "generated_tokens_total", "Tokens generated for clients (greedy).", c.generated_tokens);
+    counter(&b, "verified_total", "Requests compared with their cold run (--verify).", c.verified);
+    counter(&b, "identical_total", "Verified requests bit-identical to cold (logits, decode steps, state).",
+            c.identical);
+    counter(&b, "diverged_total", "Verified requests that differ from cold.", c.diverged);
+    counter(&b, "sampling_not_honoured_total",
+            "Requests whose sampling fields greedy decoding does not honour (temperature > 0, penalties, ...).",
+            c.sampling_not_honoured);
+    counter(&b, "ignored_fields_total", "Requests with body fields kvreplay accepts but does not act on.",
+            c.ignored_fields);
+    counter(&b, "cancelled_total", "Requests whose client went away before the end.", c.cancelled);
+    counter(&b, "refused_queue_full_total", "Requests refused with 503: the queue was full.", c.refused_queue_full);
+    counter(&b, "scripted_total", "Requests answered with a scripted turn (--script).", c.scripted);
+    counter(&b, "side_requests_total", "Requests outside the scripted conversation, answered by the model.",
+            c.side_requests);
+    counter(&b, "script_departures_total", "Scripted requests that departed from what the script expects.",
+            c.departures);
+    eng_buf_printf(&b, "# HELP kvreplay_queue_depth Requests waiting for the engine.\n"
+                       "# TYPE kvreplay_queue_depth gauge\nkvreplay_queue_depth %" PRId64 "\n", c.queue_depth);
+    eng_buf_printf(&b, "# HELP kvreplay_ttft_seconds Time to first token, received to the prompt's last logits.\n"
+                       "# TYPE kvreplay_ttft_seconds histogram\n");
+    int64_t cum = 0;
+    for (int i = 0; i < HX_TTFT_BUCKETS; i++) {
+        cum += c.ttft_bucket[i];
+        eng_buf_printf(&b, "kvreplay_ttft_seconds_bucket{le=\"%g\"} %" PRId64 "\n", k_ttft_le[i], cum);
+    }
+    cum += c.ttft_bucket[HX_TTFT_BUCKETS];
+    eng_buf_printf(&b, "kvreplay_ttft_seconds_bucket{le=\"+Inf\"} %" PRId64 "\n", cum);
+    eng_buf_printf(&b, "kvreplay_ttft_seconds_sum %.6f\nkvreplay_ttft_seconds_count %" PRId64 "\n", c.ttft_sum_s,
+                   c.ttft_count);
+    if (!b.data) eng_buf_append(&b, "", 0);
+    return b.data;
+}

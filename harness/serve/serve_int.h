@@ -1,0 +1,180 @@
+/*
+ * harness/serve/serve_int.h: what the rooms of serve share: the server, a
+ * request in flight (a job), the queue, the recorder, the script and the
+ * counters. Internal to harness/serve/.
+ *
+ * A job is shared by the connection thread that received it and the engine
+ * worker that runs it; it is reference-counted (job_unref frees it with the
+ * last reference) and its response fields are guarded by its mutex. Its
+ * state only moves forward: QUEUED -> RUNNING -> HEADERS (the prompt is done:
+ * status and headers are known, a stream may begin) -> DONE.
+ */
+#ifndef HX_SERVE_INT_H
+#define HX_SERVE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api.h"
+#include "prepare.h"
+#include "serve.h"
+#include "session.h"
+#include "store.h"
+#include "transcript.h"
+
+// ----------------------------------------------------------------------------
+// Counters (metrics.c)
+
+#define HX_TTFT_BUCKETS 12
+
+typedef struct hx_metrics {
+    pthread_mutex_t mu;
+    int64_t requests[3][6];      /* [dialect][status class: 2xx, 400, 401/404/405, 413, 503, 5xx] */
+    int64_t prompt_tokens, reused_tokens, generated_tokens;
+    int64_t verified, identical, diverged;
+    int64_t sampling_not_honoured, ignored_fields;
+    int64_t cancelled, refused_queue_full;
+    int64_t scripted, side_requests, departures;
+    int64_t ttft_bucket[HX_TTFT_BUCKETS + 1];  /* cumulative counts are written; +Inf last */
+    double  ttft_sum_s;
+    int64_t ttft_count;
+    int64_t queue_depth;         /* gauge, set by the queue */
+} hx_metrics;
+
+void   hx_metrics_init(hx_metrics *m);
+void   hx_metrics_destroy(hx_metrics *m);
+/* One answered request: its dialect index, HTTP status. */
+void   hx_metrics_status(hx_metrics *m, int dialect, int status);
+void   hx_metrics_ttft(hx_metrics *m, double seconds);
+/* Prometheus text exposition format (malloc'd), or NULL on OOM. */
+char  *hx_metrics_text(hx_metrics *m);
+
+// ----------------------------------------------------------------------------
+// A request in flight
+
+typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_HEADERS, JOB_DONE } job_state;
+
+typedef struct hx_job {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    atomic_int      refs;         /* job_ref / job_unref (any thread, with or without mu) */
+    /* the request (set by the connection thread before it is queued, then read-only) */
+    const hx_api_route *route;
+    hx_api_req     q;            /* parsed; q.req normalized by hx_prepare */
+    hx_request     received;     /* the prompt as received, before normalization (--record, the script) */
+    hx_prepared    p;            /* rendered and tokenized */
+    char          *body;         /* exactly as received (body_len bytes) */
+    size_t         body_len;
+    char          *target;       /* the request target, path and query ("/v1/messages?beta=true") */
+    char          *headers;      /* the headers that shape the prompt or the session, canonical JSON */
+    int64_t        seq;          /* the server's request number */
+    double         t_received;   /* eng_now_s() when the body was complete */
+    atomic_bool    cancelled;    /* the client went away */
+    /* the response (guarded by mu) */
+    job_state      state;
+    int            status;       /* HTTP status */
+    hx_api_error   err;          /* the error when status >= 400 */
+    hx_api_result  res;
+    hx_api_stream  stream;       /* streamed responses: the SSE bytes the worker appends */
+    eng_buf        out;          /* bytes to send: the whole body, or the stream so far */
+    size_t         sent;         /* bytes of out handed to the connection */
+    char           h_reused[24], h_prompt[24], h_identical[16], h_session[96], h_script[200];
+    char           log[512];     /* the request's log line, written by the worker */
+} hx_job;
+
+hx_job *job_new(void);                 /* refs 1; NULL on OOM */
+void    job_ref(hx_job *j);
+void    job_unref(hx_job *j);          /* frees with the last reference */
+
+// ----------------------------------------------------------------------------
+// The recorder (record.c): served requests appended to a transcript v2 file
+
+typedef struct hx_recorder hx_recorder;
+
+/* Opens path for appending; a file that exists is read (its sessions
+ * continue; a torn last line left by a crash is cut off, said on stderr).
+ * ENG_OK, or an error with a message (exit 2 for a bad file). */
+int  hx_recorder_open(const char *path, const char *header_json, hx_recorder **out, char *err, size_t errlen);
+void hx_recorder_close(hx_recorder *r);
+/* The session and turn of a request, by the importers' session key
+ * (normalized system + first message): "serve-K" and the session's next
+ * turn. Raw prompt and token requests share session "serve-raw". The
+ * assignment is kept (with the request, for compact lines) by hx_recorder_add. */
+int  hx_recorder_assign(hx_recorder *r, const hx_request *q, char **session, int32_t *turn);
+/* Appends q (its session and turn assigned, its response and usage set, its
+ * `served` set) as one line, fsync'd: a crash loses at most the line in
+ * flight. When the recorder has no file, only the session bookkeeping. */
+int  hx_recorder_add(hx_recorder *r, const hx_request *q, char *err, size_t errlen);
+
+// ----------------------------------------------------------------------------
+// The script (script.c)
+
+typedef struct hx_script hx_script;
+
+int  hx_script_open(const char *path, hx_script **out, char *err, size_t errlen);
+void hx_script_close(hx_script *s);
+/* Which scripted turn answers q: ENG_OK with *turn the script's request (its
+ * response the turn to play) and *departure (buf) where q leaves what the
+ * script expects ("" when it follows it); *turn NULL for a side request (not
+ * the scripted conversation: answered by the model) or when the script is
+ * played out (*exhausted). */
+int  hx_script_next(hx_script *s, const hx_request *q, const hx_request **turn, int32_t *index, bool *exhausted,
+                    char *departure, size_t cap);
+int32_t hx_script_length(const hx_script *s);
+
+// ----------------------------------------------------------------------------
+// The server
+
+typedef struct hx_server {
+    const hx_serve_opts *o;
+    hx_session        *session;      /* the engine: used by the worker only (and erase, under engine_mu) */
+    pthread_mutex_t    engine_mu;
+    const eng_tokenizer *tok;
+    hx_prepare_ctx    *pc;           /* read-only after start: shared by every connection thread */
+    int32_t            n_ctx;
+    int32_t            n_vocab;
+    hx_store          *store;
+    int64_t            run_id;
+    hx_recorder       *rec;
+    hx_script         *script;
+    hx_metrics         metrics;
+    hx_api_info        info;         /* /props, /v1/models */
+    char               build_info[64], bos[64], eos[64];
+    /* the slots as the worker last saw them (GET /slots) */
+    pthread_mutex_t    slots_mu;
+    hx_api_slot       *slots;
+    int32_t            n_slots;
+    /* the queue */
+    pthread_mutex_t    q_mu;
+    pthread_cond_t     q_cv;
+    hx_job           **ring;
+    int32_t            q_cap, q_head, q_len;
+    bool               stopping;     /* no new request is queued; the queued ones are refused */
+    pthread_t          worker;
+    bool               worker_started;
+    int64_t            n_engine;     /* engine requests so far (req_index) */
+    int64_t            n_seq;        /* requests received so far */
+    int32_t            eos_id, eot_id;
+    int32_t            byte_tok;     /* an SPM byte token that stops the dummy-prefix strip (-1: none) */
+    atomic_bool        said_diverged;
+    atomic_int         n_answering;  /* generations whose answer is still being sent */
+} hx_server;
+
+/* worker.c */
+int  hx_worker_start(hx_server *s, char *err, size_t errlen);
+/* Queues j (taking a reference); false when the queue is full or stopping. */
+bool hx_worker_submit(hx_server *s, hx_job *j);
+/* Stops taking requests, refuses the queued ones (503), finishes the one in
+ * progress and joins the worker. */
+void hx_worker_stop(hx_server *s);
+/* A token's bytes as they appear in generated text (no SPM dummy-prefix
+ * strip), into buf (cap); the length, or -1 when it does not fit. */
+int64_t hx_token_bytes(const hx_server *s, int32_t id, char *buf, size_t cap);
+
+/* serve.c: the dialect index of a route (for the metrics), the error of a
+ * job answered from the worker. */
+int  hx_serve_dialect_index(const hx_api_dialect *d);
+
+#endif /* HX_SERVE_INT_H */
