@@ -15,8 +15,14 @@
  *   refused connection (nothing listening).
  * A correct server gives exit 0 with every row identical and reuse as
  * expected; each fault gives exit 1, the row that says what happened, and
- * never a crash or a hang. Also: the caps of every engine's rule
- * (probe/reuse.c), JSON spans and the bit comparison (probe/bits.c).
+ * never a crash or a hang. Then against `kvreplay serve` itself, on
+ * loopback: 100% identical under align chunk with reuse reported == expected,
+ * and the three faults planted in serve caught: --inject-fault report-cached
+ * (reports one token more than it reused), --inject-fault kv-row (a stale KV
+ * row on reuse; with --verify, which plants it) and --quirk system-blind
+ * (reuses the cached KV across a changed system prompt). Also: the caps of
+ * every engine's rule (probe/reuse.c), JSON spans and the bit comparison
+ * (probe/bits.c).
  * Fixtures: the tiny synthetic model (byte vocabulary, V = 259) as -m, and a
  * seeded 3-request extend transcript (each request extends the previous).
  */
@@ -39,9 +45,11 @@
 #include "api.h"
 #include "bits.h"
 #include "fixtures.h"
+#include "runcli.h"
 #include "policy.h"
 #include "probe.h"
 #include "reuse.h"
+#include "served.h"
 #include "sqlq.h"
 #include "status.h"
 
@@ -64,7 +72,7 @@ static struct {
     volatile int       stopping;
 } g_srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static char g_dir[64], g_model[160], g_tr[160], g_db[160];
+static char g_dir[64], g_model[160], g_tr[160], g_db[160], g_agent[160];
 
 typedef struct conn {
     eng_buf body;
@@ -273,6 +281,26 @@ static int setup(void **state) {
     if (fx_dir(g_dir, "kvr_probe")) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
     snprintf(g_tr, sizeof g_tr, "%s/t.jsonl", g_dir);
+    /* Claude Code's shape, small: the billing header with a fresh cch= on every request, then a growing
+     * conversation (seeds/001) */
+    snprintf(g_agent, sizeof g_agent, "%s/agent.jsonl", g_dir);
+    FILE *f = fopen(g_agent, "w");
+    if (!f) return -1;
+    static const char *const cch[] = {"a5145", "4a1a8", "0c3d2"};
+    char msgs[4096] = "";
+    for (int t = 0; t < 3; t++) {
+        char add[600];
+        snprintf(add, sizeof add, "%s{\"role\":\"user\",\"content\":\"Step %d: list the files of the project "
+                 "and say which of them changed since the last commit, then explain why.\"}", t ? "," : "", t);
+        strcat(msgs, add);
+        fprintf(f, "{\"v\":1,\"session\":\"cc\",\"turn\":%d,\"system\":[{\"type\":\"text\",\"text\":"
+                "\"x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=%s;\"},{\"type\":"
+                "\"text\",\"text\":\"You are a coding agent. Read files, run commands and answer briefly.\"}],"
+                "\"messages\":[%s],\"response\":\"Done with step %d.\"}\n", t, cch[t], msgs, t);
+        snprintf(add, sizeof add, ",{\"role\":\"assistant\",\"content\":\"Done with step %d.\"}", t);
+        strcat(msgs, add);
+    }
+    fclose(f);
     return fx_tiny_model(g_model, 4) || fx_transcript(g_tr, HX_SYNTH_EXTEND, 5, 3, 300) ? -1 : 0;
 }
 
@@ -281,15 +309,15 @@ static int teardown(void **state) {
     return fx_rm(g_dir);
 }
 
-static int probe(const char *name, int port, hx_probe_summary *sum, int repeat) {
+static int probe_api(const char *name, int port, hx_probe_summary *sum, int repeat, const char *api, const char *tr) {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     snprintf(g_db, sizeof g_db, "%s/%s.sqlite", g_dir, name);
     hx_probe_opts o;
     hx_probe_opts_default(&o);
     o.server = url;
-    o.api = "llama";
-    o.transcript_path = g_tr;
+    o.api = api;
+    o.transcript_path = tr;
     o.db_path = g_db;
     o.model_path = g_model;
     o.n_probs = 5;
@@ -299,6 +327,10 @@ static int probe(const char *name, int port, hx_probe_summary *sum, int repeat) 
     o.timeout_s = 20;
     o.quiet = true;
     return hx_probe_run(&o, sum);
+}
+
+static int probe(const char *name, int port, hx_probe_summary *sum, int repeat) {
+    return probe_api(name, port, sum, repeat, "llama", g_tr);
 }
 
 /* Runs the probe against the fake in mode m; the exit code. */
@@ -447,6 +479,83 @@ static void a_refused_connection_is_recorded_and_stops(void **state) {
 }
 
 // ----------------------------------------------------------------------------
+// kvreplay serve on loopback, and the faults planted in it
+
+/* Starts kvreplay serve on the tiny model with flags (NULL-terminated), probes it through api with
+ * transcript tr; the exit code. */
+static int probe_serve(const char *name, const char *api, const char *tr, const char *const *flags,
+                       hx_probe_summary *sum) {
+    const char *args[16] = {"-m", g_model, "--policy", "slot-lcp", "--align", "chunk", "-c", "8192"};
+    int k = 8;
+    for (int i = 0; flags && flags[i]; i++) args[k++] = flags[i];
+    args[k] = NULL;
+    served sv;
+    if (served_start(&sv, g_dir, name, args)) fail_msg("kvreplay serve did not start");
+    char pname[96];
+    snprintf(pname, sizeof pname, "%s-probe", name);  /* serve writes its own rows to NAME.sqlite */
+    int code = probe_api(pname, sv.port, sum, 1, api, tr);
+    assert_int_equal(served_stop(&sv), 0);
+    return code;
+}
+
+static void serve_is_identical_with_reuse_as_expected(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    hx_probe_summary s;
+    /* token ids on /completion, and the messages on /v1/messages (kvreplay's rendering, read back) */
+    assert_int_equal(probe_serve("serve-llama", "llama", g_tr, NULL, &s), 0);
+    assert_int_equal(s.n_identical, 3);
+    assert_int_equal(s.n_reuse_checked, 3);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported = reuse_expected AND logits_equal = 1 AND "
+                       "json_equal = 1 AND decode_equal = 1"), 3);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE req_index > 0 AND reuse_expected > 512 AND "
+                       "reuse_expected % 64 = 0"), 2);  /* serve's grid: reuse floored to C = 64 */
+    assert_int_equal(q("SELECT count(*) FROM runs WHERE server_engine = 'kvreplay' AND "
+                       "json_extract(server_info, '$.props.kvreplay.align') = 'chunk'"), 1);
+    const char *norm[] = {"--normalize", "anthropic-cch", NULL};
+    assert_int_equal(probe_serve("serve-anthropic", "anthropic", g_agent, norm, &s), 0);
+    assert_int_equal(s.n_identical, 3);
+    assert_int_equal(s.n_reuse_checked, 3);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported = reuse_expected AND logits_equal = 1"), 3);
+}
+
+static void serve_misreporting_its_cache_is_caught(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    const char *flags[] = {"--inject-fault", "report-cached", NULL};
+    hx_probe_summary s;
+    assert_int_equal(probe_serve("serve-report", "llama", g_tr, flags, &s), 1);
+    assert_int_equal(s.n_reuse_more, 2);
+    assert_int_equal(s.n_identical, 3);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported = reuse_expected + 1"), 2);
+}
+
+static void serve_with_a_stale_kv_row_is_caught(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    /* serve's 3rd generation is probe's warm run of request 1 (each request: warm, then cold) */
+    const char *flags[] = {"--verify", "--inject-fault", "kv-row", "--fault-request", "2", NULL};
+    hx_probe_summary s;
+    assert_int_equal(probe_serve("serve-kvrow", "llama", g_tr, flags, &s), 1);
+    assert_int_equal(s.n_diverged, 1);
+    assert_int_equal(s.n_reuse_less + s.n_reuse_more, 0);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE req_index = 1 AND logits_equal = 0 AND json_equal = 0"), 1);
+}
+
+static void serve_reusing_across_a_changed_system_prompt_is_caught(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    const char *flags[] = {"--quirk", "system-blind", NULL};
+    hx_probe_summary s;
+    /* every request's cch= differs: a correct server reuses nothing of the system prompt */
+    assert_int_equal(probe_serve("serve-blind", "anthropic", g_agent, flags, &s), 1);
+    assert_int_equal(s.n_reuse_more, 2);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE req_index > 0 AND reuse_reported > reuse_expected"), 2);
+    /* and without the quirk the same transcript holds */
+    assert_int_equal(probe_serve("serve-blind-off", "anthropic", g_agent, NULL, &s), 0);
+}
+
+// ----------------------------------------------------------------------------
 // The parts: every engine's cap, JSON spans, the bit comparison
 
 static void each_engine_caps_reuse_its_own_way(void **state) {
@@ -554,6 +663,10 @@ int main(void) {
         cmocka_unit_test(a_silent_server_times_out),
         cmocka_unit_test(a_server_lying_about_its_model_is_recorded),
         cmocka_unit_test(a_refused_connection_is_recorded_and_stops),
+        cmocka_unit_test(serve_is_identical_with_reuse_as_expected),
+        cmocka_unit_test(serve_misreporting_its_cache_is_caught),
+        cmocka_unit_test(serve_with_a_stale_kv_row_is_caught),
+        cmocka_unit_test(serve_reusing_across_a_changed_system_prompt_is_caught),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -228,6 +228,8 @@ typedef struct hx_api_info {
     const hx_api_slot *slots;         /* (n_slots) GET /slots */
     int32_t            n_slots;
     int64_t            n_erased;      /* POST /slots/ID?action=erase: tokens erased */
+    const char        *cache_json;    /* kvreplay serve: its cache rule as a JSON object ({"policy", "quirks",
+                                         "normalize", "align", "chunk", "cap_prompt"}), /props' "kvreplay"; NULL */
 } hx_api_info;
 
 typedef struct hx_api_result {

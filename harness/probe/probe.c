@@ -1126,13 +1126,21 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
     } else {
         x->sum->n_reuse_unknown++;
     }
-    if (!identical)
-        fprintf(stderr, "kvreplay probe: %s turn %d: warm DIFFERS from cold: first position rank %lld, cold %a, warm "
-                "%a (%llu ULP)%s; %s %d\n", req->session, req->turn, (long long)cmp.first.first_diff,
-                (double)cmp.first.a_first, (double)cmp.first.b_first, (unsigned long long)cmp.first.ulp_first,
-                cmp.json_equal == 0 ? ", JSON text differs" : "",
-                cmp.fork >= 0 ? "the greedy continuations fork at step" : "the continuations do not fork; steps",
-                cmp.fork >= 0 ? cmp.fork : cmp.n_steps);
+    if (!identical) {
+        char what[300];
+        if (cold_reused > 0) snprintf(what, sizeof what, "the cold run reused %lld tokens", (long long)cold_reused);
+        else if (!cmp.first.equal)
+            snprintf(what, sizeof what, "first position, candidate %lld: cold %a, warm %a (%llu ULP)%s",
+                     (long long)cmp.first.first_diff, (double)cmp.first.a_first, (double)cmp.first.b_first,
+                     (unsigned long long)cmp.first.ulp_first, cmp.json_equal == 0 ? ", JSON text differs" : "");
+        else if (cmp.json_equal == 0) snprintf(what, sizeof what, "first position: the JSON text differs, not the bits");
+        else snprintf(what, sizeof what, "the first position is identical");
+        char fork[96] = "";
+        if (cmp.fork >= 0) snprintf(fork, sizeof fork, "; the greedy continuations fork at step %d", cmp.fork);
+        else if (!cmp.decode_equal) snprintf(fork, sizeof fork, "; a later position's probabilities differ");
+        fprintf(stderr, "kvreplay probe: %s turn %d: warm DIFFERS from cold: %s%s\n", req->session, req->turn, what,
+                fork);
+    }
     if (exact && reported >= 0 && reported != expected)
         fprintf(stderr, "kvreplay probe: %s turn %d: reused %lld tokens, %s than the %lld expected (%s, %s)\n",
                 req->session, req->turn, (long long)reported, reported < expected ? "LESS" : "MORE",
