@@ -28,13 +28,10 @@
  * of their generator arguments. Every run shares one cold-result cache: the
  * cold run of an identical prompt under identical numerics is computed once.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <math.h>
@@ -240,30 +237,22 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
 // ----------------------------------------------------------------------------
 // Probe runs: a live server (kvreplay serve started here, or a URL)
 
-/* A free loopback port (bound and released: the child binds it a moment later). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof sa;
-    int port = -1;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &n))
-        port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
-/* Starts `kvreplay serve ARGS --listen 127.0.0.1:PORT` (this binary), its output in log, and waits
- * until GET /health answers 200 (60 s at most). The child's pid, or -1 with err. */
-static pid_t start_serve(char **args, int n, int port, const char *log, char *err, size_t errlen) {
-    char listen[64];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+/* Starts `kvreplay serve ARGS --listen 127.0.0.1:0 --port-file PF` (this binary), its output in log,
+ * and waits for the port it bound and for GET /health to answer 200 (60 s at most). The child's pid
+ * and *port, or -1 with err. */
+static pid_t start_serve(char **args, int n, const char *log, int *port, char *err, size_t errlen) {
+    char pf[900];
+    snprintf(pf, sizeof pf, "%s.port", log);
+    unlink(pf);
     char *argv[MAX_ARGS + 8];
     int k = 0;
     argv[k++] = "kvreplay";
     argv[k++] = "serve";
     for (int i = 0; i < n; i++) argv[k++] = args[i];
     argv[k++] = "--listen";
-    argv[k++] = listen;
+    argv[k++] = "127.0.0.1:0";
+    argv[k++] = "--port-file";
+    argv[k++] = pf;
     argv[k] = NULL;
     pid_t pid = fork();
     if (pid < 0) {
@@ -276,27 +265,36 @@ static pid_t start_serve(char **args, int n, int port, const char *log, char *er
         execv("/proc/self/exe", argv);
         _exit(127);
     }
-    char url[96];
-    snprintf(url, sizeof url, "http://%s", listen);
-    hx_http_opts ho;
-    hx_http_opts_default(&ho);
-    ho.timeout_s = 2;
-    hx_http *h = hx_http_new(url, &ho);
-    for (int i = 0; h && i < 600; i++) {
-        hx_http_resp r;
-        int rc = hx_http_do(h, "GET", "/health", NULL, 0, NULL, NULL, &r);
-        long st = r.status;
-        hx_http_resp_free(&r);
-        if (rc == ENG_OK && st == 200) {
-            hx_http_free(h);
-            return pid;
-        }
+    hx_http *h = NULL;
+    for (int i = 0; i < 600; i++) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             hx_http_free(h);
             eng_errf(err, errlen, "kvreplay serve exited before it answered /health (exit %d; its log: %s)",
                      WIFEXITED(status) ? WEXITSTATUS(status) : -1, log);
             return -1;
+        }
+        if (!h) {
+            FILE *f = fopen(pf, "r");
+            if (f && fscanf(f, "%d", port) == 1 && *port > 0) {
+                char url[64];
+                snprintf(url, sizeof url, "http://127.0.0.1:%d", *port);
+                hx_http_opts ho;
+                hx_http_opts_default(&ho);
+                ho.timeout_s = 2;
+                h = hx_http_new(url, &ho);
+            }
+            if (f) fclose(f);
+        }
+        if (h) {
+            hx_http_resp r;
+            int rc = hx_http_do(h, "GET", "/health", NULL, 0, NULL, NULL, &r);
+            long st = r.status;
+            hx_http_resp_free(&r);
+            if (rc == ENG_OK && st == 200) {
+                hx_http_free(h);
+                return pid;
+            }
         }
         usleep(100000);
     }
@@ -401,7 +399,7 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
         if (serve) {
             printf("kvreplay serve");
             for (int i = 0; i < sargc; i++) printf(" %s", sargv[i]);
-            printf(" --listen 127.0.0.1:PORT &\n");
+            printf(" --listen 127.0.0.1:0 --port-file F &   # PORT: what F says\n");
         }
         printf("kvreplay probe --server %s -t %s -o %s%s%s", serve ? "http://127.0.0.1:PORT" : url, tr_path, db,
                mid ? " -m " : "", mid ? model_path : "");
@@ -415,9 +413,8 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
         snprintf(logdir, sizeof logdir, "%s/logs", x->cache_root);
         mkdirs(logdir);
         snprintf(log, sizeof log, "%s/serve-%s-%zu.log", logdir, exp_name, ri);
-        int port = free_port();
-        if (port < 0 || (pid = start_serve(sargv, sargc, port, log, err, errlen)) < 0) {
-            if (port < 0) eng_errf(err, errlen, "no free loopback port for kvreplay serve");
+        int port = -1;
+        if ((pid = start_serve(sargv, sargc, log, &port, err, errlen)) < 0) {
             code = HX_EXIT_INTERNAL;
             goto out;
         }
