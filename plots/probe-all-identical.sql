@@ -9,7 +9,7 @@ WITH per AS (SELECT run_id, min(vorder) AS vo, min(label) AS label,
                     sum(verified = 1 AND error IS NULL AND logits_equal = 1 AND decode_equal = 1
                         AND fork_step IS NULL AND coalesce(json_equal, 1) = 1) AS n_id,
                     sum(error IS NULL AND reuse_reported IS NOT NULL AND reuse_expected IS NOT NULL) AS n_chk,
-                    sum(error IS NULL AND reuse_reported = reuse_expected) AS n_ok
+                    coalesce(sum(error IS NULL AND reuse_reported = reuse_expected), 0) AS n_ok
              FROM req GROUP BY run_id),
 g AS (SELECT *, row_number() OVER (ORDER BY vo) - 1 AS gi FROM per),
 k(kind, o) AS (VALUES ('bit-identical', 0), ('reuse as expected', 1))

@@ -5,8 +5,8 @@ WITH per AS (SELECT run_id, min(vorder) AS vo, min(label) AS v,
                     sum(error IS NULL AND verified = 1 AND logits_equal = 1 AND decode_equal = 1 AND fork_step IS NULL
                         AND coalesce(json_equal, 1) = 1) AS ident,
                     sum(error IS NULL AND reuse_reported IS NOT NULL AND reuse_expected IS NOT NULL) AS chk,
-                    sum(error IS NULL AND reuse_reported < reuse_expected) AS less,
-                    sum(error IS NULL AND reuse_reported > reuse_expected) AS more,
+                    coalesce(sum(error IS NULL AND reuse_reported < reuse_expected), 0) AS less,
+                    coalesce(sum(error IS NULL AND reuse_reported > reuse_expected), 0) AS more,
                     1.0 * sum(CASE WHEN error IS NULL THEN reuse_reported END)
                         / nullif(sum(CASE WHEN error IS NULL AND reuse_reported IS NOT NULL THEN n_prompt END), 0) AS rf,
                     1.0 * sum(CASE WHEN error IS NULL AND reuse_reported IS NOT NULL THEN reuse_expected END)

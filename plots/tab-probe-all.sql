@@ -9,9 +9,9 @@ WITH per AS (SELECT run_id, min(vorder) AS vo, min(label) AS label, count(*) AS 
                     sum(error IS NULL AND verified = 1) AS cmp,
                     sum(error IS NULL AND verified = 1 AND logits_equal = 1 AND decode_equal = 1 AND fork_step IS NULL
                         AND coalesce(json_equal, 1) = 1) AS ident,
-                    sum(error IS NULL AND reuse_reported = reuse_expected) AS eq,
-                    sum(error IS NULL AND reuse_reported < reuse_expected) AS less,
-                    sum(error IS NULL AND reuse_reported > reuse_expected) AS more,
+                    coalesce(sum(error IS NULL AND reuse_reported = reuse_expected), 0) AS eq,
+                    coalesce(sum(error IS NULL AND reuse_reported < reuse_expected), 0) AS less,
+                    coalesce(sum(error IS NULL AND reuse_reported > reuse_expected), 0) AS more,
                     sum(error IS NULL AND (reuse_reported IS NULL OR reuse_expected IS NULL)) AS unchecked,
                     sum(error IS NOT NULL) AS failed
              FROM req GROUP BY run_id)
