@@ -375,7 +375,7 @@ static int read_completion(const hx_api_route *rt, const char *body, size_t n, h
 
 static int stream_read_completion(hx_api_reader *rd, const hx_sse_event *ev) {
     json_error_t je;
-    json_t *j = json_loadb(ev->data, ev->n, 0, &je);
+    json_t *j = json_loadb(ev->data, ev->n, JSON_ALLOW_NUL, &je);  /* a token may be "\u0000" */
     if (!j) {
         rd->failed = true;
         return hx_api_errf(rd->e, HX_API_ERR_INVALID, NULL, "an event that is not JSON: %.80s", ev->data);

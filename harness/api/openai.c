@@ -1027,7 +1027,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
         return chat ? flush_chat(rd) : ENG_OK;
     }
     json_error_t je;
-    json_t *j = json_loadb(ev->data, ev->n, 0, &je);
+    json_t *j = json_loadb(ev->data, ev->n, JSON_ALLOW_NUL, &je);  /* a token may be "\u0000" */
     if (!json_is_object(j)) {
         json_decref(j);
         rd->failed = true;
