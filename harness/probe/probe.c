@@ -100,6 +100,7 @@ void hx_probe_opts_default(hx_probe_opts *o) {
     o->repeat = 1;
     o->id_slot = 0;
     o->cap_prompt = -1;
+    o->reports_reuse = -1;
     o->timeout_s = 600;
     o->idle_s = 60;
 }
@@ -111,6 +112,12 @@ static void parse_n_probs(const char *flag, const char *v, void *field) {
 static void parse_cap(const char *flag, const char *v, void *field) {
     if (strcmp(v, "on") && strcmp(v, "off")) hx_die(HX_EXIT_USAGE, "%s: expected on or off, got '%s'", flag, v);
     *(int32_t *)field = !strcmp(v, "on");
+}
+
+static void parse_reports(const char *flag, const char *v, void *field) {
+    if (strcmp(v, "yes") && strcmp(v, "no") && strcmp(v, "auto"))
+        hx_die(HX_EXIT_USAGE, "%s: expected yes, no or auto, got '%s'", flag, v);
+    *(int32_t *)field = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -1;
 }
 
 #define OPT(f) offsetof(hx_probe_opts, f)
@@ -141,6 +148,10 @@ static const hx_option k_options[] = {
      "chunk; default: from its identity, else the engine's default)", HX_OPT_INT, OPT(grid), 0, 1 << 20, NULL},
     {"--cap-prompt", NULL, "on|off", "the server caps reuse at the cached prompt's length (default: kvreplay on)",
      HX_OPT_CUSTOM, OPT(cap_prompt), 0, 0, parse_cap},
+    {"--reports-reuse", NULL, "yes|no|auto", "yes: a response without a cached-token count reused nothing (vLLM with\n"
+     "--enable-prompt-tokens-details, SGLang with --enable-cache-report leave it out at 0); no:\n"
+     "its reuse is unknown; auto (default): as the server's identity says (SGLang's)", HX_OPT_CUSTOM,
+     OPT(reports_reuse), 0, 0, parse_reports},
     {"--model-name", NULL, "NAME", "\"model\" in every body (default: the first model the server lists)",
      HX_OPT_STRING, OPT(model_name), 0, 0, NULL},
     {"--api-key", NULL, "KEY", "sent as Authorization: Bearer and x-api-key", HX_OPT_STRING, OPT(api_key), 0, 0, NULL},
@@ -1175,12 +1186,12 @@ out:
 
 static json_t *opts_json(const probe_ctx *x) {
     const hx_probe_opts *o = x->o;
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:b, s:f, s:f, s:i}", "api",
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:f, s:f, s:i}", "api",
                      o->api, "route", x->route == ROUTE_TOKENS ? "tokens" : "chat", "path", x->rt->path, "cold",
                      x->cold, "engine", hx_engine_name(x->rule.engine), "model", x->model_send, "normalize",
                      o->normalize && o->normalize[0] ? o->normalize : NULL, "n_probs", o->n_probs, "decode",
                      o->decode_n, "repeat", o->repeat, "slot", o->id_slot, "grid", x->rule.grid, "cap_prompt",
-                     x->rule.cap_prompt, "timeout", o->timeout_s, "idle_timeout", o->idle_s, "limit", o->limit);
+                     x->rule.cap_prompt, "absent_reuse_is_zero", x->id.absent_is_zero, "timeout", o->timeout_s, "idle_timeout", o->idle_s, "limit", o->limit);
 }
 
 static void remove_db(const char *path) {
@@ -1267,6 +1278,7 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     if (o->cap_prompt >= 0) x.rule.cap_prompt = o->cap_prompt;
     else if (x.id.cap_prompt >= 0) x.rule.cap_prompt = x.id.cap_prompt;
     if (!x.n_vocab) x.n_vocab = x.id.n_vocab;
+    if (o->reports_reuse >= 0) x.id.absent_is_zero = o->reports_reuse == 1;
     if (o->n_probs < 0 && x.n_vocab <= 0) {
         fprintf(stderr, "kvreplay: --n-probs all: the vocabulary size is unknown (give -m, or a server whose "
                 "/v1/models says n_vocab)\n");

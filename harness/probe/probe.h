@@ -68,6 +68,9 @@ typedef struct hx_probe_opts {
                                     chunk); 0: from the server's identity */
     int32_t     cap_prompt;      /* reuse capped at the cached entry's prompt length (kvreplay): 1, 0, or -1
                                     from the server's identity */
+    int32_t     reports_reuse;   /* 1: an absent cached-token count means 0 (vLLM --enable-prompt-tokens-details
+                                    and SGLang --enable-cache-report leave it out at 0); 0: absent is unknown;
+                                    -1 (default): from the server's identity (SGLang's enable_cache_report) */
     double      timeout_s;       /* one exchange */
     double      idle_s;          /* no byte for this long: a timeout */
     int32_t     limit;           /* at most this many requests (0: all) */
