@@ -1256,6 +1256,14 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
         if (x.pc_norm) hx_prepare_ctx_set_source(x.pc_norm, o->transcript_path);
     }
 
+    /* the results database, before the server is asked anything (a bad path is a usage error) */
+    if (!o->db_path) snprintf(tmpdb, sizeof tmpdb, "/tmp/kvreplay-probe-%ld.sqlite", (long)getpid());
+    const char *db = o->db_path ? o->db_path : tmpdb;
+    if ((rc = hx_store_open(db, &x.store, err, sizeof err)) != ENG_OK) {
+        fprintf(stderr, "kvreplay: %s\n", err);
+        code = rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED || rc == ENG_ERR_ARG ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
+        goto done;
+    }
     /* the server: its identity, its rule, the route and the cold method */
     hx_http_opts ho;
     hx_http_opts_default(&ho);
@@ -1329,13 +1337,6 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     }
 
     /* the run */
-    if (!o->db_path) snprintf(tmpdb, sizeof tmpdb, "/tmp/kvreplay-probe-%ld.sqlite", (long)getpid());
-    const char *db = o->db_path ? o->db_path : tmpdb;
-    if ((rc = hx_store_open(db, &x.store, err, sizeof err)) != ENG_OK) {
-        fprintf(stderr, "kvreplay: %s\n", err);
-        code = rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED || rc == ENG_ERR_ARG ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
-        goto done;
-    }
     json_object_set_new(x.id.info, "engine", json_string(hx_engine_name(x.id.engine)));
     info_s = hx_json_canonical(x.id.info);
     oj = opts_json(&x);
