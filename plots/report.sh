@@ -91,6 +91,7 @@ figorder() {
     seed004) echo "seed004-reuse seed004-ttft" ;;
     policies) echo "policies-overview policies-identical" ;;
     quirks) echo "quirks-vllm40696 quirks-sglang16521 quirks-sglang34683" ;;
+    probe-seed003) echo "$1-identical $1-reuse $1-ttft" ;;
     probe-*) echo "$1-reuse $1-identical $1-ttft" ;;
     esac
 }
@@ -291,6 +292,23 @@ and the share whose reuse was as expected; `probe-seed001-ttft` the time to
 first token of both runs. Without `KVREPLAY_LLAMA_0949` and
 `KVREPLAY_LLAMA_C807` set to the two servers' URLs (`make demo`) only the
 serve variants run.
+EOF
+        ;;
+    probe-seed003) cat <<'EOF'
+Issue report `seeds/003` (squish PR #188) black-box, with `kvreplay probe` (docs/probe.md):
+the same prompts, a static context of about 1250 tokens of stories260K's vocabulary and a
+different short question per request, sent as token ids through llama-server's `/completion`
+to `kvreplay serve --align none` (the suffix after a reuse prefilled in 512-token ubatches
+counted from the reuse point, as llama.cpp does) and `--align chunk` (the 64-token grid), and
+to a real llama-server built at 0949beb5a3fc, started as `llama-server -m stories260K.gguf
+-np 1 --cache-ram 0 --cache-reuse 0` at its default batch sizes (`-b 2048 -ub 512`). Each
+request runs warm (through the server's cache: it reuses the context) and cold (`cache_prompt:
+false`); the whole vocabulary's log-probabilities (`--n-probs all`, 512 candidates) are compared
+at each of the 40 generated positions, as float bits and as the JSON text the server wrote.
+`probe-seed003-identical` shows the share of bit-identical requests per server, `probe-seed003-reuse`
+the reuse (floored to the grid under align chunk, the whole context otherwise), `probe-seed003-ttft`
+the time to first token. Without `KVREPLAY_LLAMA_STORIES` set to the server's URL (`make demo`)
+only the serve variants run.
 EOF
         ;;
     probe-*) printf 'Experiment `%s`: `kvreplay probe` of live servers (docs/probe.md).\n' "$1" ;;
