@@ -1,6 +1,8 @@
 # kvreplay: plain GNU Makefile.
 #   make          build/kvreplay
-#   make test     build and run every tests/test_*.c (cmocka)
+#   make test     build and run every tests/test_*.c (cmocka), then the real clients (quick) when npm is reachable
+#   make test-clients  the real clients in full (a scripted Claude Code session included)
+#   make test-serve-soak  serve's 1,000-request RSS soak and its 200 requests under ASan
 #   make asan     the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     libFuzzer targets (tests/fuzz/) with clang, ASan + UBSan, FUZZ_S seconds each (default 60)
 #   make bench    engine and checkpoint benchmarks (figures, not tests)
@@ -37,7 +39,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 
-.PHONY: all test asan fuzz fuzz-seeds bench demo plots clean deps
+.PHONY: all test test-clients test-serve-soak asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
 
@@ -63,11 +65,25 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(BUILD)/libkvreplay.a
 $(BUILD)/tests/test_fuzz_corpus: $(BUILD)/obj/tests/fuzz/targets.o
 
 # The test runner needs the CLI too (integration tests call build/kvreplay).
+# Its last step: the real clients (tests/clients/run.sh --quick: the openai and
+# Anthropic SDKs, curl, Claude Code and Qwen Code against kvreplay serve) when
+# npm is reachable, time-boxed; it skips with one message otherwise.
 test: $(BUILD)/kvreplay $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+	@KVR_SKIP_CLIENTS=$(KVR_SKIP_CLIENTS) timeout 600 sh tests/clients/run.sh $(BUILD)/kvreplay --quick || { echo "test-clients: failed or timed out" >&2; exit 1; }
+
+# The real clients in full: the above and a scripted Claude Code session,
+# recorded, verified and replayed (several minutes; README, "Real clients").
+test-clients: $(BUILD)/kvreplay
+	@sh tests/clients/run.sh $(BUILD)/kvreplay
+
+# serve's long runs: 1,000 requests (RSS after 1,000 <= 1.1x RSS after 100)
+# and 200 requests under AddressSanitizer (leaks), docs/serve.md.
+test-serve-soak: $(BUILD)/kvreplay
+	@sh tests/serve_soak.sh $(BUILD)/kvreplay
 
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" KVR_SKIP_CLIENTS=1 test
 
 # Fuzzing (tests/fuzz/README.md): clang's libFuzzer with ASan + UBSan, one
 # binary for every target; new inputs go to build-fuzz/corpus/, crashes to

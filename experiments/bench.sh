@@ -34,6 +34,10 @@ TR=results/cache/bench-agent.jsonl
 DB=results/cache/bench-replay.sqlite
 rm -f "$DB" "$DB-wal" "$DB-shm"
 "$KVR" replay -m "$HYB" -t "$TR" --db "$DB" --normalize anthropic-cch --decode 8 --threads "$T"
+SMALL=results/cache/models/bench-small-spm.gguf
+[ -f "$SMALL" ] || "$KVR" model synth --preset small --vocab ../shared/data/vocab/ggml-vocab-llama-spm.gguf --seed 1 -o "$SMALL"
+echo "== kvreplay serve: HTTP TTFT over in-process TTFT, a fully cached 1-token request and a 2K-token cold one (llama small)"
+"$KVR" bench --serve -m "$SMALL" --threads "$T" --align none --reps 9
 echo "== shared cold baseline: cold compute saved on a policy sweep (seed002: quirk and fixed per model)"
 rm -f "$DB" "$DB-wal" "$DB-shm"
 "$KVR" experiment experiments/seed002.json --db "$DB" --threads "$T"

@@ -71,6 +71,7 @@ static const row k_rows[] = {
     {"bench", {"bench", "-m", "@"}, K_INPUT},
     {"bench", {"bench", "--tokenizer", "-m", "@"}, K_INPUT},
     {"bench", {"bench", "--checkpoints", "-m", "@"}, K_INPUT},
+    {"bench", {"bench", "--serve", "-m", "@"}, K_INPUT},
     {"bench", {"bench", "--disk-cache", "--dir", "@"}, K_MISSING | K_WRONG},
     {"synth-transcript", {"synth-transcript", "--scenario", "agent", "-o", "@"}, K_OUTPUT},
     {"import", {"import", "--from", "openai", "OPENAI", "--tools-file", "@", "-o", "OUT"}, K_INPUT},
@@ -91,6 +92,11 @@ static const row k_rows[] = {
     {"experiment", {"experiment", "SPEC", "--db", "@"}, K_DB | K_NODIR},
     {"report", {"report", "--db", "@"}, K_INPUT},
     {"report", {"report", "--db", "DB", "-o", "@"}, K_OUTPUT},
+    /* serve checks every file it names before it listens (port 0: never a port in use) */
+    {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "@"}, K_INPUT},
+    {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "MODEL", "--script", "@"}, K_INPUT},
+    {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "MODEL", "--record", "@"}, K_OUTPUT},
+    {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "MODEL", "--db", "@"}, K_DB | K_NODIR},
 };
 #define N_ROWS (sizeof k_rows / sizeof k_rows[0])
 

@@ -210,15 +210,10 @@ static bool anthropic_read_error(const char *body, size_t n, int status, hx_api_
     return ok;
 }
 
-static int emit_to(eng_buf *out, const char *name, json_t *o) {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = t ? hx_sse_write(out, name, t, strlen(t)) : ENG_ERR_NOMEM;
-    free(t);
-    return rc;
-}
 
-static int anthropic_stream_error(eng_buf *out, const hx_api_error *e) { return emit_to(out, "error", error_json(e)); }
+static int anthropic_stream_error(eng_buf *out, const hx_api_error *e) {
+    return hx_sse_write_json(out, "error", error_json(e));
+}
 
 // ----------------------------------------------------------------------------
 // Parsing requests (server side)
@@ -228,9 +223,7 @@ static const char *const k_known[] = {"model", "messages", "system", "tools", "m
 
 static int parse_body(const hx_api_route *rt, const char *body, size_t n, bool need_max, hx_api_req *q,
                       hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     hx_block_opts opts = {.lenient = true};
@@ -320,7 +313,7 @@ static json_t *respond_count(const hx_api_req *q, const hx_api_result *r) {
 // ----------------------------------------------------------------------------
 // Streaming (server side)
 
-static int emit(hx_api_stream *s, const char *name, json_t *o) { return emit_to(&s->out, name, o); }
+static int emit(hx_api_stream *s, const char *name, json_t *o) { return hx_sse_write_json(&s->out, name, o); }
 
 static int close_block(hx_api_stream *s) {
     if (s->block < 0) return ENG_OK;

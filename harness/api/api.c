@@ -257,6 +257,12 @@ json_t *hx_api_load_body(const char *body, size_t n, hx_api_error *e) {
     return j;
 }
 
+json_t *hx_api_parse_begin(const hx_api_route *rt, const char *body, size_t n, hx_api_req *q, hx_api_error *e) {
+    hx_api_req_init(q);
+    q->route = rt;
+    return hx_api_load_body(body, n, e);
+}
+
 bool hx_api_sampling_honoured(const hx_api_sampling *s, char *why, size_t cap) {
     if (why && cap) why[0] = '\0';
     bool greedy_k = s->top_k == 1;
@@ -398,6 +404,17 @@ size_t hx_api_utf8_complete(const char *str, size_t n) {
         keep = i;
     }
     return keep;
+}
+
+json_t *hx_api_timings_json(const hx_api_timings *t) {
+    double pt = t->prompt_n > 0 ? t->prompt_ms / (double)t->prompt_n : 0;
+    double dt = t->predicted_n > 0 ? t->predicted_ms / (double)t->predicted_n : 0;
+    return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "cache_n", (json_int_t)t->cache_n, "prompt_n",
+                     (json_int_t)t->prompt_n, "prompt_ms", t->prompt_ms, "prompt_per_token_ms", pt,
+                     "prompt_per_second", t->prompt_ms > 0 ? 1e3 * (double)t->prompt_n / t->prompt_ms : 0.0,
+                     "predicted_n", (json_int_t)t->predicted_n, "predicted_ms", t->predicted_ms,
+                     "predicted_per_token_ms", dt, "predicted_per_second",
+                     t->predicted_ms > 0 ? 1e3 * (double)t->predicted_n / t->predicted_ms : 0.0);
 }
 
 char *hx_api_utf8_sanitize(const char *str, size_t n, int64_t *n_bad) {

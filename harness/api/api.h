@@ -390,6 +390,9 @@ const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op);
  * filled (400: "invalid JSON at line L column C: ..." or "the body must be a
  * JSON object"). */
 json_t *hx_api_load_body(const char *body, size_t n, hx_api_error *e);
+/* How every route's parse begins: *q initialized for rt, then the body
+ * loaded as hx_api_load_body loads it (NULL with e filled). */
+json_t *hx_api_parse_begin(const hx_api_route *rt, const char *body, size_t n, hx_api_req *q, hx_api_error *e);
 /* Whether greedy decoding honours what the body asked: a temperature <= 0 or
  * top_k == 1 (or neither given) with neutral penalties and nothing in
  * `other`. When not, why (e.g. "temperature 0.7") goes into why. */
@@ -401,6 +404,9 @@ int  hx_api_read_sampling(const json_t *body, hx_api_sampling *s, hx_api_error *
  * UTF-8 prefix (a string); and its bytes (an array of integers). */
 json_t *hx_api_text_json(const char *text, size_t len);
 json_t *hx_api_bytes_json(const char *text, size_t len);
+/* llama-server's "timings" object (cache_n, prompt_n, prompt_ms, their per-token
+ * and per-second figures, the same for predicted), for its native and OpenAI routes. */
+json_t *hx_api_timings_json(const hx_api_timings *t);
 /* Sanitized UTF-8 copy of n bytes: every byte that is not part of a valid
  * sequence becomes U+FFFD. malloc'd, NUL-terminated; *n_bad counts them. */
 char *hx_api_utf8_sanitize(const char *s, size_t n, int64_t *n_bad);

@@ -64,12 +64,7 @@ static bool llama_read_error(const char *body, size_t n, int status, hx_api_erro
 }
 
 static int llama_stream_error(eng_buf *out, const hx_api_error *e) {
-    json_t *o = llama_error_body(e);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = s ? hx_sse_write(out, NULL, s, strlen(s)) : ENG_ERR_NOMEM;
-    free(s);
-    return rc;
+    return hx_sse_write_json(out, NULL, llama_error_body(e));
 }
 
 // ----------------------------------------------------------------------------
@@ -109,9 +104,7 @@ static int read_prompt(const json_t *p, hx_request *q, hx_api_error *e) {
 
 static int parse_completion(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                             hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     int32_t max_tokens = -1;
@@ -146,17 +139,6 @@ static const char *stop_type(hx_api_finish f) {
     }
 }
 
-static json_t *timings_json(const hx_api_timings *t) {
-    double pt = t->prompt_n > 0 ? t->prompt_ms / (double)t->prompt_n : 0;
-    double dt = t->predicted_n > 0 ? t->predicted_ms / (double)t->predicted_n : 0;
-    return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "cache_n", (json_int_t)t->cache_n, "prompt_n",
-                     (json_int_t)t->prompt_n, "prompt_ms", t->prompt_ms, "prompt_per_token_ms", pt,
-                     "prompt_per_second", t->prompt_ms > 0 ? 1e3 * (double)t->prompt_n / t->prompt_ms : 0.0,
-                     "predicted_n", (json_int_t)t->predicted_n, "predicted_ms", t->predicted_ms,
-                     "predicted_per_token_ms", dt, "predicted_per_second",
-                     t->predicted_ms > 0 ? 1e3 * (double)t->predicted_n / t->predicted_ms : 0.0);
-}
-
 static json_t *ids_json(const hx_api_token *t, int32_t n) {
     json_t *a = json_array();
     for (int32_t i = 0; a && i < n; i++)
@@ -185,7 +167,7 @@ static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool stre
                           r->stop_word ? r->stop_word : "", "tokens_cached",
                           (json_int_t)((n_prompt >= 0 ? n_prompt : 0) + (n_gen >= 0 ? n_gen : 0)));
     free(text);
-    if (o && r->timings.prompt_n >= 0 && json_object_set_new(o, "timings", timings_json(&r->timings))) {
+    if (o && r->timings.prompt_n >= 0 && json_object_set_new(o, "timings", hx_api_timings_json(&r->timings))) {
         json_decref(o);
         return NULL;
     }
@@ -199,19 +181,15 @@ static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool stre
 
 static json_t *respond_completion(const hx_api_req *q, const hx_api_result *r) { return final_json(q, r, false); }
 
-static int emit(hx_api_stream *s, const char *name, json_t *o) {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = t ? hx_sse_write(&s->out, name, t, strlen(t)) : ENG_ERR_NOMEM;
-    free(t);
-    return rc;
-}
+static int emit(hx_api_stream *s, const char *name, json_t *o) { return hx_sse_write_json(&s->out, name, o); }
 
+/* A token's event as llama-server sends it: its id in "tokens" whatever return_tokens says (that
+ * governs the final object), and "id_slot" -1 (a partial result's slot is never set there). */
 static int stream_token_completion(hx_api_stream *s, const hx_api_token *t, const char *text, size_t n) {
     const hx_api_req *q = s->q;
     json_t *o = json_pack("{s:i, s:s%, s:o, s:b, s:i, s:I, s:I}", "index", 0, "content", text, n, "tokens",
-                          t->id >= 0 && q->params.return_tokens ? ids_json(t, 1) : json_array(), "stop", 0, "id_slot",
-                          s->r->id_slot, "tokens_predicted", (json_int_t)(s->n_tokens + 1), "tokens_evaluated",
+                          t->id >= 0 ? ids_json(t, 1) : json_array(), "stop", 0, "id_slot", -1,
+                          "tokens_predicted", (json_int_t)(s->n_tokens + 1), "tokens_evaluated",
                           (json_int_t)(s->r->usage.prompt_tokens >= 0 ? s->r->usage.prompt_tokens : 0));
     if (o && t->id >= 0 && q->params.n_probs > 0 &&
         json_object_set_new(o, "completion_probabilities", hx_api_probs_json(t, 1))) {
@@ -404,9 +382,7 @@ static int stream_read_completion(hx_api_reader *rd, const hx_sse_event *ev) {
 
 static int parse_tokenize(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                           hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     const json_t *c = json_object_get(j, "content");
@@ -489,9 +465,7 @@ static int read_tokenize(const hx_api_route *rt, const char *body, size_t n, hx_
 
 static int parse_detokenize(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                             hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     const json_t *a = json_object_get(j, "tokens");
     int rc = ENG_OK;
@@ -545,9 +519,7 @@ static int read_apply_template(const hx_api_route *rt, const char *body, size_t 
 
 static int parse_apply_template(const hx_api_route *rt, const char *path, const char *query, const char *body,
                                 size_t n, hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     char err[768];
     int rc = hx_api_openai_prompt(j, "", 0, &q->req, err, sizeof err);
@@ -574,7 +546,7 @@ static json_t *respond_props(const hx_api_req *q, const hx_api_result *r) {
     if (!in) return NULL;
     json_error_t je;
     json_t *kv = in->cache_json ? json_loads(in->cache_json, 0, &je) : NULL;
-    json_t *o = json_pack("{s:{s:{s:i, s:s}, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:s, s:s, s:s, s:s, s:b}",
+    json_t *o = json_pack("{s:{s:{s:i, s:[s]}, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:s, s:s, s:s, s:s, s:b}",
                      "default_generation_settings", "params", "n_probs", 0, "samplers", "greedy", "n_ctx", in->n_ctx,
                      "total_slots", in->total_slots, "model_alias", in->model_name ? in->model_name : "",
                      "model_path", in->model_path ? in->model_path : "", "modalities", "vision", 0, "audio", 0,

@@ -254,15 +254,6 @@ int hx_api_openai_system_to_blocks(hx_request *q, hx_message *m) {
     return ENG_OK;
 }
 
-static int push_message(hx_request *q, hx_message *m) {
-    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
-    if (!nm) return ENG_ERR_NOMEM;
-    q->messages = nm;
-    nm[q->n_messages++] = *m;
-    memset(m, 0, sizeof *m);
-    return ENG_OK;
-}
-
 int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_request *q, char *err,
                          size_t errlen) {
     memset(q, 0, sizeof *q);
@@ -283,7 +274,7 @@ int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_
         bool sys;
         fieldf(f, "%s[%zu]", "messages", i);
         if ((rc = hx_api_openai_message(json_array_get(msgs, i), path, line, f, &m, &sys, err, errlen))) goto fail;
-        rc = (sys && q->n_messages == 0) ? hx_api_openai_system_to_blocks(q, &m) : push_message(q, &m);
+        rc = (sys && q->n_messages == 0) ? hx_api_openai_system_to_blocks(q, &m) : hx_request_push_message(q, &m);
         if (rc) {
             hx_message_free(&m);
             goto fail;
@@ -436,12 +427,7 @@ static bool openai_read_error(const char *body, size_t n, int status, hx_api_err
 }
 
 static int openai_stream_error(eng_buf *out, const hx_api_error *e) {
-    json_t *o = openai_error_body(e);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = s ? hx_sse_write(out, NULL, s, strlen(s)) : ENG_ERR_NOMEM;
-    free(s);
-    return rc;
+    return hx_sse_write_json(out, NULL, openai_error_body(e));
 }
 
 // ----------------------------------------------------------------------------
@@ -481,9 +467,7 @@ static int common_params(const json_t *j, hx_api_params *p, hx_api_error *e) {
 
 static int parse_chat(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                       hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     char err[768];
@@ -520,9 +504,7 @@ out:
 
 static int parse_completions(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                              hx_api_req *q, hx_api_error *e) {
-    hx_api_req_init(q);
-    q->route = rt;
-    json_t *j = hx_api_load_body(body, n, e);
+    json_t *j = hx_api_parse_begin(rt, body, n, q, e);
     if (!j) return ENG_ERR_FORMAT;
     hx_api_params *p = &q->params;
     int rc = ENG_OK;
@@ -598,12 +580,6 @@ static json_t *usage_json(const hx_api_result *r) {
                      (json_int_t)(r->usage.cached_tokens > 0 ? r->usage.cached_tokens : 0));
 }
 
-static json_t *timings_json(const hx_api_timings *t) {
-    return json_pack("{s:I, s:I, s:f, s:I, s:f}", "cache_n", (json_int_t)t->cache_n, "prompt_n", (json_int_t)t->prompt_n,
-                     "prompt_ms", t->prompt_ms, "predicted_n", (json_int_t)t->predicted_n, "predicted_ms",
-                     t->predicted_ms);
-}
-
 static const char *fingerprint(const hx_api_result *r) {
     return r->info && r->info->build_info ? r->info->build_info : "kvreplay";
 }
@@ -624,7 +600,7 @@ static json_t *respond_chat(const hx_api_req *q, const hx_api_result *r) {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay", "object",
                           "chat.completion", "created", (json_int_t)r->created, "model", model_of(q, r),
                           "system_fingerprint", fingerprint(r), "choices", choice, "usage", usage_json(r));
-    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", timings_json(&r->timings));
+    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", hx_api_timings_json(&r->timings));
     return o;
 }
 
@@ -639,16 +615,23 @@ static json_t *respond_completions(const hx_api_req *q, const hx_api_result *r) 
                                  fin ? json_string(fin) : json_null(), "usage", usage_json(r))
                      : NULL;
     free(text);
-    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", timings_json(&r->timings));
+    if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", hx_api_timings_json(&r->timings));
     return o;
+}
+
+/* llama.cpp's enum llama_vocab_type, which llama-server's meta.vocab_type gives */
+static int vocab_type_number(const char *name) {
+    if (!name) return 0;
+    return !strcmp(name, "llama") ? 1 : !strcmp(name, "gpt2") ? 2 : !strcmp(name, "rwkv") ? 5 : 0;
 }
 
 static json_t *respond_models(const hx_api_req *q, const hx_api_result *r) {
     const hx_api_info *in = r->info;
     const char *name = in && in->model_name ? in->model_name : "kvreplay";
-    return json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:i, s:I, s:I}}]}", "object", "list", "data",
-                     "id", name, "object", "model", "created", (json_int_t)r->created, "owned_by", "kvreplay", "meta",
-                     "vocab_type", in && in->vocab_type ? in->vocab_type : "", "n_vocab", in ? in->n_vocab : 0,
+    return json_pack("{s:s, s:[{s:s, s:[], s:[], s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:I, s:I}}]}", "object", "list",
+                     "data", "id", name, "aliases", "tags", "object", "model", "created", (json_int_t)r->created,
+                     "owned_by", "kvreplay", "meta", "vocab_type", vocab_type_number(in ? in->vocab_type : NULL),
+                     "n_vocab", in ? in->n_vocab : 0,
                      "n_ctx_train", in ? in->n_ctx_train : 0, "n_embd", in ? in->n_embd : 0, "n_params",
                      (json_int_t)(in ? in->n_params : 0), "size", (json_int_t)(in ? in->size : 0));
 }
@@ -656,13 +639,7 @@ static json_t *respond_models(const hx_api_req *q, const hx_api_result *r) {
 // ----------------------------------------------------------------------------
 // Streaming (server side)
 
-static int emit(hx_api_stream *s, json_t *o) {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int rc = t ? hx_sse_write(&s->out, NULL, t, strlen(t)) : ENG_ERR_NOMEM;
-    free(t);
-    return rc;
-}
+static int emit(hx_api_stream *s, json_t *o) { return hx_sse_write_json(&s->out, NULL, o); }
 
 static bool is_chat(const hx_api_stream *s) { return s->route->op == HX_API_OP_GENERATE && strstr(s->route->path, "chat"); }
 
@@ -710,14 +687,18 @@ static int stream_end(hx_api_stream *s) {
     json_t *last = chunk(s, is_chat(s) ? json_object() : json_string(""), fin ? fin : "stop");
     int rc;
     if (!s->q->params.include_usage && r->timings.prompt_n >= 0 && last)
-        json_object_set_new(last, "timings", timings_json(&r->timings));
+        json_object_set_new(last, "timings", hx_api_timings_json(&r->timings));
+    if (!is_chat(s) && !s->q->params.include_usage && last) {  /* llama-server's last text_completion chunk */
+        json_object_set_new(json_array_get(json_object_get(last, "choices"), 0), "logprobs", json_null());
+        json_object_set_new(last, "usage", usage_json(r));
+    }
     if ((rc = emit(s, last))) return rc;
     if (s->q->params.include_usage) {  /* the usage chunk: no choices */
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay",
                               "object", is_chat(s) ? "chat.completion.chunk" : "text_completion", "created",
                               (json_int_t)r->created, "model", model_of(s->q, r), "system_fingerprint",
                               fingerprint(r), "choices", "usage", usage_json(r));
-        if (u && r->timings.prompt_n >= 0) json_object_set_new(u, "timings", timings_json(&r->timings));
+        if (u && r->timings.prompt_n >= 0) json_object_set_new(u, "timings", hx_api_timings_json(&r->timings));
         if ((rc = emit(s, u))) return rc;
     }
     return hx_sse_write(&s->out, NULL, "[DONE]", 6);
@@ -794,8 +775,8 @@ static hx_api_finish finish_of(const char *f) {
 static int oom(hx_api_error *e) { return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
 
 /* usage: prompt_tokens, completion_tokens, and cached_tokens where the server reports it
- * (prompt_tokens_details.cached_tokens: OpenAI, llama-server, vLLM; meta_info / a top-level
- * cached_tokens: SGLang). */
+ * (prompt_tokens_details.cached_tokens: OpenAI, llama-server, vLLM; else a cached_tokens in
+ * usage itself). */
 static int read_usage(const json_t *u, hx_api_result *r, hx_api_error *e) {
     if (!u || json_is_null(u)) return ENG_OK;
     if (!json_is_object(u)) return hx_api_errf(e, HX_API_ERR_INVALID, "usage", "expected an object");

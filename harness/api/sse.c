@@ -4,6 +4,7 @@
 #include "sse.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
@@ -20,6 +21,14 @@ int hx_sse_write(eng_buf *b, const char *name, const char *data, size_t n) {
         i = j + 1;  /* a payload ending in a newline gets a last, empty, data line */
     }
     return eng_buf_append(b, "\n", 1) ? ENG_ERR_NOMEM : ENG_OK;
+}
+
+int hx_sse_write_json(eng_buf *b, const char *name, json_t *o) {
+    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int rc = t ? hx_sse_write(b, name, t, strlen(t)) : ENG_ERR_NOMEM;
+    free(t);
+    return rc;
 }
 
 void hx_sse_parser_init(hx_sse_parser *p) {

@@ -18,6 +18,7 @@
 #ifndef HX_SSE_H
 #define HX_SSE_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +29,9 @@
  * (n bytes; each of its lines as a "data: " line), then "\n". ENG_OK or
  * ENG_ERR_NOMEM. */
 int hx_sse_write(eng_buf *b, const char *name, const char *data, size_t n);
+/* The same with o written as compact JSON; takes o's reference (NULL: out of
+ * memory already, ENG_ERR_NOMEM). */
+int hx_sse_write_json(eng_buf *b, const char *name, json_t *o);
 
 typedef struct hx_sse_event {
     const char *name;   /* the "event" field, "" when absent (the default type "message") */

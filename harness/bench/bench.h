@@ -5,6 +5,9 @@
  * `kvreplay bench --checkpoints -m M ...`             checkpoint save/restore vs memcpy, prefill
  *                                                     tok/s at 2K/8K/32K (bench_checkpoints.c)
  * `kvreplay bench --disk-cache ...`                   disk checkpoint files (bench_diskcache.c)
+ * `kvreplay bench --serve -m M ...`                   serve's TTFT over the in-process TTFT of the
+ *                                                     same request (serve/bench_serve.c, serve.h: it
+ *                                                     stands on serve's rooms, above this one)
  * Each takes the subcommand's argv (argv[0] == "bench") and returns an exit code.
  */
 #ifndef HX_BENCH_H

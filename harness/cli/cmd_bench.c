@@ -19,7 +19,7 @@
  *            teacher-forced responses and greedy decoding run), restored
  *            to the prompt before each of R timed repetitions (after a
  *            warm-up): the median, as tokens/s.
- * --tokenizer, --disk-cache and --checkpoints dispatch to the other
+ * --tokenizer, --disk-cache, --checkpoints and --serve dispatch to the other
  * benchmarks of bench/bench.h.
  */
 #include "cli.h"
@@ -35,6 +35,7 @@
 #include "bench_util.h"
 #include "bench.h"
 #include "model.h"
+#include "serve.h"
 #include "status.h"
 #include "util.h"
 
@@ -45,6 +46,7 @@ static const char k_usage[] =
     "       kvreplay bench --tokenizer ...    (tokenizer throughput; see --tokenizer --help)\n"
     "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
     "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
+    "       kvreplay bench --serve ...        (serve's TTFT over the in-process TTFT; see --serve --help)\n"
     "\n"
     "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run;\n"
     "with --decode, single-token decode tokens/s after a prompt of --tokens.\n"
@@ -216,6 +218,7 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
         if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
+        if (!strcmp(argv[i], "--serve")) return hx_serve_bench(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024,

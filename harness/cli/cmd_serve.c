@@ -17,7 +17,7 @@ static const hx_option k_serve[] = {
     {"--api-key", NULL, "KEY", "require Authorization: Bearer KEY or x-api-key: KEY (needed to listen\n"
      "beyond the loopback; /health and /v1/models stay open, as llama-server's)", HX_OPT_STRING, OPT(api_key), 0, 0,
      NULL},
-    {"--alias", "-a", "NAME", "the model name responses echo when a body names none (default: the model's)",
+    {"--alias", "-a", "NAME", "the model name responses echo when a body names none (default: the model file's name)",
      HX_OPT_STRING, OPT(alias), 0, 0, NULL},
     {"--verify", NULL, NULL, "compute every request cold too and compare (logits, decode steps, state)", HX_OPT_FLAG,
      OPT(verify), 0, 0, NULL},

@@ -129,15 +129,6 @@ void hx_imp_free_tools(hx_tool *t, int32_t n) {
     free(t);
 }
 
-int hx_imp_push_msg(hx_request *q, hx_message *m) {
-    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
-    if (!nm) return ENG_ERR_NOMEM;
-    q->messages = nm;
-    nm[q->n_messages++] = *m;
-    memset(m, 0, sizeof *m);
-    return ENG_OK;
-}
-
 /* Appends copies of src's blocks to dst. */
 int hx_imp_append_blocks(hx_message *dst, const hx_message *src) {
     for (int32_t i = 0; i < src->n_blocks; i++) {

@@ -28,7 +28,7 @@ void hx_metrics_destroy(hx_metrics *m) { pthread_mutex_destroy(&m->mu); }
 
 void hx_metrics_status(hx_metrics *m, int dialect, int status) {
     int c = status < 300 ? 0 : status == 400 ? 1 : status == 413 ? 3 : status == 503 ? 4 : status >= 500 ? 5 : 2;
-    if (dialect < 0 || dialect > 2) dialect = 0;
+    if (dialect < 0 || dialect >= HX_METRICS_DIALECTS) dialect = 0;
     pthread_mutex_lock(&m->mu);
     m->requests[dialect][c]++;
     pthread_mutex_unlock(&m->mu);
@@ -50,16 +50,15 @@ static void counter(eng_buf *b, const char *name, const char *help, int64_t v) {
 }
 
 char *hx_metrics_text(hx_metrics *m) {
-    static const char *const dialects[3] = {"llama", "openai", "anthropic"};
     eng_buf b = {0};
     pthread_mutex_lock(&m->mu);
     hx_metrics c = *m;  /* a consistent copy */
     pthread_mutex_unlock(&m->mu);
     eng_buf_printf(&b, "# HELP kvreplay_requests_total Requests answered, by API and status.\n"
                        "# TYPE kvreplay_requests_total counter\n");
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < HX_METRICS_DIALECTS && hx_api_dialects[d]; d++)
         for (int k = 0; k < 6; k++)
-            eng_buf_printf(&b, "kvreplay_requests_total{api=\"%s\",status=\"%s\"} %" PRId64 "\n", dialects[d],
+            eng_buf_printf(&b, "kvreplay_requests_total{api=\"%s\",status=\"%s\"} %" PRId64 "\n", hx_api_dialects[d]->name,
                            k_class[k], c.requests[d][k]);
     counter(&b, "prompt_tokens_total", "Prompt tokens of the requests the engine ran.", c.prompt_tokens);
     counter(&b, "reused_tokens_total", "Prompt tokens whose state came from the cache.", c.reused_tokens);

@@ -63,7 +63,7 @@ void hx_serve_opts_default(hx_serve_opts *o) {
 }
 
 int hx_serve_dialect_index(const hx_api_dialect *d) {
-    for (int i = 0; hx_api_dialects[i] && i < 3; i++)
+    for (int i = 0; hx_api_dialects[i] && i < HX_METRICS_DIALECTS; i++)
         if (hx_api_dialects[i] == d) return i;
     return 0;
 }
@@ -532,6 +532,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_error(cn, dialect_for_path(url), &e, method, url);
     }
     /* the whole request is here */
+    if (!strcmp(url, "/") && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {  /* a client's reachability probe */
+        static const char hello[] = "kvreplay serve\n";
+        log_line(cn, method, url, 200, NULL);
+        return send_bytes(cn, 200, "text/plain; charset=utf-8", hello, sizeof hello - 1);
+    }
     bool other = false;
     const hx_api_route *rt = hx_api_route_find(method, url, &other);
     hx_api_error e;
@@ -654,7 +659,8 @@ static void server_info(hx_server *s) {
     snprintf(s->bos, sizeof s->bos, "%.*s", b ? (int)n : 0, b ? b : "");
     const char *e = eng_tokenizer_eos(s->tok) >= 0 ? eng_token_piece(s->tok, eng_tokenizer_eos(s->tok), &n) : NULL;
     snprintf(s->eos, sizeof s->eos, "%.*s", e ? (int)n : 0, e ? e : "");
-    in->model_name = s->o->alias ? s->o->alias : mi->name;
+    const char *slash = strrchr(s->o->ro.model_path, '/');  /* llama-server: the file's name when no alias */
+    in->model_name = s->o->alias ? s->o->alias : slash ? slash + 1 : s->o->ro.model_path;
     in->model_path = s->o->ro.model_path;
     in->template_name = hx_prepare_template_name(s->pc);
     in->bos_token = s->bos;
@@ -684,6 +690,9 @@ static int begin_run(hx_server *s, char *err, size_t errlen) {
     if (!o->ro.db_path) return ENG_OK;
     int rc = hx_store_open(o->ro.db_path, &s->store, err, errlen);
     if (rc) return rc;
+    /* a server writes each row once and reads none back: a small page cache (sqlite's default
+     * 2 MiB would be most of the memory a long run gains on a small model) */
+    sqlite3_exec(hx_store_db(s->store), "PRAGMA cache_size = -256", NULL, NULL, NULL);
     hx_run_meta meta;
     static char extra[1024], source[600];
     hx_session_fill_meta(s->session, s->n_ctx, -1, &meta, extra, sizeof extra);
@@ -746,6 +755,8 @@ int hx_serve_run(const hx_serve_opts *opts) {
     memset(&sum, 0, sizeof sum);
 
     if (!o->ro.model_path) hx_die(HX_EXIT_USAGE, "serve: -m/--model is required");
+    for (int i = 0; hx_api_dialects[i]; i++)  /* a dialect registered beyond what /metrics counts apart */
+        if (i >= HX_METRICS_DIALECTS) hx_die(HX_EXIT_INTERNAL, "serve: raise HX_METRICS_DIALECTS (serve_int.h)");
     struct sockaddr_storage sa;
     bool loopback = false;
     if (parse_listen(o->listen, &sa, &loopback, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);

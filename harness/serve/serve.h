@@ -50,8 +50,8 @@ void hx_serve_opts_default(hx_serve_opts *o);
  * clean stop; 2 bad options or inputs; 3 the machine failed). */
 int  hx_serve_run(const hx_serve_opts *o);
 
-/* `kvreplay bench --serve`: serve's overhead over the in-process TTFT of
- * the same request (bench_serve.c). */
+/* `kvreplay bench --serve` (bench_serve.c): serve's time to first token over
+ * the in-process one for the same request; argv as `bench` gives it. */
 int  hx_serve_bench(int argc, char **argv);
 
 #endif /* HX_SERVE_H */

@@ -28,10 +28,12 @@
 // Counters (metrics.c)
 
 #define HX_TTFT_BUCKETS 12
+#define HX_METRICS_DIALECTS 8   /* the API layer's registered dialects, at most (hx_api_dialects) */
 
 typedef struct hx_metrics {
     pthread_mutex_t mu;
-    int64_t requests[3][6];      /* [dialect][status class: 2xx, 400, 401/404/405, 413, 503, 5xx] */
+    int64_t requests[HX_METRICS_DIALECTS][6];  /* [dialect index in hx_api_dialects][status class: 2xx, 400,
+                                                  401/404/405, 413, 503, 5xx] */
     int64_t prompt_tokens, reused_tokens, generated_tokens;
     int64_t verified, identical, diverged;
     int64_t sampling_not_honoured, ignored_fields;

@@ -210,6 +210,7 @@ typedef struct gen_ctx {
     hx_api_finish     finish;
     double            t_prompt;   /* when the prompt was done */
     bool              stopped;
+    bool              client_limit; /* max_gen is the request's own max_tokens (not serve's -n or the context) */
 } gen_ctx;
 
 /* Moves the stream's new bytes to the job's outgoing buffer (j->mu held). */
@@ -322,7 +323,9 @@ static int on_token(void *ud, int32_t k, int32_t id, const float *logits) {
         g->stopped = true;
         return HX_TURN_STOP;
     }
-    if (k + 1 >= g->max_gen) g->finish = HX_API_FINISH_LENGTH;
+    /* max_tokens reached: "length"; serve's own -n cap or the context's end: the end of the turn (an agent
+     * takes the turn as the model's answer instead of asking it to go on: docs/serve.md) */
+    if (k + 1 >= g->max_gen) g->finish = g->client_limit ? HX_API_FINISH_LENGTH : HX_API_FINISH_STOP;
     return HX_TURN_GO;
 }
 
@@ -413,12 +416,15 @@ static void say_divergence(hx_server *s, const hx_job *j, const hx_turn_result *
     atomic_store(&s->said_diverged, true);
 }
 
-static void update_slots(hx_server *s, int32_t busy) {
+/* What /slots reports: the tokens each slot holds, the one at work (busy, -1:
+ * none), and the last request a slot served (served: its index, -1: none). */
+static void update_slots(hx_server *s, int32_t busy, int32_t served, int64_t task) {
     hx_policy *pol = hx_session_policy(s->session);
     pthread_mutex_lock(&s->slots_mu);
     for (int32_t i = 0; i < s->n_slots; i++) {
         s->slots[i].n_tokens = hx_policy_n_slots(pol) ? hx_policy_slot_tokens(pol, i) : -1;
         s->slots[i].is_processing = busy == i || (busy >= 0 && s->n_slots == 1);
+        if (i == served) s->slots[i].id_task = task;
     }
     pthread_mutex_unlock(&s->slots_mu);
 }
@@ -432,6 +438,7 @@ static void run_generate(hx_server *s, hx_job *j) {
     char err[1024] = "";
     hx_api_error e;
     int rc;
+    gen_ctx g = {0};
 
     /* its session and turn */
     char *session = NULL;
@@ -507,13 +514,14 @@ static void run_generate(hx_server *s, hx_job *j) {
         s->metrics.ignored_fields++;
         pthread_mutex_unlock(&s->metrics.mu);
     }
-    gen_ctx g = {.s = s, .j = j, .scripted = scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
+    g = (gen_ctx){.s = s, .j = j, .scripted = scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
     for (int32_t i = 0; i < q->params.n_stop; i++)
         if (strlen(q->params.stop[i]) > g.hold) g.hold = strlen(q->params.stop[i]);
     if (g.hold) g.hold--;
     int32_t cap = o->n_predict > 0 ? o->n_predict : INT32_MAX;
-    if (q->params.max_tokens >= 0 && q->params.max_tokens < cap) cap = q->params.max_tokens;
+    if (q->params.max_tokens >= 0 && q->params.max_tokens <= cap) cap = q->params.max_tokens, g.client_limit = true;
     int32_t room = s->n_ctx - j->p.n - 1;
+    if (room < cap) g.client_limit = false;
     g.max_gen = scripted ? 0 : cap < room ? cap : room;
     if (g.max_gen < 0) g.max_gen = 0;
     hx_turn_gen gen = {.max_tokens = g.max_gen, .on_prompt = on_prompt, .on_token = on_token,
@@ -522,10 +530,10 @@ static void run_generate(hx_server *s, hx_job *j) {
     hx_turn t = {.idx = (int32_t)s->n_engine, .req = &q->req, .p = &j->p, .compare = o->verify,
                  .hint = {.id_slot = q->params.id_slot, .no_reuse = !q->params.cache_prompt}, .gen = &gen};
     hx_turn_result r;
-    update_slots(s, q->params.id_slot >= 0 ? q->params.id_slot : 0);
+    update_slots(s, q->params.id_slot >= 0 ? q->params.id_slot : 0, -1, -1);
     rc = hx_session_turn(s->session, &t, &r, err, sizeof err);
     s->n_engine++;
-    update_slots(s, -1);
+    update_slots(s, -1, rc ? -1 : r.slot >= 0 ? r.slot : 0, j->seq);
     if (rc) {
         if (rc == ENG_ERR_NOMEM) hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
         else hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "%s", err[0] ? err : eng_status_str(rc));
@@ -627,12 +635,14 @@ static void run_generate(hx_server *s, hx_job *j) {
     j->state = JOB_DONE;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    eng_buf_free(&g.text);
     return;
 fail:
     pthread_mutex_lock(&j->mu);
     job_fail_locked(j, &e);
     snprintf(j->log, sizeof j->log, "%.480s", e.message);
     pthread_mutex_unlock(&j->mu);
+    eng_buf_free(&g.text);
 }
 
 static void *worker_main(void *arg) {

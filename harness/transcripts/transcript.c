@@ -193,6 +193,15 @@ int hx_message_push_block(hx_message *m, hx_block *b) {
     return ENG_OK;
 }
 
+int hx_request_push_message(hx_request *q, hx_message *m) {
+    hx_message *nm = realloc(q->messages, (size_t)(q->n_messages + 1) * sizeof *nm);
+    if (!nm) return ENG_ERR_NOMEM;
+    q->messages = nm;
+    nm[q->n_messages++] = *m;
+    memset(m, 0, sizeof *m);
+    return ENG_OK;
+}
+
 static bool str_eq(const char *a, const char *b) {
     if (!a || !b) return a == b;
     return strcmp(a, b) == 0;

@@ -229,6 +229,8 @@ int  hx_message_copy(hx_message *dst, const hx_message *src);
 void hx_message_free(hx_message *m);
 /* Appends *b to m, taking ownership of its strings (b is zeroed). */
 int  hx_message_push_block(hx_message *m, hx_block *b);
+/* Appends *m to q's messages, taking ownership of its blocks (m is zeroed). */
+int  hx_request_push_message(hx_request *q, hx_message *m);
 bool hx_block_equal(const hx_block *a, const hx_block *b);
 bool hx_message_equal(const hx_message *a, const hx_message *b);
 int  hx_tool_copy(hx_tool *dst, const hx_tool *src);

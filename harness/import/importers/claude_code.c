@@ -575,7 +575,7 @@ static int cc_request(const cc_log *g, const cc_group *grp, hx_request *q, int32
             if (!nk) { rc = ENG_ERR_NOMEM; break; }
             keys = nk;
             hx_message m = {l->msg.role, NULL, 0};
-            if ((rc = hx_imp_push_msg(q, &m))) break;
+            if ((rc = hx_request_push_message(q, &m))) break;
             keys[q->n_messages - 1] = l->kind == CC_ASSISTANT ? l->req : NULL;
             target = q->n_messages - 1;
         }

@@ -67,8 +67,6 @@ json_t *hx_imp_load_line(const char *data, size_t n, const char *s, size_t len, 
 void hx_imp_base_name(const char *path, char *out, size_t n);
 void hx_imp_free_blocks(hx_block *b, int32_t n);
 void hx_imp_free_tools(hx_tool *t, int32_t n);
-/* Appends *m to q's messages (taking it; *m is zeroed). */
-int  hx_imp_push_msg(hx_request *q, hx_message *m);
 /* Appends copies of src's blocks to dst. */
 int  hx_imp_append_blocks(hx_message *dst, const hx_message *src);
 void hx_imp_standin_free(hx_imp_standin *s);

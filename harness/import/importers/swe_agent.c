@@ -62,7 +62,7 @@ static int swe_import(const hx_import_opts *o, const char *path, const char *dat
                 goto out;
             }
         }
-        rc = (sys && conv.n_messages == 0) ? hx_api_openai_system_to_blocks(&conv, &m) : hx_imp_push_msg(&conv, &m);
+        rc = (sys && conv.n_messages == 0) ? hx_api_openai_system_to_blocks(&conv, &m) : hx_request_push_message(&conv, &m);
         if (rc) {
             hx_message_free(&m);
             goto out;
