@@ -58,7 +58,7 @@
 
 typedef enum mode {
     M_OK, M_MISREPORT, M_STALE, M_SYSPROMPT, M_HTTP500, M_HTTP400, M_MALFORMED, M_MISSING, M_CUT, M_NOEND, M_SLOW,
-    M_LIE,
+    M_LIE, M_VLLM,
 } mode;
 
 static struct {
@@ -215,6 +215,76 @@ static enum MHD_Result answer_completion(struct MHD_Connection *c, conn *cn) {
     return ok;
 }
 
+/* vLLM's /v1/completions as vLLM writes it (M_VLLM): every full 16-token block of every sequence of
+ * the same cache_salt is kept; a hit is at most the prompt's length - 1, whole blocks; the legacy
+ * logprobs with return_tokens_as_token_ids ("token_id:N"); usage.prompt_tokens_details only when the
+ * hit is above 0. The sequences: salts[k] with seqs[k] (prompt and generated ids but the last). */
+static struct { char salt[96]; int32_t ids[8192]; int32_t n; } g_vseq[64];
+static int g_nvseq;
+
+static enum MHD_Result answer_vllm(struct MHD_Connection *c, conn *cn) {
+    json_error_t je;
+    json_t *b = json_loadb(cn->body.data ? cn->body.data : "", cn->body.len, 0, &je);
+    const json_t *pr = json_object_get(b, "prompt");
+    char salt[96];
+    const char *sv = json_string_value(json_object_get(b, "cache_salt"));
+    snprintf(salt, sizeof salt, "%s", sv ? sv : "");
+    int32_t n = (int32_t)json_array_size(pr), N = (int32_t)json_integer_value(json_object_get(b, "max_tokens"));
+    int32_t K = (int32_t)json_integer_value(json_object_get(b, "logprobs"));
+    int32_t ids[8192];
+    for (int32_t i = 0; i < n && i < 8192; i++) ids[i] = (int32_t)json_integer_value(json_array_get(pr, i));
+    bool tok_ids = json_is_true(json_object_get(b, "return_tokens_as_token_ids"));
+    json_decref(b);
+    pthread_mutex_lock(&g_srv.mu);
+    g_srv.n_generate++;
+    int32_t hit = 0;
+    for (int k = 0; k < g_nvseq; k++) {
+        if (strcmp(g_vseq[k].salt, salt)) continue;
+        int32_t l = hx_lcp(ids, n, g_vseq[k].ids, g_vseq[k].n);
+        if (l > n - 1) l = n - 1;
+        l = l / 16 * 16;
+        if (l > hit) hit = l;
+    }
+    eng_buf out = {0};
+    uint32_t h = hash_ids(ids, n);
+    int32_t gen[64];
+    for (int32_t k = 0; k < N && k < 64; k++) {
+        hx_api_prob top[300];
+        char texts[300][4];
+        hx_api_token t;
+        fake_token(h, k, K > 0 ? K : 1, &t, top, texts);
+        gen[k] = t.id;
+        eng_buf_printf(&out, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"fake\","
+                       "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":{\"text_offset\":[%d],"
+                       "\"token_logprobs\":[%.9g],\"tokens\":[\"token_id:%d\"],\"top_logprobs\":[{", texts[0], k,
+                       (double)t.logprob, t.id);
+        for (int32_t j = 0; j < K; j++)
+            eng_buf_printf(&out, "%s\"token_id:%d\":%.9g", j ? "," : "", top[j].id, (double)top[j].logprob);
+        eng_buf_printf(&out, "}]},\"finish_reason\":null}]}\n\n");
+    }
+    eng_buf_printf(&out, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"fake\","
+                   "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"length\"}]}\n\n");
+    eng_buf_printf(&out, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"fake\","
+                   "\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d", n, N,
+                   n + N);
+    if (hit > 0) eng_buf_printf(&out, ",\"prompt_tokens_details\":{\"cached_tokens\":%d}", hit);
+    eng_buf_printf(&out, "}}\n\ndata: [DONE]\n\n");
+    if (g_nvseq < 64 && n + N < 8192) {
+        snprintf(g_vseq[g_nvseq].salt, sizeof g_vseq[g_nvseq].salt, "%s", salt);
+        memcpy(g_vseq[g_nvseq].ids, ids, sizeof(int32_t) * (size_t)n);
+        if (N > 1) memcpy(g_vseq[g_nvseq].ids + n, gen, sizeof(int32_t) * (size_t)(N - 1));
+        g_vseq[g_nvseq++].n = n + (N > 1 ? N - 1 : 0);
+    }
+    pthread_mutex_unlock(&g_srv.mu);
+    if (!tok_ids) {
+        eng_buf_free(&out);
+        return send_text(c, 400, "application/json", "{\"error\":{\"message\":\"expected token ids\",\"type\":\"BadRequestError\",\"code\":400}}");
+    }
+    enum MHD_Result ok = send_text(c, 200, "text/event-stream", out.data);
+    eng_buf_free(&out);
+    return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     conn *cn = *con_cls;
@@ -226,6 +296,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         eng_buf_append(&cn->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
+    }
+    if (g_srv.mode == M_VLLM) {  /* vLLM: no /props, no slots */
+        if (!strcmp(method, "GET") && !strcmp(url, "/v1/models"))
+            return send_text(c, 200, "application/json", "{\"object\":\"list\",\"data\":[{\"id\":\"fake\",\"object\":"
+                             "\"model\",\"owned_by\":\"vllm\",\"max_model_len\":8192}]}");
+        if (!strcmp(method, "GET") && !strcmp(url, "/version")) return send_text(c, 200, "application/json", "{\"version\":\"0.fake\"}");
+        if (!strcmp(method, "POST") && !strcmp(url, "/v1/completions")) return answer_vllm(c, cn);
+        return send_text(c, 404, "application/json", "{\"detail\":\"Not Found\"}");
     }
     if (!strcmp(method, "GET") && !strcmp(url, "/props"))
         return send_text(c, 200, "application/json",
@@ -256,6 +334,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
 
 static void srv_start(mode m) {
     g_srv.mode = m;
+    g_nvseq = 0;
     g_srv.n_held = 0;
     g_srv.n_generate = 0;
     g_srv.stopping = 0;
@@ -309,6 +388,8 @@ static int teardown(void **state) {
     return fx_rm(g_dir);
 }
 
+static double g_idle = 1;  /* --idle-timeout: short for the fake (the silent server's test), long for serve */
+
 static int probe_api(const char *name, int port, hx_probe_summary *sum, int repeat, const char *api, const char *tr) {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
@@ -323,8 +404,8 @@ static int probe_api(const char *name, int port, hx_probe_summary *sum, int repe
     o.n_probs = 5;
     o.decode_n = 3;
     o.repeat = repeat;
-    o.idle_s = 1;
-    o.timeout_s = 20;
+    o.idle_s = g_idle;
+    o.timeout_s = g_idle > 1 ? 600 : 20;
     o.quiet = true;
     return hx_probe_run(&o, sum);
 }
@@ -478,6 +559,47 @@ static void a_refused_connection_is_recorded_and_stops(void **state) {
     assert_int_equal(q("SELECT count(*) FROM runs WHERE status = 'failed'"), 1);
 }
 
+/* vLLM's API: token ids to /v1/completions, the cold run under a fresh cache_salt (the warm runs share
+ * one of their own), hits of whole 16-token blocks, the legacy logprobs with "token_id:N", and a
+ * cached-token count left out at 0, which --reports-reuse yes reads as 0 (no: unknown). */
+static void a_vllm_server_is_probed_through_its_own_rules(void **state) {
+    (void)state;
+    hx_probe_summary s;
+    srv_start(M_VLLM);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", g_srv.port);
+    snprintf(g_db, sizeof g_db, "%s/vllm.sqlite", g_dir);
+    hx_probe_opts o;
+    hx_probe_opts_default(&o);
+    o.server = url;
+    o.api = "vllm";
+    o.transcript_path = g_tr;
+    o.db_path = g_db;
+    o.model_path = g_model;
+    o.n_probs = 5;
+    o.decode_n = 3;
+    o.reports_reuse = 1;
+    o.quiet = true;
+    int code = hx_probe_run(&o, &s);
+    assert_int_equal(code, 0);
+    assert_int_equal(s.n_identical, 3);
+    assert_int_equal(s.n_reuse_checked, 3);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported = reuse_expected AND reuse_expected % 16 = 0 "
+                       "AND json_equal = 1 AND n_probs = 5"), 3);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE req_index > 0 AND reuse_expected > 512"), 2);
+    assert_int_equal(q("SELECT count(*) FROM steps WHERE token_cold >= 3"), 9);  /* ids from "token_id:N" */
+    assert_int_equal(q("SELECT count(*) FROM runs WHERE server_engine = 'vllm' AND block_size = 16 AND "
+                       "json_extract(probe_opts, '$.cold') = 'salt'"), 1);
+    /* without --reports-reuse the first request's absent count is unknown, never 0 */
+    snprintf(g_db, sizeof g_db, "%s/vllm-unknown.sqlite", g_dir);
+    o.db_path = g_db;
+    o.reports_reuse = -1;
+    assert_int_equal(hx_probe_run(&o, &s), 0);
+    assert_int_equal(s.n_reuse_unknown, 1);
+    assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported IS NULL AND req_index = 0"), 1);
+    srv_stop();
+}
+
 // ----------------------------------------------------------------------------
 // kvreplay serve on loopback, and the faults planted in it
 
@@ -493,7 +615,9 @@ static int probe_serve(const char *name, const char *api, const char *tr, const 
     if (served_start(&sv, g_dir, name, args)) fail_msg("kvreplay serve did not start");
     char pname[96];
     snprintf(pname, sizeof pname, "%s-probe", name);  /* serve writes its own rows to NAME.sqlite */
+    g_idle = 300;  /* a real engine (under ASan, slow) */
     int code = probe_api(pname, sv.port, sum, 1, api, tr);
+    g_idle = 1;
     assert_int_equal(served_stop(&sv), 0);
     return code;
 }
@@ -663,6 +787,7 @@ int main(void) {
         cmocka_unit_test(a_silent_server_times_out),
         cmocka_unit_test(a_server_lying_about_its_model_is_recorded),
         cmocka_unit_test(a_refused_connection_is_recorded_and_stops),
+        cmocka_unit_test(a_vllm_server_is_probed_through_its_own_rules),
         cmocka_unit_test(serve_is_identical_with_reuse_as_expected),
         cmocka_unit_test(serve_misreporting_its_cache_is_caught),
         cmocka_unit_test(serve_with_a_stale_kv_row_is_caught),

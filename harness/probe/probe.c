@@ -339,9 +339,11 @@ static void identify(probe_ctx *x) {
         /* dev mode (VLLM_SERVER_DEV_MODE=1): the whole config, with the block size */
         if (exchange_json(x, "GET", "/server_info?config_format=json", NULL, &j, msg, sizeof msg) == 200) {
             json_object_set(id->info, "server_info", j);
-            const char *cfg = json_string_value(json_object_get(j, "vllm_config"));
-            const char *bs = cfg ? strstr(cfg, "\"block_size\":") : NULL;
-            if (bs) id->grid = atoi(bs + 13);
+            const json_t *cfg = json_object_get(j, "vllm_config");  /* an object, or (older) its text */
+            const json_t *bs = json_object_get(json_object_get(cfg, "cache_config"), "block_size");
+            const char *txt = json_string_value(cfg), *at = txt ? strstr(txt, "block_size=") : NULL;
+            if (json_is_integer(bs) && json_integer_value(bs) > 0) id->grid = (int32_t)json_integer_value(bs);
+            else if (at && atoi(at + 11) > 0) id->grid = atoi(at + 11);
         }
         json_decref(j);
     }
