@@ -229,7 +229,7 @@ typedef struct probe_ctx {
     /* what the server's cache holds (the warm namespace) */
     hx_held              held;
     bool                 held_known;
-    char                 salt_warm[64];
+    char                 salt_warm[96];
     char                 no_probs[200];  /* why the server gets no request for probabilities ("": it does) */
     int64_t              salt_seq;
     /* the previous request as sent (rewarm for --repeat) */
@@ -662,9 +662,15 @@ static const char *gen_text(const gen_run *g, int32_t k, size_t *len) {
 // ----------------------------------------------------------------------------
 // Requests as sent
 
+/* A cache_salt no earlier run used: the process, the wall clock in ns, and a counter over every run
+ * of this process (two runs in one second must not share one). */
 static void fresh_salt(probe_ctx *x, char *out, size_t cap, const char *what) {
-    snprintf(out, cap, "kvreplay-probe-%ld-%lld-%s%lld", (long)getpid(), (long long)time(NULL), what,
-             (long long)x->salt_seq++);
+    static int64_t n_salts;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(out, cap, "kvreplay-probe-%ld-%lld%09ld-%s%lld", (long)getpid(), (long long)ts.tv_sec, ts.tv_nsec, what,
+             (long long)n_salts++);
+    x->salt_seq++;
 }
 
 /* Builds the generation request of a transcript request: the prompt (ids, or the messages), greedy,
