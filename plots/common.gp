@@ -9,11 +9,13 @@
 #           order of first appearance), so `index i-1` is series i
 #   keys    the series names as a gnuplot word list ('"a" "b c"'):
 #           words(keys) series, word(keys, i) the name of series i
+#   exp_name the experiment (a script shared by several, plots/probe-all-*)
 # Figure scripts set titles, labels (with units), ranges and the plot; the
 # style below (fonts, colours, line widths, grid, legend) is the same in all.
 
 if (!exists("fmt")) fmt = 'png'
 if (!exists("keys")) keys = ''
+if (!exists("exp_name")) exp_name = ''
 
 # Sized for a paper: 1200x700 px PNG and 6x3.5 in PDF, fonts that stay
 # legible when the figure is scaled to one column.

@@ -1,10 +1,10 @@
 -- plots/fake-schema.sql: the results schema of docs/sqlite.md (schema
--- version 5), for the synthetic databases of plots/fake.sh only.
+-- version 7), for the synthetic databases of plots/fake.sh only.
 --
 -- The real store (harness/store/store.c) creates these tables itself, possibly
 -- with more columns; the figure queries use only the columns documented in
 -- docs/sqlite.md, which are the ones below.
-PRAGMA user_version = 5;
+PRAGMA user_version = 7;
 PRAGMA journal_mode = WAL;
 CREATE TABLE IF NOT EXISTS runs(
   run_id            INTEGER PRIMARY KEY,
@@ -64,7 +64,12 @@ CREATE TABLE IF NOT EXISTS runs(
   calib_restore_gbs REAL,
   price_gflops      REAL,
   price_restore_gbs REAL,
-  price_source      TEXT
+  price_source      TEXT,
+  server_url        TEXT,
+  server_api        TEXT,
+  server_engine     TEXT,
+  server_info       TEXT,
+  probe_opts        TEXT
 );
 CREATE TABLE IF NOT EXISTS requests(
   run_id           INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -124,6 +129,16 @@ CREATE TABLE IF NOT EXISTS requests(
   model_cold_ms    REAL,
   model_reuse_ms   REAL,
   verified         INTEGER CHECK(verified IN (0,1)),
+  reuse_expected   INTEGER,
+  reuse_reported   INTEGER,
+  reuse_basis      TEXT,
+  n_prompt_local   INTEGER,
+  prompt_diff      TEXT,
+  json_equal       INTEGER CHECK(json_equal IN (0,1)),
+  n_probs          INTEGER,
+  error            TEXT,
+  error_message    TEXT,
+  http_status      INTEGER,
   PRIMARY KEY(run_id, session, turn)
 );
 CREATE INDEX IF NOT EXISTS requests_by_order ON requests(run_id, req_index);

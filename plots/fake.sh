@@ -3,7 +3,8 @@
 # the figures (never used by `make plots` itself).
 #
 #   sh plots/fake.sh DIR     writes DIR/seed000.sqlite ... DIR/seed004.sqlite,
-#                            DIR/policies.sqlite and DIR/quirks.sqlite
+#                            DIR/policies.sqlite, DIR/quirks.sqlite and
+#                            DIR/probe-seed001.sqlite
 #
 # Each database has the schema of docs/sqlite.md (plots/fake-schema.sql) and
 # plausible, deterministic rows (awk's rand() under a fixed srand seed) shaped
@@ -18,8 +19,10 @@
 # of an older build that stored no cache_bytes (policies
 # fcsimple/llama/chunk/slot-lcp), non-numeric sweep values stored as NULL
 # (policies: sweep_name "policy"), requests whose logits match cold but whose
-# state does not (state_equal 0: policies */hybrid/none/block-hash), and a
-# NULL/JSON mix in requests.extra.
+# state does not (state_equal 0: policies */hybrid/none/block-hash), a
+# NULL/JSON mix in requests.extra, and kvreplay probe's rows: a server that
+# reports no reuse (reuse_reported NULL), a request it failed (error set),
+# one whose warm run differs from cold, and a superseded probe run.
 # Existing files in DIR with these names are replaced.
 set -eu
 dir=${1:?usage: sh plots/fake.sh DIR}
@@ -367,6 +370,42 @@ BEGIN {
             held += (v == 1) ? 0 : np + 40 - nr
             req(id, i, "s0", i, np, nr, ttft(np, 0, 0.1), ttft(np - nr, nr, 0.1) + (nr ? 0.2 : 0), ok, ok, \
                 (ok || u() < 0.7) ? "" : int(u() * 40), 40, "", "", "", "", "", "", held * 768, (v == 1) ? 0 : i + 1)
+        }
+    }
+}'
+
+# probe-seed001: kvreplay probe of four live servers with the volatile cch=
+# checksum: serve/raw and llama.cpp 0949beb5a3fc report reuse cut at the
+# header (less than expected), serve/normalize and llama.cpp c807c6e3b0c7 the
+# whole previous prompt (as expected); serve/raw's last request failed (HTTP
+# 400), llama.cpp c807c6e3b0c7's request 3 differs warm against cold; a fifth
+# server reports no reuse at all; an older serve/raw run is superseded.
+mk probe-seed001 '
+function preq(r, i, np, ex, re, le, er,   c, w) {
+    c = ttft(np, 0, 0.08); w = (re == "" ? c : ttft(np - re, re, 0.08))
+    printf "INSERT INTO requests(run_id, req_index, transcript, session, turn, n_prompt, n_reused, n_prefilled, ttft_cold_ms, ttft_reuse_ms, logits_equal, first_diff_index, max_ulp, top1_equal, fork_step, decode_equal, n_decode, verified, reuse_expected, reuse_reported, reuse_basis, json_equal, n_probs, error, error_message, http_status) VALUES(%d, %d, \047t\047, \047s0\047, %d, %d, %d, %d, %.3f, %.3f, %d, %s, %d, 1, NULL, %d, 8, %d, %s, %s, %s, %s, 20, %s, %s, %s);\n", \
+        r, i, i, np, (re == "" ? 0 : re), np - (re == "" ? 0 : re), c, w, (er == "" ? le : 0), (le || er != "" ? "NULL" : 3), (le ? 0 : 7), \
+        (er == "" ? le : 0), (er == "" ? 1 : 0), n(ex), n(re), (er == "" ? q("server tokenization") : "NULL"), \
+        (er == "" ? le : "NULL"), q(er), (er == "" ? "NULL" : q("warm run: HTTP 400: prompt is too long")), (er == "" ? "NULL" : 400)
+}
+BEGIN {
+    srand(11); T = "results/cache/transcripts/agent.jsonl"
+    PR = "server_api = \047anthropic\047, server_url = \047http://127.0.0.1:8080\047, probe_opts = \047{\"cold\":\"erase\"}\047"
+    run(1, "probe-seed001", "serve/raw", "", "", "tiny", 4188480, "probe", "", "anthropic-cch", "server", 64, "", "server", "server", 8, 16384, "done", T, PR ", server_engine = \047kvreplay\047")
+    for (i = 0; i < 3; i++) preq(1, i, 2300 + 300 * i, 0, 0, 1, "")
+    split("serve/raw serve/normalize llama.cpp_0949beb5a3fc llama.cpp_c807c6e3b0c7 other", V, " ")
+    id = 1
+    for (v = 1; v <= 5; v++) {
+        va = V[v]; gsub(/_/, " ", va)
+        run(++id, "probe-seed001", va, "", "", "tiny", 4188480, "probe", "", "anthropic-cch", "server", (v <= 2 ? 64 : 1), "", "server", "server", 8, 16384, "done", T, \
+            PR ", server_engine = " (v <= 2 ? "\047kvreplay\047" : v <= 4 ? "\047llama.cpp\047" : "\047unknown\047"))
+        prev = 0
+        for (i = 0; i < 6; i++) {
+            np = 2300 + 320 * i + int(u() * 30)
+            ex = (v <= 2) ? int(prev / 64) * 64 : prev
+            re = (v == 1) ? 0 : (v == 3) ? (i ? 47 : 0) : (v == 5) ? "" : ex
+            preq(id, i, np, ex, re, !(v == 4 && i == 3), (v == 1 && i == 5) ? "http" : "")
+            prev = np - 1
         }
     }
 }'

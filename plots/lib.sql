@@ -26,6 +26,8 @@
 --     session_no    1, 2, ...: the sessions of the run in the order they start
 --     anchor_at     requests.anchor_pos, or extra's $.anchor_pos; NULL when
 --                   neither, or 0 (the store writes 0 when no anchor was written)
+--   (and, for kvreplay probe's rows, reuse_expected, reuse_reported,
+--   json_equal, error and verified as stored)
 -- ttft_p50: per run of fig_runs and scope (followup 0: every request; 1: the
 --   follow-up requests, turn > 0), the median over requests (the middle
 --   value, or the mean of the two middle ones; NULL when the scope has no
@@ -60,6 +62,7 @@ SELECT q.run_id, q.req_index, q.session, q.turn, q.n_prompt, q.n_reused, q.n_pre
        q.logits_equal, q.decode_equal, q.state_equal, q.fork_step,
        q.n_decode, q.max_ulp, q.miss_pos, q.miss_where, q.cache_bytes, q.cache_entries,
        coalesce(q.verified, 1) AS verified,
+       q.reuse_expected, q.reuse_reported, q.json_equal, q.error,
        coalesce(q.anchor_ms,
                 CASE WHEN json_valid(q.extra) THEN json_extract(q.extra, '$.anchor_ms') END,
                 0) AS anchor_write,

@@ -5,7 +5,9 @@
 #   sh plots/render.sh
 #
 # For each NAME in $EXPERIMENTS whose $RESULTS_DIR/NAME.sqlite exists and
-# holds a run with requests, and for each figure script plots/NAME-FIG.gp:
+# holds a run with requests, and for each figure script plots/NAME-FIG.gp
+# (and, for a probe experiment NAME = probe-*, plots/probe-all-FIG.gp drawn
+# as NAME-FIG: plots/figures.sh):
 #   1. plots/NAME-FIG.sql is run on the database, opened read-only, after
 #      plots/lib.sql (temp views sel_runs, req) and the view fig_runs = the
 #      sel_runs rows matching the SQL file's "-- runs: EXPR" line (all when
@@ -44,6 +46,8 @@ export RESULTS_DIR FIG_DIR EXPERIMENTS SQLITE3
 
 die() { echo "plots/render.sh: $*" >&2; exit 1; }
 note() { echo "plots/render.sh: $*" >&2; }
+
+. "$PLOTS/figures.sh"
 
 command -v "$SQLITE3" >/dev/null 2>&1 || die "$SQLITE3: not found (install the Debian package sqlite3)"
 command -v "$GNUPLOT" >/dev/null 2>&1 || die "$GNUPLOT: not found (install the Debian package gnuplot-nox)"
@@ -96,10 +100,10 @@ for name in $EXPERIMENTS; do
     rm -rf "$stage"
     mkdir -p "$stage"
     made=""
-    for gp in "$PLOTS/$name"-*.gp; do
-        [ -f "$gp" ] || continue
-        fig=$(basename "$gp" .gp)
-        sql="$PLOTS/$fig.sql"
+    fig_scripts "$name" >"$work/scripts"
+    while IFS= read -r gp <&3; do
+        fig=$(fig_name "$name" "$gp")
+        sql="${gp%.gp}.sql"
         [ -f "$sql" ] || die "$gp: its query $sql is missing"
         filter=$(runs_filter "$sql")
         query "$db" "$filter" "$sql" -noheader -list -separator "$TAB" \
@@ -122,7 +126,7 @@ for name in $EXPERIMENTS; do
             || die "$fig: cannot split $work/$fig.tsv into series"
         keys=$(cat "$work/$fig.keys")
         for fmt in png pdf; do
-            "$GNUPLOT" -e "fmt='$fmt'; out='$stage/$fig'; data='$work/$fig.tsv'; blocks='$work/$fig.blocks'; keys='$keys'" \
+            "$GNUPLOT" -e "fmt='$fmt'; out='$stage/$fig'; data='$work/$fig.tsv'; blocks='$work/$fig.blocks'; keys='$keys'; exp_name='$name'" \
                 "$PLOTS/common.gp" "$gp" >"$work/gp.out" 2>&1 \
                 || die "$gp: gnuplot failed drawing $fig.$fmt from $db:
 $(cat "$work/gp.out")"
@@ -137,7 +141,7 @@ $(cat "$work/gp.out")"
         } >"$stage/$fig.txt"
         [ -z "$DATA_DIR" ] || cp "$work/$fig.tsv" "$stage/$fig.tsv" || die "$stage/$fig.tsv: cannot write"
         made="$made $fig"
-    done
+    done 3<"$work/scripts"
     # Publish: rename into FIG_DIR, then drop this experiment's stale figures.
     for fig in $made; do
         for ext in png pdf txt; do

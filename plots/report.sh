@@ -31,6 +31,7 @@ PLOTS=$(cd "$(dirname "$0")" && pwd)
 EXPERIMENTS=${EXPERIMENTS:-$(cd "$PLOTS/../experiments" && for s in *.json; do echo "${s%.json}"; done)}
 
 die() { echo "plots/report.sh: $*" >&2; exit 1; }
+. "$PLOTS/figures.sh"
 
 command -v "$SQLITE3" >/dev/null 2>&1 || die "$SQLITE3: not found (install the Debian package sqlite3)"
 [ -d "$RESULTS_DIR" ] || die "$RESULTS_DIR: no such directory"
@@ -71,8 +72,10 @@ table() {
 
 # say DB: the sentence(s) of plots/say-NAME.sql, one paragraph.
 say() {
-    [ -f "$PLOTS/say-$2.sql" ] || return 0
-    _s=$(query "$1" 1 "$PLOTS/say-$2.sql" -list -noheader)
+    _say="$PLOTS/say-$2.sql"
+    case "$2" in probe-*) [ -f "$_say" ] || _say="$PLOTS/say-probe-all.sql" ;; esac
+    [ -f "$_say" ] || return 0
+    _s=$(query "$1" 1 "$_say" -list -noheader)
     [ -n "$_s" ] && printf '%s\n\n' "$_s"
     return 0
 }
@@ -88,20 +91,30 @@ figorder() {
     seed004) echo "seed004-reuse seed004-ttft" ;;
     policies) echo "policies-overview policies-identical" ;;
     quirks) echo "quirks-vllm40696 quirks-sglang16521 quirks-sglang34683" ;;
+    probe-seed003) echo "$1-identical $1-reuse $1-ttft" ;;
+    probe-*) echo "$1-reuse $1-identical $1-ttft" ;;
     esac
 }
 
 # figures NAME: every rendered figure of NAME with its caption file.
 figures() {
     _order=$(figorder "$1")
-    for _gp in "$PLOTS/$1"-*.gp; do
-        [ -f "$_gp" ] || continue
-        _f=$(basename "$_gp" .gp)
+    _scripts=$(fig_scripts "$1")  # paths, one a line (they may hold spaces)
+    _ifs=$IFS
+    IFS='
+'
+    for _gp in $_scripts; do
+        _f=$(fig_name "$1" "$_gp")
         case " $_order " in *" $_f "*) ;; *) _order="$_order $_f" ;; esac
     done
+    IFS=$_ifs
     for _fig in $_order; do
-        _gp="$PLOTS/$_fig.gp"
-        [ -f "$_gp" ] || continue
+        _gp=""
+        IFS='
+'
+        for _s in $_scripts; do [ "$(fig_name "$1" "$_s")" = "$_fig" ] && _gp=$_s; done
+        IFS=$_ifs
+        [ -n "$_gp" ] || continue
         [ -f "$FIG_DIR/$_fig.png" ] || continue
         _cap=$(sed -n 's/^# caption: *//p' "$_gp" | head -n 1)
         printf '#### Figure %s\n\n' "$_fig"
@@ -247,6 +260,58 @@ the grid. Figures `quirks-vllm40696`, `quirks-sglang16521` and
 `quirks-sglang34683` show them in turn.
 EOF2
         ;;
+    probe-seed001) cat <<'EOF'
+### seed 001 against llama-server
+
+Issue report `seeds/001` (llama.cpp PR #21793) reproduced black-box, with
+`kvreplay probe` (docs/probe.md), on the servers themselves: the same
+Claude-Code-shaped transcript (a fresh `cch=` checksum in the
+`x-anthropic-billing-header` system text of every request, nothing else
+volatile) sent through `/v1/messages` to `kvreplay serve` without and with
+`--normalize anthropic-cch`, and to a real llama-server built from
+llama.cpp at **0949beb5a3fc** (upstream just before the PR) and at
+**c807c6e3b0c7** (the PR, an incremental rebuild of
+`tools/server/server-chat.cpp`), both started as `llama-server -m MODEL -np 1
+-c 16384 --cache-ram 0 --cache-reuse 0` on the synthetic tiny model of the
+spec (`model synth --preset tiny --vocab ggml-vocab-llama-spm.gguf --seed 1`).
+Every run declares `--normalize anthropic-cch` to probe, so the *expected*
+reuse is what a server that normalizes the checksum reuses: counted on the
+server's own tokens (llama-server: `/apply-template` of the body its Anthropic
+route renders, then `/tokenize`, checked against the prompt count it reported;
+serve: its own rendering, read back the same way), from the longest common
+prefix with what its one slot held, capped at the prompt's length - 1
+(llama-server) or floored to the 64-token grid (serve). Figure
+`probe-seed001-reuse` plots, per server, the reuse each request reported
+(`cache_read_input_tokens`) against that expectation: without the
+normalization it stays at the billing header (47 tokens at 0949beb5a3fc;
+serve's 64-token grid floors those to 0), with it (serve --normalize, and
+llama.cpp at c807c6e3b0c7) it is the whole previous prompt.
+`probe-seed001-identical` shows the share of requests whose warm run was
+bit-identical to the forced cold run (`POST /slots/0?action=erase` before it)
+and the share whose reuse was as expected; `probe-seed001-ttft` the time to
+first token of both runs. Without `KVREPLAY_LLAMA_0949` and
+`KVREPLAY_LLAMA_C807` set to the two servers' URLs (`make demo`) only the
+serve variants run.
+EOF
+        ;;
+    probe-seed003) cat <<'EOF'
+Issue report `seeds/003` (squish PR #188) black-box, with `kvreplay probe` (docs/probe.md):
+the same prompts, a static context of about 1250 tokens of stories260K's vocabulary and a
+different short question per request, sent as token ids through llama-server's `/completion`
+to `kvreplay serve --align none` (the suffix after a reuse prefilled in 512-token ubatches
+counted from the reuse point, as llama.cpp does) and `--align chunk` (the 64-token grid), and
+to a real llama-server built at 0949beb5a3fc, started as `llama-server -m stories260K.gguf
+-np 1 --cache-ram 0 --cache-reuse 0` at its default batch sizes (`-b 2048 -ub 512`). Each
+request runs warm (through the server's cache: it reuses the context) and cold (`cache_prompt:
+false`); the whole vocabulary's log-probabilities (`--n-probs all`, 512 candidates) are compared
+at each of the 40 generated positions, as float bits and as the JSON text the server wrote.
+`probe-seed003-identical` shows the share of bit-identical requests per server, `probe-seed003-reuse`
+the reuse (floored to the grid under align chunk, the whole context otherwise), `probe-seed003-ttft`
+the time to first token. Without `KVREPLAY_LLAMA_STORIES` set to the server's URL (`make demo`)
+only the serve variants run.
+EOF
+        ;;
+    probe-*) printf 'Experiment `%s`: `kvreplay probe` of live servers (docs/probe.md).\n' "$1" ;;
     *) printf 'Experiment `%s`.\n' "$1" ;;
     esac
     echo
@@ -254,6 +319,10 @@ EOF2
 
 # tables NAME DB: the key tables of one experiment, then its modeled TTFT.
 tables() {
+    case "$1" in probe-*)  # live servers: no modeled TTFT
+        table "$2" 1 "$PLOTS/tab-probe-all.sql" 'Table: per live server (latest run each)'
+        return 0 ;;
+    esac
     tables_measured "$@"
     table "$2" 1 "$PLOTS/tab-modeled.sql" \
         'Table: modeled TTFT per run (deterministic: each request'"'"'s work priced at the calibration in the price column)'

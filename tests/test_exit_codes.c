@@ -84,6 +84,10 @@ static const row k_rows[] = {
     {"check", {"check", "-m", "@", "-t", "TR"}, K_INPUT},
     {"check", {"check", "-m", "MODEL", "-t", "@"}, K_INPUT},
     {"check", {"check", "-m", "MODEL", "-t", "TR", "--db", "@"}, K_DB | K_NODIR},
+    /* probe: nothing listens on port 9, so the inputs are what fails */
+    {"probe", {"probe", "--server", "http://127.0.0.1:9", "--api", "llama", "-t", "@"}, K_INPUT},
+    {"probe", {"probe", "--server", "http://127.0.0.1:9", "--api", "llama", "-t", "TR", "-m", "@"}, K_INPUT},
+    {"probe", {"probe", "--server", "http://127.0.0.1:9", "--api", "llama", "-t", "TR", "-o", "@"}, K_DB | K_NODIR},
     {"experiment", {"experiment", "@", "--db", "DB"}, K_INPUT},
     {"experiment", {"experiment", "SPEC", "--db", "@"}, K_DB | K_NODIR},
     {"report", {"report", "--db", "@"}, K_INPUT},

@@ -53,11 +53,12 @@ static const char *const figures[] = {
     "seed004-reuse",     "seed004-ttft",
     "policies-overview", "policies-identical",
     "quirks-vllm40696",  "quirks-sglang16521", "quirks-sglang34683",
+    "probe-seed001-reuse", "probe-seed001-identical", "probe-seed001-ttft",
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
 static const char *const experiments[] = {"seed000", "seed001", "seed002", "seed003", "seed004",
-                                          "policies", "quirks"};
+                                          "policies", "quirks", "probe-seed001"};
 #define N_EXPERIMENTS (sizeof experiments / sizeof experiments[0])
 
 /* Runs cmd with sh; returns its exit status (-1 when it did not exit). */
@@ -208,7 +209,7 @@ static void subdir(const char *name, char *out, size_t cap) {
 // ----------------------------------------------------------------------------
 // The render of all seven databases
 
-static void render_of_the_seven_fake_databases_succeeds(void **state) {
+static void render_of_the_fake_databases_succeeds(void **state) {
     (void)state;
     NEED_TOOLS();
     if (fx.render_rc != 0) {
@@ -474,6 +475,40 @@ static void quirks_sglang34683_extend_differs_while_cold_and_grid_agree(void **s
     table_free(&t);
 }
 
+/* kvreplay probe's figures, drawn for each probe-* experiment from plots/probe-all-*: reported
+ * against expected reuse in pairs of series per server (a server that reports nothing gives no
+ * reported point, a failed request neither), the shares of bit-identical requests and of reuse as
+ * expected over the compared and checked ones, the latest run of a variant only. */
+static void probe_figures_pair_reported_with_expected_and_count_what_was_compared(void **state) {
+    (void)state;
+    NEED_TOOLS();
+    table t;
+    table_load(&t, "probe-seed001-reuse");
+    assert_int_equal(t.rows, 5 * 2 * 6);
+    static const char *const v[] = {"serve/raw", "serve/normalize", "llama.cpp 0949beb5a3fc", "llama.cpp c807c6e3b0c7", "other"};
+    for (int i = 0; i < 5; i++) {
+        char rep[64], ex[64];
+        snprintf(rep, sizeof rep, "%s: reported", v[i]);
+        snprintf(ex, sizeof ex, "%s: expected", v[i]);
+        assert_string_equal(t.cell[12 * i][0], rep);  /* reported first, then expected, in run order */
+        assert_string_equal(t.cell[12 * i + 6][0], ex);
+    }
+    for (int k = 0; k < 6; k++) assert_string_equal(t.cell[12 * 4 + k][2], "");  /* "other" reports nothing */
+    assert_string_equal(t.cell[5][2], "");                                          /* serve/raw request 6 failed */
+    assert_true(num(&t, 12 * 2 + 6 + 3, 2) > 0.5 && num(&t, 12 * 2 + 3, 2) < 0.05);  /* 0949: expected full, reported 47 */
+    table_free(&t);
+    table_load(&t, "probe-seed001-identical");
+    assert_int_equal(t.rows, 10);
+    assert_string_equal(t.cell[0][0], "bit-identical");
+    assert_string_equal(t.cell[0][4], "5/5");  /* serve/raw: its failed request is not compared */
+    assert_string_equal(t.cell[3][4], "5/6");  /* c807c6e3b0c7: request 3 differs */
+    assert_string_equal(t.cell[5][4], "1/5");  /* serve/raw: only the first request reused as expected (0) */
+    assert_string_equal(t.cell[8][4], "6/6");
+    assert_string_equal(t.cell[9][3], "");     /* nothing to check without a reported reuse */
+    assert_string_equal(t.cell[9][4], "0/0");
+    table_free(&t);
+}
+
 static void report_has_a_section_per_experiment_and_links_every_figure(void **state) {
     (void)state;
     NEED_TOOLS();
@@ -561,7 +596,7 @@ static void a_failing_gnuplot_fails_the_render_with_a_message(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(render_of_the_seven_fake_databases_succeeds),
+        cmocka_unit_test(render_of_the_fake_databases_succeeds),
         cmocka_unit_test(every_figure_exists_as_non_empty_png_pdf_and_caption),
         cmocka_unit_test(png_figures_are_1200_by_700_pixels),
         cmocka_unit_test(pdf_figures_are_6_by_3_5_inches),
@@ -572,6 +607,7 @@ int main(void) {
         cmocka_unit_test(quirks_vllm40696_plots_the_raised_1088_token_block_against_64),
         cmocka_unit_test(quirks_sglang16521_fixed_reuses_the_answer_and_diverges),
         cmocka_unit_test(quirks_sglang34683_extend_differs_while_cold_and_grid_agree),
+        cmocka_unit_test(probe_figures_pair_reported_with_expected_and_count_what_was_compared),
         cmocka_unit_test(report_has_a_section_per_experiment_and_links_every_figure),
         cmocka_unit_test(missing_databases_are_skipped),
         cmocka_unit_test(a_failing_gnuplot_fails_the_render_with_a_message),

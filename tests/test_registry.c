@@ -180,7 +180,7 @@ static void quirks_belong_to_their_policy(void **state) {
     assert_non_null(strstr(err, "'anchor-cold-only' is a quirk of policy disk-anchor, not slot-lcp"));
     assert_int_equal(hx_quirks_parse("disk-anchor", "nope", &q, err, sizeof err), ENG_ERR_ARG);
     assert_non_null(strstr(err, "unknown quirk 'nope' (known: full-reprocess, swa-threshold, offgrid-checkpoint, "
-                                "anchor-cold-only, hybrid-block-size, prompt-key)"));
+                                "system-blind, anchor-cold-only, hybrid-block-size, prompt-key)"));
     assert_int_equal(hx_quirks_parse("radix", "hybrid-block-size", &q, err, sizeof err), ENG_ERR_ARG);
     assert_non_null(strstr(err, "'hybrid-block-size' is a quirk of policy block-hash, not radix"));
     assert_int_equal(hx_quirks_parse("disk-anchor", "anchor-cold-only", &q, err, sizeof err), ENG_OK);

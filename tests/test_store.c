@@ -178,8 +178,19 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
 }
 
+/* What migration 6 -> 7 added (kvreplay probe's server, reuse reported and expected, errors). */
+#define DROP_V7                                                                                             \
+    "ALTER TABLE runs DROP COLUMN server_url; ALTER TABLE runs DROP COLUMN server_api;"                    \
+    "ALTER TABLE runs DROP COLUMN server_engine; ALTER TABLE runs DROP COLUMN server_info;"               \
+    "ALTER TABLE runs DROP COLUMN probe_opts;"                                                             \
+    "ALTER TABLE requests DROP COLUMN reuse_expected; ALTER TABLE requests DROP COLUMN reuse_reported;"    \
+    "ALTER TABLE requests DROP COLUMN reuse_basis; ALTER TABLE requests DROP COLUMN n_prompt_local;"      \
+    "ALTER TABLE requests DROP COLUMN prompt_diff; ALTER TABLE requests DROP COLUMN json_equal;"          \
+    "ALTER TABLE requests DROP COLUMN n_probs; ALTER TABLE requests DROP COLUMN error;"                   \
+    "ALTER TABLE requests DROP COLUMN error_message; ALTER TABLE requests DROP COLUMN http_status;"
+
 /* What migration 4 -> 5 added (serve's rows not compared with their cold run). */
-#define DROP_V5 "ALTER TABLE requests DROP COLUMN verified;"
+#define DROP_V5 DROP_V7 "ALTER TABLE requests DROP COLUMN verified;"
 
 /* What migration 3 -> 4 added (--repeat's timings, the modeled TTFT and its price). */
 #define DROP_V4                                                                                             \
@@ -349,6 +360,8 @@ static void the_compat_views_of_the_store_and_the_plots_give_the_current_columns
         DOWNGRADE_TO_V2,
         DROP_V4,
         DROP_V5,
+        DROP_V7, /* 5: issue 22's columns join here */
+        DROP_V7,
     };
     hx_store_close(open_ok(f->db));
     sqlite3 *cur = NULL;

@@ -518,7 +518,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
     hx_api_result *r = rd->r;
     hx_api_error *e = rd->e;
     json_error_t je;
-    json_t *j = json_loadb(ev->data, ev->n, 0, &je);
+    json_t *j = json_loadb(ev->data, ev->n, JSON_ALLOW_NUL, &je);  /* a token may be "\u0000" */
     const char *type = json_string_value(json_object_get(j, "type"));
     int rc = ENG_OK;
     if (!json_is_object(j) || !type) {

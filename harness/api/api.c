@@ -130,6 +130,7 @@ void hx_api_req_free(hx_api_req *q) {
     free(q->params.stop);
     free(q->params.tool_choice);
     free(q->params.ignored);
+    free(q->params.cache_salt);
     hx_api_req_init(q);
     q->route = rt;
 }
@@ -579,7 +580,10 @@ static int reader_event(void *ud, const hx_sse_event *ev) {
         if (!strcmp(ev->name, "ping")) return 0;
         return hx_api_errf(rd->e, HX_API_ERR_INVALID, NULL, "an event after the end of the stream: %.60s", ev->data);
     }
-    return rd->route->stream_read(rd, ev);
+    int64_t before = rd->n_token_events;
+    int rc = rd->route->stream_read(rd, ev);
+    if (!rc && rd->on_event) rd->on_event(rd->event_ud, ev, rd->n_token_events > before);
+    return rc;
 }
 
 int hx_api_reader_feed(hx_api_reader *rd, const char *bytes, size_t n, hx_api_result *r, hx_api_error *e) {

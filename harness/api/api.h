@@ -145,6 +145,11 @@ typedef struct hx_api_params {
     /* /slots/ID?action=... */
     int32_t  slot_id;         /* -1 when absent */
     char     action[16];      /* "erase", ... */
+    /* client only (kvreplay probe): vendor extensions of the OpenAI API */
+    char    *cache_salt;      /* vLLM and SGLang "cache_salt": reuse only between requests of the same salt;
+                                 NULL: none */
+    bool     return_token_ids;/* ask for the generated ids: vLLM "return_tokens_as_token_ids" (logprob tokens
+                                 read back as "token_id:N"), SGLang "return_token_ids" (choices[].token_ids) */
 } hx_api_params;
 
 struct hx_api_route;
@@ -223,6 +228,8 @@ typedef struct hx_api_info {
     const hx_api_slot *slots;         /* (n_slots) GET /slots */
     int32_t            n_slots;
     int64_t            n_erased;      /* POST /slots/ID?action=erase: tokens erased */
+    const char        *cache_json;    /* kvreplay serve: its cache rule as a JSON object ({"policy", "quirks",
+                                         "normalize", "align", "chunk", "cap_prompt"}), /props' "kvreplay"; NULL */
 } hx_api_info;
 
 typedef struct hx_api_result {
@@ -310,6 +317,10 @@ typedef struct hx_api_reader {
     eng_buf   text;           /* the open block's text or input JSON (OpenAI chat: the content) */
     eng_buf   thinking;       /* OpenAI chat: reasoning_content, accumulated */
     json_t   *calls;          /* OpenAI chat: the tool calls by index, [{"id", "name", "arguments"}] */
+    /* optional (kvreplay probe): called after each event was read, with whether it carried a token
+     * (n_token_events grew): the raw event, e.g. the exact JSON text of a token's probabilities */
+    void    (*on_event)(void *ud, const hx_sse_event *ev, bool token_bearing);
+    void     *event_ud;
 } hx_api_reader;
 
 void hx_api_reader_init(hx_api_reader *rd, const struct hx_api_route *route);

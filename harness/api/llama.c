@@ -353,7 +353,7 @@ static int read_completion(const hx_api_route *rt, const char *body, size_t n, h
 
 static int stream_read_completion(hx_api_reader *rd, const hx_sse_event *ev) {
     json_error_t je;
-    json_t *j = json_loadb(ev->data, ev->n, 0, &je);
+    json_t *j = json_loadb(ev->data, ev->n, JSON_ALLOW_NUL, &je);  /* a token may be "\u0000" */
     if (!j) {
         rd->failed = true;
         return hx_api_errf(rd->e, HX_API_ERR_INVALID, NULL, "an event that is not JSON: %.80s", ev->data);
@@ -544,7 +544,9 @@ static json_t *respond_health(const hx_api_req *q, const hx_api_result *r) { ret
 static json_t *respond_props(const hx_api_req *q, const hx_api_result *r) {
     const hx_api_info *in = r->info;
     if (!in) return NULL;
-    return json_pack("{s:{s:{s:i, s:[s]}, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:s, s:s, s:s, s:s, s:b}",
+    json_error_t je;
+    json_t *kv = in->cache_json ? json_loads(in->cache_json, 0, &je) : NULL;
+    json_t *o = json_pack("{s:{s:{s:i, s:[s]}, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:s, s:s, s:s, s:s, s:b}",
                      "default_generation_settings", "params", "n_probs", 0, "samplers", "greedy", "n_ctx", in->n_ctx,
                      "total_slots", in->total_slots, "model_alias", in->model_name ? in->model_name : "",
                      "model_path", in->model_path ? in->model_path : "", "modalities", "vision", 0, "audio", 0,
@@ -552,6 +554,9 @@ static json_t *respond_props(const hx_api_req *q, const hx_api_result *r) {
                      in->template_name ? in->template_name : "", "bos_token", in->bos_token ? in->bos_token : "",
                      "eos_token", in->eos_token ? in->eos_token : "", "build_info",
                      in->build_info ? in->build_info : "", "is_sleeping", 0);
+    if (o && kv) json_object_set(o, "kvreplay", kv);  /* what a client (kvreplay probe) expects of its cache */
+    json_decref(kv);
+    return o;
 }
 
 static json_t *respond_slots(const hx_api_req *q, const hx_api_result *r) {

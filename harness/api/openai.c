@@ -719,6 +719,10 @@ static json_t *request_common(const hx_api_req *q, json_t *o) {
     if (!bad && !isnan(p->sampling.temperature)) bad = json_object_set_new(o, "temperature", json_real(p->sampling.temperature));
     if (!bad && !p->cache_prompt) bad = json_object_set_new(o, "cache_prompt", json_false());
     if (!bad && p->id_slot >= 0) bad = json_object_set_new(o, "id_slot", json_integer(p->id_slot));
+    if (!bad && p->cache_salt) bad = json_object_set_new(o, "cache_salt", json_string(p->cache_salt));
+    if (!bad && p->return_token_ids)  /* vLLM's name, then SGLang's; each server ignores the other's */
+        bad = json_object_set_new(o, "return_tokens_as_token_ids", json_true()) ||
+              json_object_set_new(o, "return_token_ids", json_true());
     if (!bad && p->n_stop) {
         json_t *st = json_array();
         for (int32_t i = 0; st && i < p->n_stop; i++) json_array_append_new(st, json_string(p->stop[i]));
@@ -799,6 +803,30 @@ static int read_timings(const json_t *t, hx_api_result *r) {
     return ENG_OK;
 }
 
+/* vLLM's return_tokens_as_token_ids writes each token as "token_id:N": the id, and no text. */
+static void legacy_token_id(int32_t *id, char **text, size_t *len) {
+    char *end = NULL;
+    if (*len <= 9 || strncmp(*text, "token_id:", 9)) return;
+    long v = strtol(*text + 9, &end, 10);
+    if (end != *text + *len || v < 0 || v > INT32_MAX) return;
+    *id = (int32_t)v;
+    *text = "";
+    *len = 0;
+}
+
+/* SGLang's return_token_ids: choices[0].token_ids, the ids of the tokens this object carried (the last
+ * ones read into r, from index `from`), given to those whose id is unknown. */
+static void take_token_ids(const json_t *c0, hx_api_result *r, int32_t from) {
+    const json_t *ids = json_object_get(c0, "token_ids");
+    size_t n = json_array_size(ids);
+    if (!n || (size_t)(r->n_tokens - from) != n) return;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(ids, i);
+        hx_api_token *t = &r->tokens[from + (int32_t)i];
+        if (t->id < 0 && json_is_integer(x)) t->id = (int32_t)json_integer_value(x);
+    }
+}
+
 /* OpenAI's legacy completions logprobs: tokens, token_logprobs, top_logprobs (a list of {token: logprob}). */
 static int read_legacy_logprobs(const json_t *lp, hx_api_result *r, hx_api_error *e) {
     const json_t *toks = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs"),
@@ -811,6 +839,7 @@ static int read_legacy_logprobs(const json_t *lp, hx_api_result *r, hx_api_error
             return hx_api_errf(e, HX_API_ERR_INVALID, "choices[0].logprobs.tokens", "expected strings and numbers");
         hx_api_token x = {.id = -1, .text = (char *)json_string_value(t), .len = json_string_length(t),
                           .logprob = (float)json_number_value(l)};
+        legacy_token_id(&x.id, &x.text, &x.len);
         size_t nt = json_is_object(top) ? json_object_size(top) : 0;
         hx_api_prob *pr = nt ? calloc(nt, sizeof *pr) : NULL;
         if (nt && !pr) return oom(e);
@@ -820,6 +849,7 @@ static int read_legacy_logprobs(const json_t *lp, hx_api_result *r, hx_api_error
             pr[x.n_top].id = -1;
             pr[x.n_top].text = (char *)key;
             pr[x.n_top].len = strlen(key);
+            legacy_token_id(&pr[x.n_top].id, &pr[x.n_top].text, &pr[x.n_top].len);
             pr[x.n_top].logprob = json_is_number(v) ? (float)json_number_value(v) : NAN;
             x.n_top++;
         }
@@ -887,6 +917,7 @@ static int read_response(const hx_api_route *rt, const char *body, size_t n, hx_
         }
     }
     if (!rc) rc = read_logprobs(json_object_get(c0, "logprobs"), r, e);
+    if (!rc) take_token_ids(c0, r, 0);
     if (!rc) {
         const json_t *fr = json_object_get(c0, "finish_reason");
         if (!json_is_string(fr))
@@ -977,7 +1008,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
         return chat ? flush_chat(rd) : ENG_OK;
     }
     json_error_t je;
-    json_t *j = json_loadb(ev->data, ev->n, 0, &je);
+    json_t *j = json_loadb(ev->data, ev->n, JSON_ALLOW_NUL, &je);  /* a token may be "\u0000" */
     if (!json_is_object(j)) {
         json_decref(j);
         rd->failed = true;
@@ -1025,6 +1056,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
         }
         int32_t before = r->n_tokens;
         if (!rc) rc = read_logprobs(json_object_get(c0, "logprobs"), r, e);
+        if (!rc) take_token_ids(c0, r, before);
         if (r->n_tokens > before) got = true;
         const json_t *fr = json_object_get(c0, "finish_reason");
         if (!rc && json_is_string(fr)) r->finish = finish_of(json_string_value(fr));

@@ -13,6 +13,13 @@
  *                    | {"import": [import args]}};
  *   runs:        [{"variant": NAME, "model": ID, "transcript": ID,
  *                  "args": [replay flags], "sweep": {"name": N, "values": [...]}}]
+ *                or, probing a live server (kvreplay probe, docs/probe.md):
+ *                 {"variant": NAME, "server": ID, "transcript": ID, "model": ID (optional: probe's -m),
+ *                  "probe": [probe flags]};
+ *   servers:     {ID: {"serve": [kvreplay serve args]} (started here on a free loopback port with
+ *                    the run's model, stopped after the run) | {"url": URL} | {"url_env": NAME}
+ *                    (the URL from that environment variable; unset: the variants that use it are
+ *                    skipped, with a message)};
  *                 with a sweep, ${N} takes each value in turn (in args, in the
  *                 variant name, and in the model/transcript generator args),
  *                 and runs.sweep_name / sweep_value record it (NULL for a
@@ -22,7 +29,11 @@
  * cold run of an identical prompt under identical numerics is computed once.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -32,6 +43,8 @@
 #include <xxhash.h>
 
 #include "cli.h"
+#include "http.h"
+#include "probe.h"
 #include "replay.h"
 #include "status.h"
 #include "util.h"
@@ -221,6 +234,217 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
     return ENG_OK;
 }
 
+// ----------------------------------------------------------------------------
+// Probe runs: a live server (kvreplay serve started here, or a URL)
+
+/* Starts `kvreplay serve ARGS --listen 127.0.0.1:0 --port-file PF` (this binary), its output in log,
+ * and waits for the port it bound and for GET /health to answer 200 (60 s at most). The child's pid
+ * and *port, or -1 with err. */
+static pid_t start_serve(char **args, int n, const char *log, int *port, char *err, size_t errlen) {
+    char pf[900];
+    snprintf(pf, sizeof pf, "%s.port", log);
+    unlink(pf);
+    char *argv[MAX_ARGS + 8];
+    int k = 0;
+    argv[k++] = "kvreplay";
+    argv[k++] = "serve";
+    for (int i = 0; i < n; i++) argv[k++] = args[i];
+    argv[k++] = "--listen";
+    argv[k++] = "127.0.0.1:0";
+    argv[k++] = "--port-file";
+    argv[k++] = pf;
+    argv[k] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) {
+        eng_errf(err, errlen, "cannot start kvreplay serve: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    hx_http *h = NULL;
+    for (int i = 0; i < 600; i++) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            hx_http_free(h);
+            eng_errf(err, errlen, "kvreplay serve exited before it answered /health (exit %d; its log: %s)",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1, log);
+            return -1;
+        }
+        if (!h) {
+            FILE *f = fopen(pf, "r");
+            if (f && fscanf(f, "%d", port) == 1 && *port > 0) {
+                char url[64];
+                snprintf(url, sizeof url, "http://127.0.0.1:%d", *port);
+                hx_http_opts ho;
+                hx_http_opts_default(&ho);
+                ho.timeout_s = 2;
+                h = hx_http_new(url, &ho);
+            }
+            if (f) fclose(f);
+        }
+        if (h) {
+            hx_http_resp r;
+            int rc = hx_http_do(h, "GET", "/health", NULL, 0, NULL, NULL, &r);
+            long st = r.status;
+            hx_http_resp_free(&r);
+            if (rc == ENG_OK && st == 200) {
+                hx_http_free(h);
+                return pid;
+            }
+        }
+        usleep(100000);
+    }
+    hx_http_free(h);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    eng_errf(err, errlen, "kvreplay serve did not answer /health within 60 s (its log: %s)", log);
+    return -1;
+}
+
+/* SIGTERM (serve finishes its request and exits 0), then SIGKILL after 10 s. */
+static void stop_serve(pid_t pid) {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* One probe run of the spec. HX_EXIT_OK when it ran (its findings, exit 1 of probe, are its
+ * results, not the experiment's failure) or was skipped (*skipped). */
+static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const char *vname, const char *db,
+                     const char *exp_name, bool dry, bool *skipped, char *err, size_t errlen) {
+    *skipped = false;
+    json_t *servers = json_object_get(spec, "servers");
+    const char *sid = json_string_value(json_object_get(run, "server"));
+    json_t *srv = json_object_get(servers, sid ? sid : "");
+    json_t *tid = json_object_get(run, "transcript"), *mid = json_object_get(run, "model");
+    if (!json_is_object(srv)) {
+        eng_errf(err, errlen, "%s: runs[%zu].server: no server named '%s' in servers", x->spec_path, ri, sid ? sid : "");
+        return HX_EXIT_USAGE;
+    }
+    if (!json_is_string(tid) || (mid && !json_is_string(mid))) {
+        eng_errf(err, errlen, "%s: runs[%zu]: transcript (and model, when given) must be strings", x->spec_path, ri);
+        return HX_EXIT_USAGE;
+    }
+    char model_path[1024] = "", tr_path[1024], url[512] = "";
+    int rc;
+    if (mid) {
+        rc = resolve_input(x, json_object_get(spec, "models"), "models", json_string_value(mid), model_path,
+                           sizeof model_path, NULL, err, errlen);
+        if (rc == ENG_ERR_NOT_FOUND) {
+            fprintf(stderr, "kvreplay: %s: variant %s skipped\n", err, vname);
+            *skipped = true;
+            return HX_EXIT_OK;
+        }
+        if (rc) return HX_EXIT_USAGE;
+    }
+    if (resolve_input(x, json_object_get(spec, "transcripts"), "transcripts", json_string_value(tid), tr_path,
+                      sizeof tr_path, NULL, err, errlen))
+        return HX_EXIT_USAGE;
+    char *sargv[MAX_ARGS], *pargv[MAX_ARGS];
+    int sargc = 0, pargc = 0;
+    pargv[pargc++] = strdup("probe");
+    char field[96];
+    snprintf(field, sizeof field, "runs[%zu].probe", ri);
+    json_t *pa = json_object_get(run, "probe");
+    if (pa && expand_args(x, pa, field, pargv, &pargc, err, errlen)) {
+        free_args(pargv, pargc);
+        return HX_EXIT_USAGE;
+    }
+    json_t *serve = json_object_get(srv, "serve");
+    const char *env = json_string_value(json_object_get(srv, "url_env"));
+    if (serve) {
+        snprintf(field, sizeof field, "servers.%s.serve", sid);
+        if (!mid) {
+            eng_errf(err, errlen, "%s: runs[%zu]: a server started by the experiment needs the run's model", x->spec_path, ri);
+            free_args(pargv, pargc);
+            return HX_EXIT_USAGE;
+        }
+        sargv[sargc++] = strdup("-m");
+        sargv[sargc++] = strdup(model_path);
+        if (expand_args(x, serve, field, sargv, &sargc, err, errlen)) {
+            free_args(pargv, pargc);
+            free_args(sargv, sargc);
+            return HX_EXIT_USAGE;
+        }
+    } else if (env) {
+        const char *v = getenv(env);
+        if (!v || !*v) {
+            fprintf(stderr, "kvreplay: %s: variant %s skipped: set %s to the server's URL (docs/probe.md)\n",
+                    x->spec_path, vname, env);
+            free_args(pargv, pargc);
+            *skipped = true;
+            return HX_EXIT_OK;
+        }
+        snprintf(url, sizeof url, "%s", v);
+    } else if (json_is_string(json_object_get(srv, "url"))) {
+        if (substitute(x, json_string_value(json_object_get(srv, "url")), url, sizeof url, err, errlen)) {
+            free_args(pargv, pargc);
+            return HX_EXIT_USAGE;
+        }
+    } else {
+        eng_errf(err, errlen, "%s: servers.%s: expected serve, url or url_env", x->spec_path, sid);
+        free_args(pargv, pargc);
+        return HX_EXIT_USAGE;
+    }
+    int code = HX_EXIT_OK;
+    if (dry) {
+        if (serve) {
+            printf("kvreplay serve");
+            for (int i = 0; i < sargc; i++) printf(" %s", sargv[i]);
+            printf(" --listen 127.0.0.1:0 --port-file F &   # PORT: what F says\n");
+        }
+        printf("kvreplay probe --server %s -t %s -o %s%s%s", serve ? "http://127.0.0.1:PORT" : url, tr_path, db,
+               mid ? " -m " : "", mid ? model_path : "");
+        for (int i = 1; i < pargc; i++) printf(" %s", pargv[i]);
+        printf("   # variant %s\n", vname);
+        goto out;
+    }
+    pid_t pid = -1;
+    if (serve) {
+        char logdir[600], log[800];
+        snprintf(logdir, sizeof logdir, "%s/logs", x->cache_root);
+        mkdirs(logdir);
+        snprintf(log, sizeof log, "%s/serve-%s-%zu.log", logdir, exp_name, ri);
+        int port = -1;
+        if ((pid = start_serve(sargv, sargc, log, &port, err, errlen)) < 0) {
+            code = HX_EXIT_INTERNAL;
+            goto out;
+        }
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    }
+    hx_probe_opts o;
+    hx_probe_opts_default(&o);
+    for (int i = 1; i < pargc; i++)
+        if (!hx_probe_opts_parse(pargc, pargv, &i, &o)) hx_bad_arg("experiment (spec probe flags)", pargv[i]);
+    o.server = url;
+    o.transcript_path = tr_path;
+    o.db_path = db;
+    if (mid) o.model_path = model_path;
+    o.experiment = exp_name;
+    o.variant = vname;
+    o.quiet = !eng_stderr_is_tty();
+    if (eng_stderr_is_tty()) fprintf(stderr, "kvreplay: %s / %s (probe %s)\n", exp_name, vname, url);
+    hx_probe_summary sum;
+    int prc = hx_probe_run(&o, &sum);
+    if (pid > 0) stop_serve(pid);
+    if (prc != HX_EXIT_OK && prc != HX_EXIT_DIVERGED) {
+        eng_errf(err, errlen, "%s: variant %s: probe failed (exit %d)", x->spec_path, vname, prc);
+        code = prc;
+    }
+out:
+    free_args(pargv, pargc);
+    free_args(sargv, sargc);
+    return code;
+}
+
 int hx_cmd_experiment(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     exp_args a = {.scale = "demo", .cache_root = "results/cache", .cold_mib = 2048};
@@ -265,12 +489,27 @@ int hx_cmd_experiment(int argc, char **argv) {
     json_array_foreach(runs, ri, run) {
         json_t *variant = json_object_get(run, "variant"), *mid = json_object_get(run, "model"),
                *tid = json_object_get(run, "transcript"), *sweep = json_object_get(run, "sweep");
-        if (!json_is_string(variant) || !json_is_string(mid) || !json_is_string(tid))
+        bool probing = json_object_get(run, "server") != NULL;
+        if (!json_is_string(variant) || (!probing && (!json_is_string(mid) || !json_is_string(tid))))
             hx_die(HX_EXIT_USAGE, "%s: runs[%zu]: variant, model and transcript must be strings", spec_path, ri);
         int skip = n_only > 0;
         for (int k = 0; k < n_only; k++)
             if (!strncmp(json_string_value(variant), only[k], strlen(only[k]))) skip = 0;
         if (skip) continue;
+        if (probing) {  /* a live server: kvreplay probe */
+            char vname[256];
+            bool skipped;
+            if (substitute(&x, json_string_value(variant), vname, sizeof vname, err, sizeof err) ||
+                (code = run_probe(&x, spec, run, ri, vname, db, json_string_value(name), dry, &skipped, err,
+                                  sizeof err)) != HX_EXIT_OK) {
+                fprintf(stderr, "kvreplay: %s\n", err);
+                if (code == HX_EXIT_OK) code = HX_EXIT_USAGE;
+                goto out;
+            }
+            if (skipped) n_skipped++;
+            else if (!dry) n_runs++;
+            continue;
+        }
         json_t *values = sweep ? json_object_get(sweep, "values") : NULL;
         const char *sname = sweep ? json_string_value(json_object_get(sweep, "name")) : NULL;
         if (sweep && (!sname || !values))

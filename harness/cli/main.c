@@ -24,6 +24,7 @@
     X("render",           hx_cmd_render,            "print the exact prompt text (or tokens) replay feeds for one request") \
     X("replay",           hx_cmd_replay,            "replay a transcript cold and through a cache policy, log to SQLite") \
     X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
+    X("probe",            hx_cmd_probe,             "replay a transcript against a live server: warm vs cold bits, reuse, TTFT") \
     X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \
     X("report",           hx_cmd_report,            "markdown summary of a results database") \
     X("serve",            hx_cmd_serve,             "serve the engine and a cache policy over llama-server/OpenAI/Anthropic HTTP APIs") \

@@ -62,8 +62,8 @@ static void parse_on_off(const char *flag, const char *v, void *field) {
 }
 
 static void parse_fault(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row") && strcmp(v, "repeat-flip"))
-        hx_die(HX_EXIT_USAGE, "%s: expected ulp-flip, kv-row or repeat-flip, got '%s'", flag, v);
+    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row") && strcmp(v, "repeat-flip") && strcmp(v, "report-cached"))
+        hx_die(HX_EXIT_USAGE, "%s: expected ulp-flip, kv-row, repeat-flip or report-cached, got '%s'", flag, v);
     *(const char **)field = v;
 }
 
@@ -124,7 +124,9 @@ static const hx_option k_control[] = {
      "(with --repeat: the second cold repetition's logit moves one ULP), on\n"
      "request --fault-request K (default 1), logit --fault-index I (default 0);\n"
      "exit 2 when the fault cannot be planted (no such request or logit, no\n"
-     "reuse to corrupt, a request already stored by --resume)", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
+     "reuse to corrupt, a request already stored by --resume); kvreplay serve also\n"
+     "takes report-cached (every answer that reused tokens reports one more: a\n"
+     "planted fault for kvreplay probe)", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
     {"--fault-request", NULL, "K", NULL, HX_OPT_INT, OPT(fault_request), 0, 1 << 30, NULL},
     {"--fault-index", NULL, "I", NULL, HX_OPT_INT, OPT(fault_index), 0, 1 << 30, NULL},
     {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
@@ -207,6 +209,12 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     if (n_req == 0) {  /* a run of nothing would "pass" every check */
         snprintf(err, sizeof err, "%s: no requests to replay (%s)", o->transcript_path,
                  n_skipped_bad ? "every line was bad and skipped" : "the transcript is empty");
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
+    if (o->fault && !strcmp(o->fault, "report-cached")) {  /* nothing of replay's own reports it */
+        snprintf(err, sizeof err, "--inject-fault report-cached is a fault of kvreplay serve's answers (for kvreplay "
+                 "probe to catch); replay and check compare what they computed, not what a server said");
         code = HX_EXIT_USAGE;
         goto fail;
     }

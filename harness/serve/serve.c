@@ -676,6 +676,12 @@ static void server_info(hx_server *s) {
     in->size = stat(s->o->ro.model_path, &sb) == 0 ? (int64_t)sb.st_size : 0;
     int32_t ns = hx_policy_n_slots(hx_session_policy(s->session));
     in->total_slots = ns > 0 ? ns : 1;
+    const hx_replay_opts *ro = &s->o->ro;
+    snprintf(s->cache_json, sizeof s->cache_json, "{\"policy\":\"%s\",\"quirks\":\"%s\",\"normalize\":\"%s\","
+             "\"align\":\"%s\",\"chunk\":%d,\"cap_prompt\":%s}", ro->policy, ro->quirks ? ro->quirks : "",
+             ro->normalize ? ro->normalize : "", eng_align_name(ro->pp.align), ro->pp.chunk,
+             ro->cap_prompt ? "true" : "false");
+    in->cache_json = s->cache_json;
 }
 
 /* The run in SQLite: a serve run, one row per request (replay's schema). */
@@ -769,7 +775,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
     s->byte_tok = spm_byte_token(s->tok);
     if (o->ro.fault && !strcmp(o->ro.fault, "repeat-flip"))
         hx_die(HX_EXIT_USAGE, "serve: --inject-fault repeat-flip needs --repeat, which serve does not take");
-    if (o->ro.fault && !o->verify)
+    if (o->ro.fault && !o->verify && strcmp(o->ro.fault, "report-cached"))
         hx_die(HX_EXIT_USAGE, "serve: --inject-fault %s is caught by --verify: give both", o->ro.fault);
     if ((rc = hx_session_start(s->session, s->n_ctx, NULL, err, sizeof err))) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;

@@ -144,6 +144,7 @@ typedef struct hx_server {
     hx_metrics         metrics;
     hx_api_info        info;         /* /props, /v1/models */
     char               build_info[64], bos[64], eos[64];
+    char               cache_json[512];  /* /props' "kvreplay": the cache rule a client should expect */
     /* the slots as the worker last saw them (GET /slots) */
     pthread_mutex_t    slots_mu;
     hx_api_slot       *slots;

@@ -224,12 +224,15 @@ static void flush_stream_locked(hx_job *j) {
 
 static void set_usage(gen_ctx *g, const hx_turn_status *st) {
     hx_api_result *r = &g->j->res;
+    /* --inject-fault report-cached (a planted fault, for kvreplay probe): one more than was reused */
+    const char *fault = g->s->o->ro.fault;
+    int64_t said = st->n_reused + (fault && !strcmp(fault, "report-cached") && st->n_reused > 0);
     r->usage.prompt_tokens = st->n_prompt;
-    r->usage.cached_tokens = st->n_reused;
+    r->usage.cached_tokens = said;
     r->usage.cache_creation_tokens = 0;
     r->usage.completion_tokens = 0;
-    r->timings.cache_n = st->n_reused;
-    r->timings.prompt_n = st->n_prompt - st->n_reused;
+    r->timings.cache_n = said;
+    r->timings.prompt_n = st->n_prompt - said;
     r->timings.prompt_ms = st->ttft_ms;
     r->timings.predicted_n = 0;
     r->id_slot = st->acq && st->acq->slot >= 0 ? st->acq->slot : 0;

@@ -46,6 +46,7 @@ static const char *const runs_columns[] = {
     "decode_n", "cap_prompt", "n_ctx", "seed", "blas", "cpu", "n_cpus", "hostname",
     "os_release", "config_key", "extra", "policy_opts", "block_size",
     "n_repeat", "calib_gflops", "calib_restore_gbs", "price_gflops", "price_restore_gbs", "price_source",
+    "server_url", "server_api", "server_engine", "server_info", "probe_opts",
 };
 
 static const char *const requests_columns[] = {
@@ -59,6 +60,8 @@ static const char *const requests_columns[] = {
     "state_equal", "state_hash_cold", "state_hash_reuse", "cache_bytes", "cache_entries",
     "ttft_cold_min_ms", "ttft_cold_max_ms", "ttft_reuse_min_ms", "ttft_reuse_max_ms",
     "model_cold_ms", "model_reuse_ms", "verified",
+    "reuse_expected", "reuse_reported", "reuse_basis", "n_prompt_local", "prompt_diff", "json_equal", "n_probs",
+    "error", "error_message", "http_status",
 };
 
 static const char *const steps_columns[] = {
@@ -223,6 +226,25 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN model_reuse_ms REAL;\n",
     /* 4 -> 5: whether a request was compared with its cold run (kvreplay serve without --verify: not) */
     "ALTER TABLE requests ADD COLUMN verified INTEGER CHECK(verified IN (0,1));\n",
+    /* 5 -> 6: issue 22's (shards, merge); empty on the probe branch, filled at merge */
+    "",
+    /* 6 -> 7: kvreplay probe: the live server of a probe run, and per request the reuse it reported
+     * against the reuse expected, how the prompt's tokens were known, the bits' JSON text, errors */
+    "ALTER TABLE runs ADD COLUMN server_url TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN server_api TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN server_engine TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN server_info TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN probe_opts TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN reuse_expected INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN reuse_reported INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN reuse_basis TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN n_prompt_local INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN prompt_diff TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN json_equal INTEGER CHECK(json_equal IN (0,1));\n"
+    "ALTER TABLE requests ADD COLUMN n_probs INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN error TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN error_message TEXT;\n"
+    "ALTER TABLE requests ADD COLUMN http_status INTEGER;\n",
 };
 
 /* compat_views[v]: temp views that present a version-v file (opened read-only,
@@ -231,22 +253,32 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_RUNS_3 " NULL AS policy_opts, NULL AS block_size,"
 #define COMPAT_RUNS_4                                                                                   \
     " NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs, NULL AS price_gflops,"        \
-    " NULL AS price_restore_gbs, NULL AS price_source FROM main.runs;"
+    " NULL AS price_restore_gbs, NULL AS price_source,"
+#define COMPAT_RUNS_7                                                                                   \
+    " NULL AS server_url, NULL AS server_api, NULL AS server_engine, NULL AS server_info,"             \
+    " NULL AS probe_opts FROM main.runs;"
 #define COMPAT_REQUESTS_2 " NULL AS state_equal, NULL AS state_hash_cold, NULL AS state_hash_reuse,"
 #define COMPAT_REQUESTS_3 " NULL AS cache_bytes, NULL AS cache_entries,"
 #define COMPAT_REQUESTS_4                                                                               \
     " NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,"                  \
     " NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms,"
-#define COMPAT_REQUESTS_5 " NULL AS verified FROM main.requests;"
+#define COMPAT_REQUESTS_5 " NULL AS verified,"
+#define COMPAT_REQUESTS_7                                                                               \
+    " NULL AS reuse_expected, NULL AS reuse_reported, NULL AS reuse_basis, NULL AS n_prompt_local,"    \
+    " NULL AS prompt_diff, NULL AS json_equal, NULL AS n_probs, NULL AS error, NULL AS error_message,"  \
+    " NULL AS http_status FROM main.requests;"
 #define COMPAT_RUNS "CREATE TEMP VIEW runs AS SELECT *,"
 #define COMPAT_REQUESTS "CREATE TEMP VIEW requests AS SELECT *,"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3 COMPAT_REQUESTS_4
-        COMPAT_REQUESTS_5,
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4 COMPAT_REQUESTS_5,
-    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_4 COMPAT_REQUESTS_5,
-    "CREATE TEMP VIEW runs AS SELECT * FROM main.runs;" COMPAT_REQUESTS COMPAT_REQUESTS_5,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3
+        COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4
+        COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,  /* 5: issue 22 adds its columns here */
+    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,
 };
 
 // ----------------------------------------------------------------------------
@@ -726,6 +758,10 @@ char *hx_run_meta_config_key(const hx_run_meta *m) {
     bad |= jset(o, "sweep_name", jstr(r.sweep_name));
     bad |= jset(o, "sweep_value", jreal(r.sweep_value));
     bad |= jset(o, "model", jstr(r.model_sha256 ? r.model_sha256 : r.model_path));
+    /* a probe run's server (only when set, so the keys of every other run stay as they were) */
+    if (r.server_url) bad |= jset(o, "server_url", jstr(r.server_url));
+    if (r.server_api) bad |= jset(o, "server_api", jstr(r.server_api));
+    if (r.probe_opts) bad |= jset(o, "probe_opts", jstr(r.probe_opts));
     bad |= jset(o, "transcript", jstr(r.transcript_sha256 ? r.transcript_sha256 : r.transcript));
     bad |= jset(o, "template", jstr(r.template_name));
     bad |= jset(o, "policy", jstr(r.policy));
@@ -892,6 +928,11 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     bind_real(st, "price_gflops", r.price_gflops);
     bind_real(st, "price_restore_gbs", r.price_restore_gbs);
     bind_text(st, "price_source", r.price_source);
+    bind_text(st, "server_url", r.server_url);
+    bind_text(st, "server_api", r.server_api);
+    bind_text(st, "server_engine", r.server_engine);
+    bind_text(st, "server_info", r.server_info);
+    bind_text(st, "probe_opts", r.probe_opts);
     int rc = step_done(st);
     if (rc != SQLITE_OK) status = fail_sql(s, rc, err, errlen, "runs: inserting a run");
     int64_t id = sqlite3_last_insert_rowid(s->db);
@@ -1201,6 +1242,7 @@ void hx_request_row_init(hx_request_row *r) {
     r->state_equal = -1;
     r->cache_bytes = r->cache_entries = -1;
     r->verified = 1;
+    r->reuse_expected = r->reuse_reported = r->n_prompt_local = r->json_equal = r->n_probs = r->http_status = -1;
 }
 
 void hx_step_row_init(hx_step_row *r) {
@@ -1295,6 +1337,16 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     bind_int_opt(st, "cache_bytes", r->cache_bytes);
     bind_int_opt(st, "cache_entries", r->cache_entries);
     bind_int(st, "verified", r->verified ? 1 : 0);
+    bind_int_opt(st, "reuse_expected", r->reuse_expected);
+    bind_int_opt(st, "reuse_reported", r->reuse_reported);
+    bind_text(st, "reuse_basis", r->reuse_basis);
+    bind_int_opt(st, "n_prompt_local", r->n_prompt_local);
+    bind_text(st, "prompt_diff", r->prompt_diff);
+    bind_int_opt(st, "json_equal", r->json_equal);
+    bind_int_opt(st, "n_probs", r->n_probs);
+    bind_text(st, "error", r->error);
+    bind_text(st, "error_message", r->error_message);
+    bind_int_opt(st, "http_status", r->http_status);
 }
 
 static void bind_step(sqlite3_stmt *st, int64_t run_id, const char *session, int32_t turn,

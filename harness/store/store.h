@@ -69,7 +69,7 @@
 #include "compare.h"
 
 /* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 5
+#define HX_STORE_SCHEMA_VERSION 7
 
 typedef struct hx_store hx_store;  /* opaque: connection + cached statements */
 
@@ -177,6 +177,12 @@ typedef struct hx_run_meta {
     double      price_gflops;      /* the figures the modeled TTFT is priced at */
     double      price_restore_gbs;
     const char *price_source;      /* "measured", or "reference FILE" */
+    /* kvreplay probe (docs/probe.md): the live server under test; NULL for every other run */
+    const char *server_url;        /* its base URL */
+    const char *server_api;        /* llama | openai | vllm | sglang | anthropic */
+    const char *server_engine;     /* llama.cpp | vllm | sglang | kvreplay | unknown: whose cache rule applied */
+    const char *server_info;       /* JSON object: what its identity endpoints answered (/props, /v1/models, ...) */
+    const char *probe_opts;        /* JSON object: the probe's flags as it ran them */
 } hx_run_meta;
 
 /* Sets every field to its sentinel: NULL strings, -1 integers, NaN reals. */
@@ -328,6 +334,19 @@ typedef struct hx_request_row {
     bool        verified;         /* compared with its cold run (default); false: kvreplay serve without
                                      --verify, whose cold columns are NULL and whose logits_equal,
                                      top1_equal and decode_equal (0) say nothing */
+    /* kvreplay probe (NULL-able; -1 / NULL in every other row) */
+    int64_t     reuse_expected;   /* tokens the server should have reused (its cap rule on the common prefix) */
+    int64_t     reuse_reported;   /* tokens it says it reused; -1: it reports nothing (NULL, never 0) */
+    const char *reuse_basis;      /* how the prompt's tokens were known: "sent ids", "server tokenization",
+                                     "kvreplay rendering"; NULL: not exactly (reuse not checked) */
+    int64_t     n_prompt_local;   /* tokens of kvreplay's own rendering (with -m) */
+    const char *prompt_diff;      /* where the server's tokens and kvreplay's differ, or NULL */
+    int64_t     json_equal;       /* first position's probabilities: the JSON text byte-identical (1/0) */
+    int64_t     n_probs;          /* candidates compared per position (0: the API gives none) */
+    const char *error;            /* what the server did wrong: refused, timeout, cut, http, malformed, field,
+                                     model, ...; NULL when nothing */
+    const char *error_message;    /* its one-line message */
+    int64_t     http_status;      /* the HTTP status of the failed exchange (-1: none) */
 } hx_request_row;
 
 /* One `steps` row (session and turn come from the request). */

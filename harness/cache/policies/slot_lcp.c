@@ -75,13 +75,15 @@ static const hx_option slot_options[] = {
 };
 
 /* Bit k of hx_policy_config.quirks is slot_quirks[k]. */
-enum { Q_FULL_REPROCESS = 1u << 0, Q_SWA_THRESHOLD = 1u << 1, Q_OFFGRID_CHECKPOINT = 1u << 2 };
+enum { Q_FULL_REPROCESS = 1u << 0, Q_SWA_THRESHOLD = 1u << 1, Q_OFFGRID_CHECKPOINT = 1u << 2, Q_SYSTEM_BLIND = 1u << 3 };
 static const hx_quirk slot_quirks[] = {
     {"full-reprocess", "memory that cannot be truncated forces full re-processing", "seeds/002"},
     {"swa-threshold", "the SWA pos_min threshold applied to recurrent memory: no checkpoint qualifies",
      "seeds/004"},
     {"offgrid-checkpoint", "the checkpoint at the prompt's end, off the grid (diverges with blas)",
      "llama.cpp's context checkpoints"},
+    {"system-blind", "a planted fault (no report): prompts matched from the system prompt's end, its stale KV reused",
+     "kvreplay probe's tests"},
     {0},
 };
 
@@ -326,6 +328,8 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
     eng_seq *s = sl->seq;
     int32_t nc = eng_seq_n_tokens(s);
     int32_t lcp = hx_lcp(eng_seq_tokens(s), nc, tokens, n);
+    if ((st->cfg.quirks & Q_SYSTEM_BLIND) && stable_end > lcp && stable_end <= nc && sl->n_prompt >= stable_end)
+        lcp = stable_end + hx_lcp(eng_seq_tokens(s) + stable_end, nc - stable_end, tokens + stable_end, n - stable_end);
     out->seq = s;
     out->slot = (int32_t)(sl - st->slots);
     out->lcp = lcp;
