@@ -34,13 +34,6 @@
 
 #include "status.h"
 
-eng_prefill_params eng_prefill_params_default(void) {
-    eng_prefill_params p = {
-        .chunk = 64, .align = ENG_ALIGN_CHUNK, .ubatch = 512, .all_logits = false, .on_chunk = NULL, .ud = NULL,
-    };
-    return p;
-}
-
 // ----------------------------------------------------------------------------
 // Workspace: zeroed at allocation, grown on demand
 

@@ -48,7 +48,7 @@
  *
  * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
  */
-#include "kernels.h"
+#include "kernels_ref.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -392,6 +392,38 @@ static void axpy_row(eng_kpath path, int32_t W, float p, const float *b, int64_t
 #endif
     for (int32_t c0 = 0; c0 < W; c0 += PW)
         for (int32_t c = 0; c < PW; c++) y[c0 + c] = fmaf(p, b[(c0 / PW) * ps + c], y[c0 + c]);
+}
+
+// ----------------------------------------------------------------------------
+// The softmax of a row, portable: the bits every path gives (both kernels
+// use it: blas's causal softmax through eng_k_softmax_path)
+
+/* Softmax of one row's n attended scores, in place (kernels_ref.h). The
+ * `omp simd` loops are element-wise (no reduction clause): they let GCC
+ * vectorise eng_expf without changing any element's operations. The max
+ * and the sum use 8 explicit lanes (lane j % 8, ascending j). */
+void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16) {
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = s[j] * scale;
+    if (bf16) eng_bf16_round_vec(s, n);
+    float m8[8], a8[8];
+    for (int c = 0; c < 8; c++) { m8[c] = -INFINITY; a8[c] = 0.0f; }
+    const int32_t n8 = n / 8 * 8;
+    for (int32_t j = 0; j < n8; j += 8)
+        for (int c = 0; c < 8; c++) m8[c] = s[j + c] > m8[c] ? s[j + c] : m8[c];
+    for (int32_t j = n8; j < n; j++) m8[j & 7] = s[j] > m8[j & 7] ? s[j] : m8[j & 7];
+    float mx = m8[0];
+    for (int c = 1; c < 8; c++) mx = m8[c] > mx ? m8[c] : mx;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = eng_expf(s[j] - mx);
+    for (int32_t j = 0; j < n8; j += 8)
+        for (int c = 0; c < 8; c++) a8[c] += s[j + c];
+    for (int32_t j = n8; j < n; j++) a8[j & 7] += s[j];
+    const float sum = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
+    const float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = s[j] * inv;
+    if (bf16) eng_bf16_round_vec(s, n);
 }
 
 // ----------------------------------------------------------------------------

@@ -39,6 +39,13 @@ eng_numerics eng_numerics_default(void) {
     return n;
 }
 
+eng_prefill_params eng_prefill_params_default(void) {
+    eng_prefill_params p = {
+        .chunk = 64, .align = ENG_ALIGN_CHUNK, .ubatch = 512, .all_logits = false, .on_chunk = NULL, .ud = NULL,
+    };
+    return p;
+}
+
 const char *eng_kernel_name(eng_kernel k) { return k == ENG_KERNEL_REF ? "ref" : "blas"; }
 const char *eng_precision_name(eng_precision p) { return p == ENG_PRECISION_BF16 ? "bf16" : "fp32"; }
 const char *eng_align_name(eng_align a) { return a == ENG_ALIGN_NONE ? "none" : "chunk"; }
