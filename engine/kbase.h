@@ -33,11 +33,10 @@ typedef struct eng_kctx {
     eng_kpath  path;        /* ref: the code path (zero: scalar) */
 } eng_kctx;
 
-/* Runs fn(arg, r0, r1) over [0, n_rows) split into contiguous ranges, one
- * per thread of ctx's pool (inline without a pool or with one row). Results
- * must not depend on the split: fn treats each row on its own. Not
- * reentrant: fn must not call it with the same pool. Any thread may run
- * any range (pool.h). */
+/* Runs fn(arg, r0, r1) over [0, n_rows) cut into contiguous sub-ranges
+ * that the threads of ctx's pool claim (inline without a pool or with one
+ * row). Results must not depend on the split: fn treats each row on its
+ * own. Not reentrant: fn must not call it with the same pool (pool.h). */
 static inline void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows,
                                        void (*fn)(void *arg, int32_t r0, int32_t r1), void *arg) {
     eng_pool_rows(ctx->n_threads > 1 ? ctx->pool : NULL, n_rows, 0, fn, arg);
@@ -48,9 +47,8 @@ static inline void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows,
                                             void (*fn)(void *arg, int32_t r0, int32_t r1), void *arg) {
     eng_pool_rows(ctx->n_threads > 1 ? ctx->pool : NULL, n_rows, row_cost > 0 ? row_cost : 1, fn, arg);
 }
-/* Same as eng_k_parallel_rows_cost, and fn learns which range it runs
- * (ith in [0, n_threads): the range's index, not the thread's), for
- * per-range scratch. */
+/* Same as eng_k_parallel_rows_cost, and fn learns which thread runs it
+ * (ith in [0, n_threads)), for per-thread scratch. */
 static inline void eng_k_parallel_ith(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
                                       void (*fn)(void *arg, int32_t ith, int32_t r0, int32_t r1), void *arg) {
     eng_pool_ith(ctx->n_threads > 1 ? ctx->pool : NULL, n_rows, row_cost > 0 ? row_cost : 1, fn, arg);
