@@ -16,6 +16,9 @@
 #include "model.h"
 #include "pool.h"
 
+/* Threads a model may run (eng_model_load refuses more). */
+#define ENG_MAX_THREADS 1024
+
 /* The ref kernel's code paths: the same bits from each (tested), at
  * different speeds. */
 typedef enum eng_kpath {

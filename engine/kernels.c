@@ -93,16 +93,7 @@ void eng_kmat_free(eng_kmat *m) {
 
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                   float *Y, int32_t ldy) {
-    ENG_ASSERT(M >= 1 && ldy >= W->n_out && ldx >= W->n_in);
-    if (ctx->kernel == ENG_KERNEL_BLAS) {
-        ENG_ASSERT(!W->panels);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, M, W->n_out, W->n_in, 1.0f,
-                    X, ldx, W->data, W->ld, 0.0f, Y, ldy);
-    } else {
-        ENG_ASSERT(W->kn);
-        eng_k_matmul_ref(ctx, W, M, X, ldx, Y, ldy);
-    }
-    round_rows(ctx, Y, M, W->n_out, ldy);
+    eng_k_matmul_fused(ctx, W, M, X, ldx, Y, ldy, NULL);
 }
 
 // ----------------------------------------------------------------------------
@@ -196,6 +187,12 @@ static void rmsnorm_rows(void *v, int32_t t0, int32_t t1) {
         for (int32_t i = 0; i < D; i++) y[i] = (x[i] * scale) * w[i];
         if (a->ctx->bf16) round_vec(y, D);
     }
+}
+
+void eng_k_rmsnorm_rows(const eng_kctx *ctx, int32_t D, const float *X, int32_t ldx, const float *w, float eps,
+                        float *Y, int32_t ldy, int32_t t0, int32_t t1) {
+    rmsnorm_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .w = w, .eps = eps, .Y = Y};
+    rmsnorm_rows(&a, t0, t1);
 }
 
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
@@ -334,31 +331,6 @@ void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos
     eng_k_parallel_rows_cost(ctx, R, pos0 + T, softmax_rows, &a);
 }
 
-typedef struct swiglu_args {
-    const eng_kctx *ctx;
-    int32_t F, ldgu, ldh;
-    const float *GU;
-    float *H;
-} swiglu_args;
-
-static void swiglu_rows(void *v, int32_t t0, int32_t t1) {
-    const swiglu_args *a = v;
-    const int32_t F = a->F;
-    for (int32_t t = t0; t < t1; t++) {
-        const float *g = a->GU + (int64_t)t * a->ldgu, *u = g + F;
-        float *h = a->H + (int64_t)t * a->ldh;
-        #pragma omp simd
-        for (int32_t f = 0; f < F; f++) h[f] = (g[f] / (1.0f + eng_expf(-g[f]))) * u[f];
-        if (a->ctx->bf16) round_vec(h, F);
-    }
-}
-
-void eng_k_swiglu(const eng_kctx *ctx, int32_t T, int32_t F, const float *GU, int32_t ldgu, float *H,
-                  int32_t ldh) {
-    swiglu_args a = {.ctx = ctx, .F = F, .ldgu = ldgu, .ldh = ldh, .GU = GU, .H = H};
-    eng_k_parallel_rows_cost(ctx, T, 8 * (int64_t)F, swiglu_rows, &a);
-}
-
 typedef struct add_args {
     const eng_kctx *ctx;
     int32_t D, ldx, ldy;
@@ -380,4 +352,184 @@ static void add_rows(void *v, int32_t t0, int32_t t1) {
 void eng_k_add(const eng_kctx *ctx, int32_t T, int32_t D, float *X, int32_t ldx, const float *Y, int32_t ldy) {
     add_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
     eng_k_parallel_rows_cost(ctx, T, D, add_rows, &a);
+}
+
+// ----------------------------------------------------------------------------
+// Fused products: a norm before and row-wise ops after, in one parallel region
+
+typedef struct fused_args {
+    const eng_kctx  *ctx;
+    const eng_kmat  *W;
+    const eng_kfuse *fu;
+    int32_t          M, K, ldx, ldy, ncols, unit, n_units, n_rg;
+    const float     *X;
+    float           *Y;
+    uint8_t          normed[ENG_MAX_THREADS];  /* thread ith has its normed rows */
+} fused_args;
+
+/* The rows the product reads: X, or thread ith's normed copy of X. */
+static const float *fused_x(fused_args *a, int32_t ith, int32_t *ldx) {
+    const eng_kfuse *fu = a->fu;
+    if (fu->norm == ENG_KNORM_NONE) {
+        *ldx = a->ldx;
+        return a->X;
+    }
+    float *xn = fu->ws + (int64_t)ith * a->M * a->K;
+    if (!a->normed[ith]) {
+        if (fu->norm == ENG_KNORM_RMS) {
+            rmsnorm_args r = {.ctx = a->ctx, .D = a->K, .ldx = a->ldx, .ldy = a->K, .X = a->X, .w = fu->norm_w,
+                              .eps = fu->eps, .Y = xn};
+            rmsnorm_rows(&r, 0, a->M);
+        } else {
+            layernorm_args l = {.ctx = a->ctx, .D = a->K, .ldx = a->ldx, .ldy = a->K, .X = a->X, .w = fu->norm_w,
+                                .b = fu->norm_b, .eps = fu->eps, .Y = xn};
+            layernorm_rows(&l, 0, a->M);
+        }
+        a->normed[ith] = 1;
+    }
+    *ldx = a->K;
+    return xn;
+}
+
+/* Columns [c0, c1) of the product for rows [r0, r1), on this thread: one
+ * ref block, or one sgemm per blas unit (a unit's shape is fixed by N and
+ * the thread count, so its bits do not depend on which thread runs it). */
+static void fused_block(const fused_args *a, const float *X, int32_t ldx, int32_t r0, int32_t r1, int32_t c0,
+                        int32_t c1) {
+    const eng_kmat *W = a->W;
+    if (a->ctx->kernel == ENG_KERNEL_REF) {
+        eng_k_matmul_ref_block(a->ctx, W, r0, r1, c0, c1, X, ldx, a->Y, a->ldy);
+    } else {
+        for (int32_t u0 = c0; u0 < c1; u0 += a->unit) {
+            const int32_t u1 = u0 + a->unit < c1 ? u0 + a->unit : c1;
+            const float *b = W->kn ? W->data + u0 : W->data + (int64_t)u0 * W->ld;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, r1 - r0, u1 - u0, W->n_in, 1.0f,
+                        X + (int64_t)r0 * ldx, ldx, b, W->ld, 0.0f, a->Y + (int64_t)r0 * a->ldy + u0, a->ldy);
+        }
+    }
+    if (a->ctx->bf16)
+        for (int32_t r = r0; r < r1; r++) round_vec(a->Y + (int64_t)r * a->ldy + c0, c1 - c0);
+}
+
+/* The epilogue over rows [r0, r1) and product columns [c0, c1): each op
+ * element for element as its row-wise function (rope_rows, add_rows; the
+ * SwiGLU exists only here), so the bits are those of the separate ops. */
+static void fused_epilogue(const fused_args *a, int32_t r0, int32_t r1, int32_t c0, int32_t c1) {
+    const eng_kfuse *fu = a->fu;
+    const bool bf16 = a->ctx->bf16;
+    for (int32_t r = r0; r < r1; r++) {
+        float *y = a->Y + (int64_t)r * a->ldy;
+        if (fu->rope_cols > 0) {
+            const int32_t E = fu->rope_E, half = fu->rope_n_rot / 2, ce = c1 < fu->rope_cols ? c1 : fu->rope_cols;
+            const float *cs = fu->rope_cs + (int64_t)r * half, *sn = fu->rope_sn + (int64_t)r * half;
+            for (int32_t c = c0; c < ce; c += 2) {
+                const int32_t i = (c % E) / 2;
+                if (i >= half) continue;
+                const float x0 = y[c], x1 = y[c + 1];
+                const float y0 = x0 * cs[i] - x1 * sn[i];
+                const float y1 = x0 * sn[i] + x1 * cs[i];
+                y[c] = bf16 ? eng_bf16_round(y0) : y0;
+                y[c + 1] = bf16 ? eng_bf16_round(y1) : y1;
+            }
+        }
+        if (fu->res) {
+            float *x = fu->res + (int64_t)r * fu->ldres;
+            #pragma omp simd
+            for (int32_t c = c0; c < c1; c++) x[c] = x[c] + y[c];
+            if (bf16) round_vec(x + c0, c1 - c0);
+            if (fu->add2) {
+                const float *z = fu->add2 + (int64_t)r * fu->ld_add2;
+                #pragma omp simd
+                for (int32_t c = c0; c < c1; c++) x[c] = x[c] + z[c];
+                if (bf16) round_vec(x + c0, c1 - c0);
+            }
+        }
+        if (fu->glu_cols > 0 && c0 < fu->glu_cols) {
+            const int32_t ce = c1 < fu->glu_cols ? c1 : fu->glu_cols;
+            const float *u = y + fu->glu_off;
+            float *h = fu->H + (int64_t)r * fu->ldh;
+            #pragma omp simd
+            for (int32_t c = c0; c < ce; c++) h[c] = (y[c] / (1.0f + eng_expf(-y[c]))) * u[c];
+            if (bf16) round_vec(h + c0, ce - c0);
+        }
+    }
+}
+
+/* Items [it0, it1) on thread ith: item = row group * n_units + unit. */
+static void fused_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
+    fused_args *a = v;
+    const eng_kfuse *fu = a->fu;
+    int32_t ldx;
+    const float *X = fused_x(a, ith, &ldx);
+    for (int32_t it = it0; it < it1;) {
+        const int32_t rg = it / a->n_units, u0 = it % a->n_units;
+        int32_t u1 = u0 + (it1 - it);
+        if (u1 > a->n_units) u1 = a->n_units;
+        int32_t r0 = 0, r1 = a->M;
+        if (a->n_rg > 1) eng_k_ref_row_group(a->M, a->n_rg, rg, &r0, &r1);
+        const int32_t c0 = u0 * a->unit, c1 = u1 * a->unit < a->ncols ? u1 * a->unit : a->ncols;
+        fused_block(a, X, ldx, r0, r1, c0, c1);
+        if (fu->glu_cols > 0)  /* the up columns of the same units */
+            fused_block(a, X, ldx, r0, r1, c0 + fu->glu_off, c1 + fu->glu_off);
+        fused_epilogue(a, r0, r1, c0, c1);
+        it += u1 - u0;
+    }
+}
+
+/* Rounding and the epilogue over whole rows [r0, r1) (the blas product
+ * computed as one sgemm). */
+static void fused_rows(void *v, int32_t r0, int32_t r1) {
+    const fused_args *a = v;
+    const int32_t N = a->W->n_out;
+    if (a->ctx->bf16)
+        for (int32_t r = r0; r < r1; r++) round_vec(a->Y + (int64_t)r * a->ldy, N);
+    fused_epilogue(a, r0, r1, 0, N);
+}
+
+/* blas splits its products into column units on the pool (one
+ * single-threaded sgemm per unit) when it has more than one thread. */
+#define BLAS_SPLIT 0
+
+void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
+                        int32_t ldy, const eng_kfuse *fu) {
+    static const eng_kfuse none = {0};
+    if (!fu) fu = &none;
+    const int32_t N = W->n_out, K = W->n_in, nth = ctx->n_threads;
+    ENG_ASSERT(M >= 1 && ldy >= N && ldx >= K && nth <= ENG_MAX_THREADS);
+    ENG_ASSERT(fu->rope_cols == 0 || (fu->rope_E % 2 == 0 && fu->rope_cols <= N));
+    ENG_ASSERT(fu->glu_cols == 0 || fu->glu_off + fu->glu_cols <= N);
+    fused_args a = {.ctx = ctx, .W = W, .fu = fu, .M = M, .K = K, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
+    if (ctx->kernel == ENG_KERNEL_BLAS && !(BLAS_SPLIT && nth > 1)) {
+        /* one sgemm: the norm before it and the epilogue after it are row-parallel regions */
+        if (fu->norm != ENG_KNORM_NONE) {
+            if (fu->norm == ENG_KNORM_RMS) eng_k_rmsnorm(ctx, M, K, X, ldx, fu->norm_w, fu->eps, fu->ws, K);
+            else eng_k_layernorm(ctx, M, K, X, ldx, fu->norm_w, fu->norm_b, fu->eps, fu->ws, K);
+            X = fu->ws;
+            ldx = K;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, M, N, K, 1.0f, X, ldx, W->data,
+                    W->ld, 0.0f, Y, ldy);
+        const bool epi = fu->rope_cols > 0 || fu->res || fu->glu_cols > 0;
+        if (epi) eng_k_parallel_rows_cost(ctx, M, (int64_t)N * 4, fused_rows, &a);
+        else if (ctx->bf16) fused_rows(&a, 0, M);
+        return;
+    }
+    /* the columns split: the gate columns when gate and up go together */
+    const bool glu_pairs = fu->glu_cols > 0;
+    a.ncols = glu_pairs ? fu->glu_cols : N;
+    if (ctx->kernel == ENG_KERNEL_REF) {
+        ENG_ASSERT(W->kn && (!glu_pairs || fu->glu_off % ENG_REF_PANEL == 0));
+        a.unit = ENG_REF_PANEL;
+        a.n_units = (a.ncols + ENG_REF_PANEL - 1) / ENG_REF_PANEL;
+        a.n_rg = eng_k_ref_row_groups(ctx, M, a.n_units);
+    } else {
+        /* blas: units of at least 64 columns (a multiple of 16), up to 4 per thread */
+        int32_t nb = 4 * nth;
+        if (nb > a.ncols / 64) nb = a.ncols / 64 > 1 ? a.ncols / 64 : 1;
+        a.unit = ((a.ncols + nb - 1) / nb + 15) / 16 * 16;
+        a.n_units = (a.ncols + a.unit - 1) / a.unit;
+        a.n_rg = 1;
+    }
+    const int64_t cost = (int64_t)(M / a.n_rg + 1) * a.unit * K * (glu_pairs ? 2 : 1);
+    eng_k_parallel_ith(ctx, a.n_rg * a.n_units, cost, fused_items, &a);
 }

@@ -19,7 +19,10 @@
  *     (kernels_ref.c).
  *   - shared (both kernels): RMSNorm, RoPE, causal softmax, SwiGLU, residual
  *     add, bf16 rounding. Each is computed per row with a fixed order, so its
- *     result is the same whatever the number of rows or threads.
+ *     result is the same whatever the number of rows or threads. The norm
+ *     before a product and RoPE, SwiGLU and residual adds after it run in the
+ *     product's own parallel region (eng_k_matmul_fused): one region per
+ *     product instead of one per op.
  *
  * Precision bf16: the caller's weights are rounded to bf16 at load
  * (eng_kmat_init); every op here rounds its output to bf16 (round to nearest
@@ -60,9 +63,61 @@ void eng_kmat_free(eng_kmat *m);  /* accepts a zeroed or freed struct */
 // Products
 
 /* Y[M, N] = X[M, K] . W^T, rounded when bf16. X rows have stride ldx, Y rows
- * stride ldy (>= N). M >= 1. blas: one sgemm; ref: eng_k_matmul_ref. */
+ * stride ldy (>= N). M >= 1. blas: one sgemm (column units on the pool:
+ * eng_k_matmul_fused); ref: blocks of eng_k_matmul_ref_block over the pool
+ * by column panels (and row groups). eng_k_matmul_fused without ops. */
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                   float *Y, int32_t ldy);
+
+/* Norms a fused product applies to its rows first. */
+typedef enum eng_knorm {
+    ENG_KNORM_NONE  = 0,
+    ENG_KNORM_RMS   = 1,  /* eng_k_rmsnorm */
+    ENG_KNORM_LAYER = 2,  /* eng_k_layernorm */
+} eng_knorm;
+
+/* What a fused product does around Y = X . W^T, all in the product's one
+ * parallel region instead of one region per op (every field optional,
+ * zero: off). Each op is computed element for element as its row-wise
+ * function below (SwiGLU exists only here), so a fused product gives the
+ * bits of the separate ops:
+ *   prologue  X is replaced by norm(X) (eng_k_rmsnorm or eng_k_layernorm of
+ *             its rows with norm_w, norm_b, eps); each thread norms the rows
+ *             into its own slice of ws (n_threads * M * K floats), since
+ *             every thread reads every row;
+ *   epilogue  on each block of Y a thread computed (after Y's rounding):
+ *     rope:   eng_k_rope on the columns [0, rope_cols) (heads of rope_E
+ *             columns, rope_n_rot rotated, tables rope_cs/rope_sn of the
+ *             chunk's rows);
+ *     res:    res = round(res + Y), then res = round(res + add2) when add2
+ *             (the residual adds of eng_k_add, in that order);
+ *     glu:    SwiGLU, H[t, c] = round(silu(Y[t, c]) * Y[t, c + glu_off])
+ *             for c < glu_cols, silu(g) = g / (1 + eng_expf(-g)): the gate
+ *             columns of a block and their up columns are computed by the
+ *             same thread; under ref glu_off is a multiple of ENG_REF_PANEL.
+ * blas with n_threads > 1 splits the product into column units (at least
+ * 64 columns, up to 4 per thread, fixed by N and the thread count), one
+ * single-threaded sgemm each; with one thread it is one sgemm. */
+typedef struct eng_kfuse {
+    eng_knorm    norm;
+    const float *norm_w, *norm_b;
+    float        eps;
+    float       *ws;
+    int32_t      rope_cols, rope_E, rope_n_rot;
+    const float *rope_cs, *rope_sn;
+    float       *res;
+    int32_t      ldres;
+    const float *add2;
+    int32_t      ld_add2;
+    int32_t      glu_cols, glu_off;
+    float       *H;
+    int32_t      ldh;
+} eng_kfuse;
+
+/* Y = X . W^T with the prologue and epilogue of fu (NULL: none), in one
+ * parallel region; Y is rounded when bf16 as eng_k_matmul. */
+void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
+                        int32_t ldy, const eng_kfuse *fu);
 
 /* Causal grouped-query attention of one chunk of T tokens at positions
  * [pos0, pos0 + T), H query heads sharing G KV heads (head h reads KV head
@@ -94,6 +149,10 @@ int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H,
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
                    const float *w, float eps, float *Y, int32_t ldy);
 
+/* The same for rows [t0, t1) on the calling thread (a kind's own row loop). */
+void eng_k_rmsnorm_rows(const eng_kctx *ctx, int32_t D, const float *X, int32_t ldx, const float *w, float eps,
+                        float *Y, int32_t ldy, int32_t t0, int32_t t1);
+
 /* Layer norm (llama.cpp's LLM_NORM): Y[t, :] = ((X[t, :] - mean) * (1 / sqrtf(var + eps))) * w + b,
  * rounded; w and b may be NULL (no scale, no bias). mean = (float)(sum / D) and
  * var = (float)(sum of (x - mean)^2 / D), each sum in double over 8 lanes
@@ -117,11 +176,6 @@ void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32
  * [n, pos0 + T) get 0. */
 void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
                           int32_t lds);
-
-/* H[t, f] = round(silu(G[t, f]) * U[t, f]), silu(g) = g / (1 + eng_expf(-g)).
- * G and U are rows of GU: G at GU + t*ldgu, U at GU + t*ldgu + F. */
-void eng_k_swiglu(const eng_kctx *ctx, int32_t T, int32_t F, const float *GU, int32_t ldgu, float *H,
-                  int32_t ldh);
 
 /* X[t, :] = round(X[t, :] + Y[t, :]) for t < T, D columns. */
 void eng_k_add(const eng_kctx *ctx, int32_t T, int32_t D, float *X, int32_t ldx, const float *Y, int32_t ldy);

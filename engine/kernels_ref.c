@@ -315,49 +315,32 @@ static void gemm_region(eng_kpath p, int32_t i0, int32_t i1, int32_t c0, int32_t
 // ----------------------------------------------------------------------------
 // Products with packed weights, split over panels (and rows when panels are few)
 
-typedef struct matmul_args {
-    eng_kpath    path;
-    int32_t      M, N, K, n_pan, n_rg;
-    const float *X;
-    int64_t      ldx, ldy;
-    ref_b        B;
-    float       *Y;
-} matmul_args;
-
-/* Items it0..it1: item = row group * n_pan + panel. */
-static void matmul_items(void *v, int32_t it0, int32_t it1) {
-    const matmul_args *a = v;
-    for (int32_t it = it0; it < it1;) {
-        const int32_t rg = it / a->n_pan, q0 = it % a->n_pan;
-        int32_t q1 = q0 + (it1 - it);
-        if (q1 > a->n_pan) q1 = a->n_pan;
-        int32_t r0, r1;
-        row_block(a->M, a->n_rg, rg, &r0, &r1);
-        const int32_t c1 = q1 * PW < a->N ? q1 * PW : a->N;
-        gemm_region(a->path, r0, r1, q0 * PW, c1, a->N, a->K, a->X, a->ldx, &a->B, a->Y, a->ldy, 0);
-        it += q1 - q0;
-    }
+/* B operand of W: panels, or W^T [K, ld] read in place (panel q at column
+ * 32q, rows a whole ld apart). */
+static ref_b weights_b(const eng_kmat *W) {
+    if (W->panels) return (ref_b){.b = W->data, .ps = (int64_t)W->n_in * PW, .ldb = PW, .nread = W->ld};
+    ENG_ASSERT(W->kn);
+    return (ref_b){.b = W->data, .ps = PW, .ldb = W->ld, .nread = W->ld};
 }
 
-void eng_k_matmul_ref(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
-                      int32_t ldy) {
-    matmul_args a = {.path = ctx->path, .M = M, .N = W->n_out, .K = W->n_in, .X = X, .ldx = ldx, .ldy = ldy, .Y = Y};
-    if (W->panels) {
-        a.B = (ref_b){.b = W->data, .ps = (int64_t)W->n_in * PW, .ldb = PW, .nread = W->ld};
-    } else {
-        ENG_ASSERT(W->kn);  /* W^T [K, ld]: panel q at column 32q, rows a whole ld apart */
-        a.B = (ref_b){.b = W->data, .ps = PW, .ldb = W->ld, .nread = W->ld};
-    }
-    a.n_pan = (a.N + PW - 1) / PW;
+int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan) {
     /* Rows are split too when there are few panels for the threads. */
     const int32_t nth = ctx->n_threads, mr = mr_max(ctx->path);
-    a.n_rg = 1;
-    if (nth > 1 && a.n_pan < 4 * nth) {
-        a.n_rg = (4 * nth + a.n_pan - 1) / a.n_pan;
+    int32_t n_rg = 1;
+    if (nth > 1 && n_pan < 4 * nth) {
+        n_rg = (4 * nth + n_pan - 1) / n_pan;
         const int32_t max_rg = (M + mr - 1) / mr;
-        if (a.n_rg > max_rg) a.n_rg = max_rg;
+        if (n_rg > max_rg) n_rg = max_rg;
     }
-    eng_k_parallel_rows_cost(ctx, a.n_pan * a.n_rg, (int64_t)(M / a.n_rg + 1) * PW * a.K, matmul_items, &a);
+    return n_rg;
+}
+
+void eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1) { row_block(M, n_rg, rg, r0, r1); }
+
+void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
+                            const float *X, int32_t ldx, float *Y, int32_t ldy) {
+    const ref_b B = weights_b(W);
+    gemm_region(ctx->path, r0, r1, c0, c1, W->n_out, W->n_in, X, ldx, &B, Y, ldy, 0);
 }
 
 // ----------------------------------------------------------------------------

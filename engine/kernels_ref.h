@@ -14,10 +14,15 @@
 eng_kpath   eng_kpath_best(void);
 const char *eng_kpath_name(eng_kpath p);  /* "scalar", "avx2", "avx512" */
 
-/* The ref product, not rounded: W in panels or kn (kbase.h). */
-void eng_k_matmul_ref(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
-                      int32_t ldy);
-
+/* The ref product's work split (the products of kernels.h use it): columns in panels of ENG_REF_PANEL, and rows
+ * in n_rg balanced groups when panels are few for the threads; row group rg
+ * is [r0, r1). */
+int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan);
+void    eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1);
+/* Y[r, c] for rows [r0, r1) and columns [c0, c1) of X . W^T (c0 on a panel
+ * boundary), on the calling thread, not rounded. */
+void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
+                            const float *X, int32_t ldx, float *Y, int32_t ldy);
 /* The ref attention of one chunk (kernels_ref.c), full causal (W == 0) or
  * with a window of W keys (a query at p attends the positions (p - W, p]):
  * qg [H*T, E] the queries regrouped by KV head (query head h's T rows at

@@ -206,11 +206,11 @@ int eng_ld_plain(eng_loader *ld, const eng_model *m, const char *name, int64_t n
     return rc;
 }
 
-int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
-                 int64_t n_in, eng_kmat *out) {
+int eng_ld_fused_pad(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
+                     int64_t n_in, int32_t pad, eng_kmat *out) {
     int64_t n_out = 0;
-    for (int i = 0; i < n_parts; i++) n_out += n_outs[i];
-    float *w = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    for (int i = 0; i < n_parts; i++) n_out += (n_outs[i] + pad - 1) / pad * pad;
+    float *w = calloc((size_t)(n_out * n_in), sizeof(float));
     if (!w) return ENG_ERR_NOMEM;
     int rc = ENG_OK;
     int64_t row = 0;
@@ -220,12 +220,17 @@ int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, c
         if (rc != ENG_OK) break;
         memcpy(w + row * n_in, part, sizeof(float) * (size_t)(n_outs[i] * n_in));
         free(part);
-        row += n_outs[i];
+        row += (n_outs[i] + pad - 1) / pad * pad;
     }
     if (rc == ENG_OK)
         rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->kctx.bf16);
     free(w);
     return rc;
+}
+
+int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
+                 int64_t n_in, eng_kmat *out) {
+    return eng_ld_fused_pad(ld, m, names, n_outs, n_parts, n_in, 1, out);
 }
 
 int eng_ld_matrix(eng_loader *ld, const eng_model *m, const char *name, int64_t n_out, int64_t n_in, eng_kmat *out) {
