@@ -100,7 +100,7 @@ static int forward_chunk(eng_seq *s, const int32_t *tokens, int32_t T, bool want
     int rc = ws_reserve(s, T, want_logits && !out_rows);
     if (rc != ENG_OK) return rc;
     eng_ws *w = &s->ws;
-    openblas_set_num_threads(m->num.n_threads);  /* numerics are per model */
+    openblas_set_num_threads(1);  /* the pool splits the products, each sgemm on one thread (kernels.h) */
 
     for (int32_t t = 0; t < T; t++) {
         memcpy(w->x + (int64_t)t * D, m->tok_embd + (int64_t)tokens[t] * D, sizeof(float) * (size_t)D);

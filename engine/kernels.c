@@ -97,31 +97,62 @@ void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float
 }
 
 // ----------------------------------------------------------------------------
-// blas attention products of one KV head
-
-/* Scores S[r, j] = Q[r, :] . K[j, :] for R query rows over the full rectangle
- * of keys j < P = pos0 + T, not scaled, not rounded: one sgemm. */
-static void blas_attn_scores(int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Q, int32_t ldq,
-                             const float *K, int32_t ldk, float *S, int32_t lds) {
-    const int32_t P = pos0 + T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, Q, ldq, K, ldk, 0.0f, S, lds);
-}
-
-/* Outputs O[r, e] = sum over j < P of Pr[r, j] * V[j, e] (masked
- * probabilities are exactly 0): one sgemm, rounded when bf16. */
-static void blas_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
-                             int32_t lds, const float *V, int32_t ldv, float *O, int32_t ldo) {
-    const int32_t P = pos0 + T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, Pr, lds, V, ldv, 0.0f, O, ldo);
-    round_rows(ctx, O, R, E, ldo);
-}
-
-// ----------------------------------------------------------------------------
 // Attention of one chunk
+
+/* blas: items = KV head x query block, on the pool; each item's products are
+ * single-threaded sgemms whose shapes depend on T, P and the thread count
+ * only (the query blocks: qb per head, one with one thread), so the bits do
+ * not depend on which thread runs an item. */
+typedef struct blas_attn_args {
+    const eng_kctx *ctx;
+    int32_t         T, pos0, E, P, R, qb, rb_max, ldkv, ldo, GR;
+    float           scale;
+    const float    *wq, *K, *V;
+    float          *O, *wo, *ws;
+} blas_attn_args;
+
+static void blas_attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
+    const blas_attn_args *a = v;
+    const int32_t T = a->T, E = a->E, P = a->P, R = a->R;
+    float *S = a->ws + (int64_t)ith * a->rb_max * P;
+    for (int32_t it = it0; it < it1; it++) {
+        const int32_t g = it / a->qb, b = it % a->qb;
+        const int32_t r0 = (int32_t)((int64_t)R * b / a->qb), r1 = (int32_t)((int64_t)R * (b + 1) / a->qb), n = r1 - r0;
+        /* scores over the full rectangle of keys [0, P), not scaled, not rounded */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, P, E, 1.0f, a->wq + ((int64_t)g * R + r0) * E, E,
+                    a->K + (int64_t)g * E, a->ldkv, 0.0f, S, P);
+        for (int32_t r = r0; r < r1; r++) {
+            float *s = S + (int64_t)(r - r0) * P;
+            const int32_t nk = a->pos0 + r % T + 1;  /* keys attended */
+            eng_k_softmax_path(a->ctx->path, s, nk, a->scale, a->ctx->bf16);  /* eng_k_softmax_row's bits */
+            for (int32_t j = nk; j < P; j++) s[j] = 0.0f;
+        }
+        /* outputs: masked probabilities are exactly 0 */
+        float *og = a->wo + ((int64_t)g * R + r0) * E;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, E, P, 1.0f, S, P, a->V + (int64_t)g * E, a->ldkv,
+                    0.0f, og, E);
+        round_rows(a->ctx, og, n, E, E);
+        for (int32_t r = r0; r < r1; r++) {  /* back to [T, H*E]: row r is query head g*GR + r/T, token r%T */
+            const int32_t h = g * a->GR + r / T, t = r % T;
+            memcpy(a->O + (int64_t)t * a->ldo + (int64_t)h * E, og + (int64_t)(r - r0) * E, sizeof(float) * (size_t)E);
+        }
+    }
+}
+
+/* Query blocks per KV head under blas: one with one thread; else enough
+ * items for the threads (2 per thread), blocks of at least 16 rows. */
+static int32_t blas_attn_qb(const eng_kctx *ctx, int32_t R, int32_t G) {
+    const int32_t nth = ctx->n_threads;
+    if (nth <= 1) return 1;
+    int32_t qb = (2 * nth + G - 1) / G;
+    if (qb > R / 16) qb = R / 16;
+    return qb > 1 ? qb : 1;
+}
 
 int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E) {
     if (ctx->kernel == ENG_KERNEL_REF) return eng_k_attention_ref_ws(ctx->n_threads, P, E);
-    return (int64_t)(H / G) * T * P;
+    const int32_t R = (H / G) * T, qb = blas_attn_qb(ctx, R, G);
+    return (int64_t)(ctx->n_threads > 1 ? ctx->n_threads : 1) * ((R + qb - 1) / qb) * P;
 }
 
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
@@ -137,24 +168,11 @@ void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, in
         eng_k_attention_ref(ctx, T, pos0, 0, 0, H, G, E, wq, K, V, ldkv, O, ldo, ws, ws_cap);
         return;
     }
-    const float scale = 1.0f / sqrtf((float)E);
-    int64_t nb = ws_cap / ((int64_t)R * P);  /* KV heads per batch */
-    if (nb > G) nb = G;
-    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
-        const int32_t g1 = g0 + (int32_t)nb < G ? g0 + (int32_t)nb : G;
-        for (int32_t g = g0; g < g1; g++)
-            blas_attn_scores(R, T, pos0, E, wq + (int64_t)g * R * E, E, K + (int64_t)g * E, ldkv,
-                             ws + (int64_t)(g - g0) * R * P, P);
-        eng_k_softmax_causal(ctx, (g1 - g0) * R, T, pos0, scale, ws, P);  /* one pass over the batch */
-        for (int32_t g = g0; g < g1; g++) {
-            float *og = wo + (int64_t)g * R * E;
-            blas_attn_values(ctx, R, T, pos0, E, ws + (int64_t)(g - g0) * R * P, P, V + (int64_t)g * E, ldkv, og, E);
-            for (int32_t hh = 0; hh < GR; hh++)  /* back to [T, H*E] */
-                for (int32_t t = 0; t < T; t++)
-                    memcpy(O + (int64_t)t * ldo + (int64_t)(g * GR + hh) * E, og + ((int64_t)hh * T + t) * E,
-                           sizeof(float) * (size_t)E);
-        }
-    }
+    blas_attn_args a = {.ctx = ctx, .T = T, .pos0 = pos0, .E = E, .P = P, .R = R, .ldkv = ldkv, .ldo = ldo, .GR = GR,
+                        .scale = 1.0f / sqrtf((float)E), .wq = wq, .K = K, .V = V, .O = O, .wo = wo, .ws = ws};
+    a.qb = blas_attn_qb(ctx, R, G);
+    a.rb_max = (R + a.qb - 1) / a.qb;
+    eng_k_parallel_ith(ctx, G * a.qb, (int64_t)a.rb_max * P * E * 4, blas_attn_items, &a);
 }
 
 // ----------------------------------------------------------------------------
@@ -305,30 +323,6 @@ void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32
                 const float *cs, const float *sn, float *X, int32_t ldx) {
     rope_args a = {.ctx = ctx, .n_head = n_head, .E = E, .n_rot = n_rot, .ldx = ldx, .cs = cs, .sn = sn, .X = X};
     eng_k_parallel_rows_cost(ctx, T, (int64_t)n_head * n_rot, rope_rows, &a);
-}
-
-typedef struct softmax_args {
-    const eng_kctx *ctx;
-    int32_t T, pos0, lds;
-    float scale;
-    float *S;
-} softmax_args;
-
-static void softmax_rows(void *v, int32_t r0, int32_t r1) {
-    const softmax_args *a = v;
-    const int32_t P = a->pos0 + a->T;
-    for (int32_t r = r0; r < r1; r++) {
-        float *s = a->S + (int64_t)r * a->lds;
-        const int32_t n = a->pos0 + r % a->T + 1;  /* keys attended */
-        eng_k_softmax_path(a->ctx->path, s, n, a->scale, a->ctx->bf16);  /* eng_k_softmax_row's bits, vectorised */
-        for (int32_t j = n; j < P; j++) s[j] = 0.0f;
-    }
-}
-
-void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
-                          int32_t lds) {
-    softmax_args a = {.ctx = ctx, .T = T, .pos0 = pos0, .lds = lds, .scale = scale, .S = S};
-    eng_k_parallel_rows_cost(ctx, R, pos0 + T, softmax_rows, &a);
 }
 
 typedef struct add_args {
@@ -486,9 +480,6 @@ static void fused_rows(void *v, int32_t r0, int32_t r1) {
     fused_epilogue(a, r0, r1, 0, N);
 }
 
-/* blas splits its products into column units on the pool (one
- * single-threaded sgemm per unit) when it has more than one thread. */
-#define BLAS_SPLIT 0
 
 void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
                         int32_t ldy, const eng_kfuse *fu) {
@@ -499,8 +490,8 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
     ENG_ASSERT(fu->rope_cols == 0 || (fu->rope_E % 2 == 0 && fu->rope_cols <= N));
     ENG_ASSERT(fu->glu_cols == 0 || fu->glu_off + fu->glu_cols <= N);
     fused_args a = {.ctx = ctx, .W = W, .fu = fu, .M = M, .K = K, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
-    if (ctx->kernel == ENG_KERNEL_BLAS && !(BLAS_SPLIT && nth > 1)) {
-        /* one sgemm: the norm before it and the epilogue after it are row-parallel regions */
+    if (ctx->kernel == ENG_KERNEL_BLAS && nth == 1) {
+        /* one thread: one sgemm, then the epilogue (no pool) */
         if (fu->norm != ENG_KNORM_NONE) {
             if (fu->norm == ENG_KNORM_RMS) eng_k_rmsnorm(ctx, M, K, X, ldx, fu->norm_w, fu->eps, fu->ws, K);
             else eng_k_layernorm(ctx, M, K, X, ldx, fu->norm_w, fu->norm_b, fu->eps, fu->ws, K);

@@ -126,17 +126,19 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
  *   P = pos0 + T, row stride ldkv) -> O [T, H*E] (row stride ldo).
  * The queries are regrouped into wq [H*T, E] (head h's rows at wq + h*T*E).
  * blas: per KV head g, its H/G query heads stacked into R = (H/G)*T rows,
- * one sgemm for the scores over the full rectangle of keys [0, P), one
- * eng_k_softmax_causal over a batch of KV heads, one sgemm for P V (masked
- * probabilities are exactly 0); wo [H*T, E] holds the outputs and ws
- * [ws_cap] the scores, ws_cap >= R*P (as many KV heads per batch as fit).
- * ref: eng_k_attention_ref (W = 0), ws_cap >= eng_k_attention_ws. Batching
- * changes no result. */
+ * cut into qb query blocks (one with one thread; with n threads, enough for
+ * 2 items per thread, blocks of at least 16 rows: fixed by T, H, G and the
+ * thread count); per (KV head, block), on the pool: one single-threaded
+ * sgemm for the scores over the full rectangle of keys [0, P), each row's
+ * eng_k_softmax_path over its attended keys (the rest 0), one sgemm for P V
+ * (masked probabilities are exactly 0); wo [H*T, E] holds the outputs, ws
+ * each thread's scores. ref: eng_k_attention_ref (W = 0). */
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
                      int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O, int32_t ldo, float *wq,
                      float *wo, float *ws, int64_t ws_cap);
-/* Floats of ws eng_k_attention needs at least for P keys: R*P for blas (one
- * KV head per batch), the ref kernel's per-thread scratch for ref. */
+/* Floats of ws eng_k_attention needs at least for P keys: each thread's
+ * scores of one query block for blas, the ref kernel's per-thread scratch
+ * for ref. */
 int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E);
 
 // ----------------------------------------------------------------------------
@@ -170,12 +172,6 @@ void eng_k_rope_table(int32_t T, int32_t pos0, int32_t n_rot, float base, float 
  * dims >= n_rot pass through. X [T, n_head*E] with row stride ldx; rounded. */
 void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32_t n_rot,
                 const float *cs, const float *sn, float *X, int32_t ldx);
-
-/* Causal softmax of R score rows (row r: query t = r % T), in place. For
- * row r the n = pos0 + t + 1 attended keys get eng_k_softmax_row; keys j in
- * [n, pos0 + T) get 0. */
-void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
-                          int32_t lds);
 
 /* X[t, :] = round(X[t, :] + Y[t, :]) for t < T, D columns. */
 void eng_k_add(const eng_kctx *ctx, int32_t T, int32_t D, float *X, int32_t ldx, const float *Y, int32_t ldy);

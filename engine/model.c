@@ -258,6 +258,10 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
     else if (memmem(s, len, "[INST]", 6)) snprintf(out, 16, "llama2");
 }
 
+/* The blas split with more than one thread (kernels.h, eng_k_matmul_fused
+ * and eng_k_attention); change the string when the split changes. */
+#define BLAS_SPLIT_SCHEME "blas: column units of >= 64 (x16), 4 per thread; attention KV head x query block; v1"
+
 static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
     uint8_t b[44];
     memcpy(b, sha, 32);
@@ -268,9 +272,15 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
         b[40 + i] = (uint8_t)(tv >> (8 * i));
     }
     if (num->kernel != ENG_KERNEL_BLAS) return XXH3_64bits(b, 40);
-    /* blas: OpenBLAS's per-row results depend on how it splits the sgemm
-     * (thread count) and on its build and core kernel (config string) */
-    return XXH3_64bits_withSeed(b, sizeof b, XXH3_64bits(eng_blas_info(), strlen(eng_blas_info())));
+    /* blas: OpenBLAS's per-row results depend on how the product is split
+     * (thread count) and on its build and core kernel (config string). With
+     * more than one thread the split is the engine's (column units on the
+     * pool, one single-threaded sgemm each: kernels.h), which gives other
+     * bits than OpenBLAS's own split of earlier builds: that scheme is
+     * hashed in too, so their checkpoints miss instead of mixing. */
+    uint64_t seed = XXH3_64bits(eng_blas_info(), strlen(eng_blas_info()));
+    if (num->n_threads > 1) seed = XXH3_64bits_withSeed(BLAS_SPLIT_SCHEME, strlen(BLAS_SPLIT_SCHEME), seed);
+    return XXH3_64bits_withSeed(b, sizeof b, seed);
 }
 
 /* "llama, kvreplay-swa, ..." : every registered architecture. */
@@ -358,7 +368,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         free(m);
         return ENG_ERR_NOMEM;
     }
-    openblas_set_num_threads(num->n_threads);
+    openblas_set_num_threads(1);  /* every sgemm runs on one thread: the engine's pool splits the work */
 
     int rc = eng_gguf_open(path, &ld.g, err, errlen);
     if (rc != ENG_OK) goto fail;

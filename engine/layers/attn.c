@@ -129,11 +129,6 @@ double eng_attn_token_flops(const eng_model *m, int32_t il) {
 
 static float *zalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 
-/* eng_k_attention works on batches of KV heads whose scores fit in the
- * scores buffer; this caps that buffer (floats). Batching changes no result:
- * every head is computed on its own. */
-#define ATTN_BATCH_FLOATS ((int64_t)4 << 20)
-
 void eng_attn_ws_free(eng_attn_ws *ws) {
     if (!ws) return;
     free(ws->qkv); free(ws->att); free(ws->ffo); free(ws->qg); free(ws->og); free(ws->scores);
@@ -168,9 +163,9 @@ int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t p
     if (P > w->cap_P) {
         int32_t cap = w->cap_P * 2 > P ? w->cap_P * 2 : P;
         if (cap > n_ctx) cap = n_ctx;
-        const int64_t one = GR * w->cap_T * cap;  /* one group */
-        const int64_t all = (int64_t)in->n_head_kv * one;
-        int64_t n = all <= ATTN_BATCH_FLOATS ? all : (one > ATTN_BATCH_FLOATS ? one : ATTN_BATCH_FLOATS);
+        /* blas: each thread's scores of one KV head's GR*T rows (at most), over cap keys */
+        const int64_t nth = m->kctx.n_threads > 1 ? m->kctx.n_threads : 1;
+        int64_t n = nth * GR * w->cap_T * cap;
         if (m->kctx.kernel == ENG_KERNEL_REF) n = eng_k_attention_ws(&m->kctx, w->cap_T, cap, in->n_head, in->n_head_kv, in->head_dim);
         free(w->scores);
         w->scores = zalloc(n);

@@ -371,7 +371,6 @@ static void scan_ssd_heads(void *v, int32_t h0, int32_t h1) {
 static void scan_ssd(const eng_kctx *ctx, scan_args *a) {
     const eng_ssm_hparams *hp = a->hp;
     const int32_t N = hp->d_state, NI = hp->d_inner, CD = hp->conv_dim;
-    openblas_set_num_threads(1);
     for (int32_t t0 = 0; t0 < a->T; t0 += ENG_SSM_BLOCK) {
         const int32_t Q = a->T - t0 < ENG_SSM_BLOCK ? a->T - t0 : ENG_SSM_BLOCK;
         for (int32_t g = 0; g < hp->n_group; g++) {
@@ -384,7 +383,6 @@ static void scan_ssd(const eng_kctx *ctx, scan_args *a) {
         a->Q = Q;
         eng_k_parallel_rows(ctx, hp->n_head, scan_ssd_heads, a);
     }
-    openblas_set_num_threads(ctx->n_threads);
 }
 
 // ----------------------------------------------------------------------------
