@@ -1,6 +1,7 @@
 # kvreplay: plain GNU Makefile.
 #   make          build/kvreplay
-#   make test     build and run every tests/test_*.c (cmocka)
+#   make test     build and run every tests/test_*.c (cmocka); installs the Debian packages
+#                 first when a library is missing (.ci/deps, as root), else stops naming that command
 #   make asan     the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     libFuzzer targets (tests/fuzz/) with clang, ASan + UBSan, FUZZ_S seconds each (default 60)
 #   make bench    engine and checkpoint benchmarks (figures, not tests)
@@ -37,7 +38,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 
-.PHONY: all test asan fuzz fuzz-seeds bench demo plots clean deps
+.PHONY: all test test-run asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
 
@@ -63,7 +64,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(BUILD)/libkvreplay.a
 $(BUILD)/tests/test_fuzz_corpus: $(BUILD)/obj/tests/fuzz/targets.o
 
 # The test runner needs the CLI too (integration tests call build/kvreplay).
-test: $(BUILD)/kvreplay $(TEST_BIN)
+# On a fresh machine the libraries may be missing: .ci/deps installs them
+# (as root) or stops with one line naming itself; the build then runs in a
+# new make, which reads pkg-config's flags again.
+test:
+	@pkg-config --exists $(PKGS) cmocka 2>/dev/null || sh .ci/deps
+	@$(MAKE) --no-print-directory test-run
+
+test-run: $(BUILD)/kvreplay $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
 
 asan:
