@@ -76,6 +76,11 @@ const char *eng_blas_info(void) {
     return c ? c : "OpenBLAS (unknown config)";
 }
 
+const char *eng_blas_corename(void) {
+    const char *c = openblas_get_corename();
+    return c && *c ? c : "unknown";
+}
+
 int32_t eng_argmax(const float *logits, int32_t n) {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)
