@@ -211,7 +211,7 @@ int hx_bench_table(int argc, char **argv) {
                 char what[96], cmd[160];
                 snprintf(what, sizeof what, "%s decode / llama.cpp tg128, %s, %d thread%s", kn,
                          mi == 0 ? "base" : "stories260K", th, th > 1 ? "s" : "");
-                snprintf(cmd, sizeof cmd, "kvreplay bench -m %s --threads %d --decode --compare-kernels --tokens 512 "
+                snprintf(cmd, sizeof cmd, "kvreplay bench -m %s --threads %d --decode --compare-kernels --tokens 1 "
                          "--decode-steps 128", mi == 0 ? "base.gguf" : "stories260K.gguf", th);
                 row(&t, what, 1.0, true, num(run_of(d, "kernel", kn, NULL, 0), "decode_tok_s") / lt, "%.2f", NAN, lt, cmd);
             }
