@@ -1,6 +1,8 @@
 # kvreplay: plain GNU Makefile.
 #   make          build/kvreplay
-#   make test     build and run every tests/test_*.c (cmocka), then the real clients (quick) when npm is reachable
+#   make test     build and run every tests/test_*.c (cmocka), then the real clients (quick) when npm is
+#                 reachable; installs the Debian packages first when a library is missing (.ci/deps,
+#                 as root), else stops naming that command
 #   make test-clients  the real clients in full (a scripted Claude Code session included)
 #   make test-serve-soak  serve's 1,000-request RSS soak and its 200 requests under ASan
 #   make asan     the tests under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -39,7 +41,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 
-.PHONY: all test test-clients test-serve-soak asan fuzz fuzz-seeds bench demo plots clean deps
+.PHONY: all test test-run test-clients test-serve-soak asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
 
@@ -65,10 +67,17 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELP) $(BUILD)/libkvreplay.a
 $(BUILD)/tests/test_fuzz_corpus: $(BUILD)/obj/tests/fuzz/targets.o
 
 # The test runner needs the CLI too (integration tests call build/kvreplay).
-# Its last step: the real clients (tests/clients/run.sh --quick: the openai and
+# On a fresh machine the libraries may be missing: .ci/deps installs them
+# (as root) or stops with one line naming itself; the build then runs in a
+# new make, which reads pkg-config's flags again.
+test:
+	@pkg-config --exists $(PKGS) cmocka 2>/dev/null || sh .ci/deps
+	@$(MAKE) --no-print-directory test-run
+
+# test-run's last step: the real clients (tests/clients/run.sh --quick: the openai and
 # Anthropic SDKs, curl, Claude Code and Qwen Code against kvreplay serve) when
 # npm is reachable, time-boxed; it skips with one message otherwise.
-test: $(BUILD)/kvreplay $(TEST_BIN)
+test-run: $(BUILD)/kvreplay $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
 	@KVR_SKIP_CLIENTS=$(KVR_SKIP_CLIENTS) timeout 600 sh tests/clients/run.sh $(BUILD)/kvreplay --quick || { echo "test-clients: failed or timed out" >&2; exit 1; }
 

@@ -34,18 +34,11 @@
 
 #include "status.h"
 
-eng_prefill_params eng_prefill_params_default(void) {
-    eng_prefill_params p = {
-        .chunk = 64, .align = ENG_ALIGN_CHUNK, .ubatch = 512, .all_logits = false, .on_chunk = NULL, .ud = NULL,
-    };
-    return p;
-}
-
 // ----------------------------------------------------------------------------
 // Workspace: zeroed at allocation, grown on demand
 
 void eng_ws_free(eng_ws *ws) {
-    free(ws->x); free(ws->xn); free(ws->proj); free(ws->gu); free(ws->hid); free(ws->logits);
+    free(ws->x); free(ws->xn); free(ws->proj); free(ws->gu); free(ws->hid); free(ws->logits); free(ws->xn_thr);
     for (int32_t i = 0; eng_layer_kinds[i]; i++)
         if (ws->kind[i]) eng_layer_kinds[i]->ws_free(ws->kind[i]);
     memset(ws, 0, sizeof *ws);
@@ -59,20 +52,21 @@ static int ws_reserve(eng_seq *s, int32_t T, bool want_logits) {
     eng_ws *w = &s->ws;
     const eng_model *m = s->m;
     const eng_model_info *in = &m->info;
-    const int64_t D = in->n_embd, F = in->n_ff;
+    const int64_t D = in->n_embd, F = in->n_ff, F32 = (F + ENG_REF_PANEL - 1) / ENG_REF_PANEL * ENG_REF_PANEL;
     if (T > w->cap_T) {
         float *lg = w->logits;
         w->logits = NULL;
         free(lg);
-        free(w->x); free(w->xn); free(w->proj); free(w->gu); free(w->hid);
+        free(w->x); free(w->xn); free(w->proj); free(w->gu); free(w->hid); free(w->xn_thr);
         w->x = zalloc(T * D);
         w->xn = zalloc(T * D);
         w->proj = zalloc(T * D);
-        w->gu = zalloc(T * 2 * F);
+        w->gu = zalloc(T * 2 * F32);  /* ref pads the gate part to a panel */
         w->hid = zalloc(T * F);
-        if (!w->x || !w->xn || !w->proj || !w->gu || !w->hid) {
-            free(w->x); free(w->xn); free(w->proj); free(w->gu); free(w->hid);
-            w->x = w->xn = w->proj = w->gu = w->hid = NULL;
+        w->xn_thr = zalloc((int64_t)m->num.n_threads * T * D);
+        if (!w->x || !w->xn || !w->proj || !w->gu || !w->hid || !w->xn_thr) {
+            free(w->x); free(w->xn); free(w->proj); free(w->gu); free(w->hid); free(w->xn_thr);
+            w->x = w->xn = w->proj = w->gu = w->hid = w->xn_thr = NULL;
             w->cap_T = 0;
             return ENG_ERR_NOMEM;
         }
@@ -106,7 +100,7 @@ static int forward_chunk(eng_seq *s, const int32_t *tokens, int32_t T, bool want
     int rc = ws_reserve(s, T, want_logits && !out_rows);
     if (rc != ENG_OK) return rc;
     eng_ws *w = &s->ws;
-    openblas_set_num_threads(m->num.n_threads);  /* numerics are per model */
+    openblas_set_num_threads(1);  /* the pool splits the products, each sgemm on one thread (kernels.h) */
 
     for (int32_t t = 0; t < T; t++) {
         memcpy(w->x + (int64_t)t * D, m->tok_embd + (int64_t)tokens[t] * D, sizeof(float) * (size_t)D);
@@ -122,8 +116,9 @@ static int forward_chunk(eng_seq *s, const int32_t *tokens, int32_t T, bool want
     if (want_logits) {
         const int64_t V = in->n_vocab;
         float *lg = out_rows ? out_rows : w->logits;
-        eng_norm_rows(m, T, w->x, D, m->output_norm, m->output_norm_b, w->xn, D);
-        eng_k_matmul(&m->kctx, &m->output, T, w->xn, D, lg, (int32_t)V);
+        eng_kfuse head = {0};  /* the output norm fused into the head's product */
+        eng_norm_fuse(&f, &head, m->output_norm, m->output_norm_b);
+        eng_k_matmul_fused(&m->kctx, &m->output, T, w->x, D, lg, (int32_t)V, &head);
         if (m->logit_scale != 1.0f) {
             for (int64_t i = 0; i < (int64_t)T * V; i++) lg[i] = lg[i] * m->logit_scale;
             eng_k_round(&m->kctx, lg, (int64_t)T * V);

@@ -1,8 +1,7 @@
 /*
- * engine/kernels.c: the thread pool, weight layouts, the blas products and
- * attention, the dispatch to the ref kernel (kernels_ref.c), and the shared
- * row-wise ops of the forward pass. See kernels.h for the numerical
- * contract.
+ * engine/kernels.c: weight layouts, the blas products and attention, the
+ * dispatch to the ref kernel (kernels_ref.c), and the shared row-wise ops
+ * of the forward pass. See kernels.h for the numerical contract.
  *
  * Determinism: every function writes each output element from a fixed
  * sequence of float operations that depends only on that element's inputs,
@@ -11,20 +10,12 @@
  * model's pool with exactly the context's thread count (the `omp simd`
  * pragmas only let GCC vectorise element-wise loops; no OpenMP threads are
  * used); OpenBLAS's own thread count is set by the caller (forward.c)
- * before each forward pass.
- *
- * The pool: the caller publishes (fn, arg, n_rows), bumps a generation
- * counter and wakes the workers; each runs its static range and decrements
- * `pending`; the caller runs range 0 and waits for pending == 0. Waits poll
- * briefly, then sleep on condition variables (no lost wake-ups: the
- * predicates are re-checked under the mutex).
+ * before each forward pass. The pool is engine/pool.c.
  */
 #include "kernels.h"
 
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "status.h"
@@ -33,11 +24,7 @@
  * panels widened to 32 so that blas's sgemm arguments do not change. */
 #define KN_PAD 16
 
-/* Rounds n floats to bf16 in place. */
-static void round_vec(float *x, int64_t n) {
-    #pragma omp simd
-    for (int64_t i = 0; i < n; i++) x[i] = eng_bf16_round(x[i]);
-}
+static void round_vec(float *x, int64_t n) { eng_bf16_round_vec(x, n); }
 
 void eng_k_round(const eng_kctx *ctx, float *x, int64_t n) {
     if (ctx->bf16) round_vec(x, n);
@@ -46,194 +33,6 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n) {
 static void round_rows(const eng_kctx *ctx, float *Y, int32_t M, int32_t N, int32_t ldy) {
     if (!ctx->bf16) return;
     for (int32_t i = 0; i < M; i++) round_vec(Y + (int64_t)i * ldy, N);
-}
-
-// ----------------------------------------------------------------------------
-// The row-parallel dispatcher and the blas kernel's pool
-
-#define POOL_SPIN 100  /* polls (with a pause) before a thread sleeps: a few microseconds */
-
-/* Below this many element operations a row-parallel op runs on the caller
- * alone: waking threads would cost more than the work. */
-#define PAR_MIN_WORK 32768
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-struct eng_pool {
-    int32_t         n;          /* threads, the caller included */
-    pthread_t      *th;         /* [n - 1] workers */
-    pthread_mutex_t mu;
-    pthread_cond_t  cv_start, cv_done;
-    atomic_uint     gen;        /* job generation, bumped per job */
-    atomic_uint    *claimed;    /* [n]: the generation whose range i was last claimed */
-    atomic_int      remaining;  /* ranges of the current job not finished */
-    bool            quit;       /* under mu */
-    void          (*fn)(void *, int32_t, int32_t);
-    void          (*fn_ith)(void *, int32_t, int32_t, int32_t);  /* instead of fn: told its range */
-    void           *arg;
-    int32_t         n_rows;
-};
-
-typedef struct pool_worker_arg {
-    eng_pool *p;
-    int32_t   ith;
-} pool_worker_arg;
-
-static void pool_range(int32_t n_rows, int32_t ith, int32_t nth, int32_t *r0, int32_t *r1) {
-    *r0 = (int32_t)((int64_t)n_rows * ith / nth);
-    *r1 = (int32_t)((int64_t)n_rows * (ith + 1) / nth);
-}
-
-/* Claims range i of job generation g: true for exactly one caller. */
-static bool pool_claim(eng_pool *p, int32_t i, unsigned g) {
-    unsigned old = atomic_load(&p->claimed[i]);
-    while ((int)(old - g) < 0)
-        if (atomic_compare_exchange_weak(&p->claimed[i], &old, g)) return true;
-    return false;
-}
-
-/* Runs range i of the current job (claimed by the caller) and counts it done. */
-static void pool_do(eng_pool *p, int32_t i) {
-    int32_t r0, r1;
-    pool_range(p->n_rows, i, p->n, &r0, &r1);
-    if (r1 > r0) {
-        if (p->fn_ith) p->fn_ith(p->arg, i, r0, r1);
-        else p->fn(p->arg, r0, r1);
-    }
-    if (atomic_fetch_sub(&p->remaining, 1) == 1) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_signal(&p->cv_done);
-        pthread_mutex_unlock(&p->mu);
-    }
-}
-
-static void *pool_worker(void *v) {
-    pool_worker_arg *a = v;
-    eng_pool *p = a->p;
-    const int32_t ith = a->ith;
-    free(a);
-    unsigned seen = 0;
-    for (;;) {
-        unsigned g = atomic_load(&p->gen);
-        for (int s = 0; g == seen && s < POOL_SPIN; s++) {
-            cpu_relax();
-            g = atomic_load(&p->gen);
-        }
-        if (g == seen) {
-            pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load(&p->gen)) == seen && !p->quit) pthread_cond_wait(&p->cv_start, &p->mu);
-            const bool quit = p->quit;
-            pthread_mutex_unlock(&p->mu);
-            if (quit) return NULL;
-        }
-        seen = g;
-        /* A claimed range means job g is still running (the caller waits for
-         * it), so fn, arg and n_rows are g's. A worker that wakes late finds
-         * its range taken by the caller and skips it. */
-        if (pool_claim(p, ith, g)) pool_do(p, ith);
-    }
-}
-
-eng_pool *eng_pool_new(int32_t n_threads) {
-    if (n_threads < 2) return NULL;
-    eng_pool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
-    p->n = n_threads;
-    p->th = calloc((size_t)n_threads - 1, sizeof *p->th);
-    p->claimed = calloc((size_t)n_threads, sizeof *p->claimed);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv_start, NULL);
-    pthread_cond_init(&p->cv_done, NULL);
-    atomic_init(&p->gen, 0u);
-    atomic_init(&p->remaining, 0);
-    if (!p->th || !p->claimed) { free(p->th); free(p->claimed); free(p); return NULL; }
-    for (int32_t i = 0; i < n_threads; i++) atomic_init(&p->claimed[i], 0u);
-    for (int32_t i = 1; i < n_threads; i++) {
-        pool_worker_arg *a = malloc(sizeof *a);
-        if (a) { a->p = p; a->ith = i; }
-        if (!a || pthread_create(&p->th[i - 1], NULL, pool_worker, a) != 0) {
-            free(a);
-            p->n = i;  /* join the ones started */
-            eng_pool_free(p);
-            return NULL;
-        }
-    }
-    return p;
-}
-
-void eng_pool_free(eng_pool *p) {
-    if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->quit = true;
-    pthread_cond_broadcast(&p->cv_start);
-    pthread_mutex_unlock(&p->mu);
-    for (int32_t i = 1; i < p->n; i++) pthread_join(p->th[i - 1], NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv_start);
-    pthread_cond_destroy(&p->cv_done);
-    free(p->claimed);
-    free(p->th);
-    free(p);
-}
-
-/* The caller runs range 0, then every range no worker has claimed yet (a
- * worker that is asleep or descheduled, on a loaded machine, would
- * otherwise hold the whole job up), then waits for the ranges workers are
- * running. Which thread runs a range changes no result: fn treats each row
- * on its own (per-thread scratch is indexed by the range, not the thread). */
-static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, int32_t),
-                     void (*fn_ith)(void *, int32_t, int32_t, int32_t), void *arg) {
-    p->fn = fn;
-    p->fn_ith = fn_ith;
-    p->arg = arg;
-    p->n_rows = n_rows;
-    atomic_store(&p->remaining, p->n);
-    pthread_mutex_lock(&p->mu);
-    const unsigned g = atomic_fetch_add(&p->gen, 1u) + 1u;  /* publishes fn, arg, n_rows (seq_cst) */
-    pthread_cond_broadcast(&p->cv_start);
-    pthread_mutex_unlock(&p->mu);
-    if (pool_claim(p, 0, g)) pool_do(p, 0);
-    for (int32_t i = 1; i < p->n; i++)
-        if (pool_claim(p, i, g)) pool_do(p, i);
-    for (int s = 0; atomic_load(&p->remaining) > 0 && s < POOL_SPIN; s++) cpu_relax();
-    if (atomic_load(&p->remaining) > 0) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->remaining) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
-    }
-}
-
-void eng_k_parallel_rows(const eng_kctx *ctx, int32_t n_rows, void (*fn)(void *arg, int32_t r0, int32_t r1),
-                         void *arg) {
-    if (n_rows <= 0) return;
-    if (ctx->n_threads <= 1 || n_rows == 1 || !ctx->pool) {
-        fn(arg, 0, n_rows);
-        return;
-    }
-    pool_run(ctx->pool, n_rows, fn, NULL, arg);
-}
-
-void eng_k_parallel_rows_cost(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
-                              void (*fn)(void *arg, int32_t r0, int32_t r1), void *arg) {
-    if ((int64_t)n_rows * row_cost < PAR_MIN_WORK) {
-        if (n_rows > 0) fn(arg, 0, n_rows);
-        return;
-    }
-    eng_k_parallel_rows(ctx, n_rows, fn, arg);
-}
-
-void eng_k_parallel_ith(const eng_kctx *ctx, int32_t n_rows, int64_t row_cost,
-                        void (*fn)(void *arg, int32_t ith, int32_t r0, int32_t r1), void *arg) {
-    if (n_rows <= 0) return;
-    if (ctx->n_threads <= 1 || n_rows == 1 || !ctx->pool || (int64_t)n_rows * row_cost < PAR_MIN_WORK) {
-        fn(arg, 0, 0, n_rows);
-        return;
-    }
-    pool_run(ctx->pool, n_rows, NULL, fn, arg);
 }
 
 // ----------------------------------------------------------------------------
@@ -294,44 +93,66 @@ void eng_kmat_free(eng_kmat *m) {
 
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,
                   float *Y, int32_t ldy) {
-    ENG_ASSERT(M >= 1 && ldy >= W->n_out && ldx >= W->n_in);
-    if (ctx->kernel == ENG_KERNEL_BLAS) {
-        ENG_ASSERT(!W->panels);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, M, W->n_out, W->n_in, 1.0f,
-                    X, ldx, W->data, W->ld, 0.0f, Y, ldy);
-    } else {
-        ENG_ASSERT(W->kn);
-        eng_k_matmul_ref(ctx, W, M, X, ldx, Y, ldy);
-    }
-    round_rows(ctx, Y, M, W->n_out, ldy);
-}
-
-// ----------------------------------------------------------------------------
-// blas attention products of one KV head
-
-/* Scores S[r, j] = Q[r, :] . K[j, :] for R query rows over the full rectangle
- * of keys j < P = pos0 + T, not scaled, not rounded: one sgemm. */
-static void blas_attn_scores(int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Q, int32_t ldq,
-                             const float *K, int32_t ldk, float *S, int32_t lds) {
-    const int32_t P = pos0 + T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, P, E, 1.0f, Q, ldq, K, ldk, 0.0f, S, lds);
-}
-
-/* Outputs O[r, e] = sum over j < P of Pr[r, j] * V[j, e] (masked
- * probabilities are exactly 0): one sgemm, rounded when bf16. */
-static void blas_attn_values(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, int32_t E, const float *Pr,
-                             int32_t lds, const float *V, int32_t ldv, float *O, int32_t ldo) {
-    const int32_t P = pos0 + T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, E, P, 1.0f, Pr, lds, V, ldv, 0.0f, O, ldo);
-    round_rows(ctx, O, R, E, ldo);
+    eng_k_matmul_fused(ctx, W, M, X, ldx, Y, ldy, NULL);
 }
 
 // ----------------------------------------------------------------------------
 // Attention of one chunk
 
+/* blas: items = KV head x query block, on the pool; each item's products are
+ * single-threaded sgemms whose shapes depend on T, P and the thread count
+ * only (the query blocks: qb per head, one with one thread), so the bits do
+ * not depend on which thread runs an item. */
+typedef struct blas_attn_args {
+    const eng_kctx *ctx;
+    int32_t         T, pos0, E, P, R, qb, rb_max, ldkv, ldo, GR;
+    float           scale;
+    const float    *wq, *K, *V;
+    float          *O, *wo, *ws;
+} blas_attn_args;
+
+static void blas_attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
+    const blas_attn_args *a = v;
+    const int32_t T = a->T, E = a->E, P = a->P, R = a->R;
+    float *S = a->ws + (int64_t)ith * a->rb_max * P;
+    for (int32_t it = it0; it < it1; it++) {
+        const int32_t g = it / a->qb, b = it % a->qb;
+        const int32_t r0 = (int32_t)((int64_t)R * b / a->qb), r1 = (int32_t)((int64_t)R * (b + 1) / a->qb), n = r1 - r0;
+        /* scores over the full rectangle of keys [0, P), not scaled, not rounded */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, P, E, 1.0f, a->wq + ((int64_t)g * R + r0) * E, E,
+                    a->K + (int64_t)g * E, a->ldkv, 0.0f, S, P);
+        for (int32_t r = r0; r < r1; r++) {
+            float *s = S + (int64_t)(r - r0) * P;
+            const int32_t nk = a->pos0 + r % T + 1;  /* keys attended */
+            eng_k_softmax_path(a->ctx->path, s, nk, a->scale, a->ctx->bf16);  /* eng_k_softmax_row's bits */
+            for (int32_t j = nk; j < P; j++) s[j] = 0.0f;
+        }
+        /* outputs: masked probabilities are exactly 0 */
+        float *og = a->wo + ((int64_t)g * R + r0) * E;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, E, P, 1.0f, S, P, a->V + (int64_t)g * E, a->ldkv,
+                    0.0f, og, E);
+        round_rows(a->ctx, og, n, E, E);
+        for (int32_t r = r0; r < r1; r++) {  /* back to [T, H*E]: row r is query head g*GR + r/T, token r%T */
+            const int32_t h = g * a->GR + r / T, t = r % T;
+            memcpy(a->O + (int64_t)t * a->ldo + (int64_t)h * E, og + (int64_t)(r - r0) * E, sizeof(float) * (size_t)E);
+        }
+    }
+}
+
+/* Query blocks per KV head under blas: one with one thread; else enough
+ * items for the threads (2 per thread), blocks of at least 16 rows. */
+static int32_t blas_attn_qb(const eng_kctx *ctx, int32_t R, int32_t G) {
+    const int32_t nth = ctx->n_threads;
+    if (nth <= 1) return 1;
+    int32_t qb = (2 * nth + G - 1) / G;
+    if (qb > R / 16) qb = R / 16;
+    return qb > 1 ? qb : 1;
+}
+
 int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E) {
     if (ctx->kernel == ENG_KERNEL_REF) return eng_k_attention_ref_ws(ctx->n_threads, P, E);
-    return (int64_t)(H / G) * T * P;
+    const int32_t R = (H / G) * T, qb = blas_attn_qb(ctx, R, G);
+    return (int64_t)(ctx->n_threads > 1 ? ctx->n_threads : 1) * ((R + qb - 1) / qb) * P;
 }
 
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
@@ -347,24 +168,11 @@ void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, in
         eng_k_attention_ref(ctx, T, pos0, 0, 0, H, G, E, wq, K, V, ldkv, O, ldo, ws, ws_cap);
         return;
     }
-    const float scale = 1.0f / sqrtf((float)E);
-    int64_t nb = ws_cap / ((int64_t)R * P);  /* KV heads per batch */
-    if (nb > G) nb = G;
-    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
-        const int32_t g1 = g0 + (int32_t)nb < G ? g0 + (int32_t)nb : G;
-        for (int32_t g = g0; g < g1; g++)
-            blas_attn_scores(R, T, pos0, E, wq + (int64_t)g * R * E, E, K + (int64_t)g * E, ldkv,
-                             ws + (int64_t)(g - g0) * R * P, P);
-        eng_k_softmax_causal(ctx, (g1 - g0) * R, T, pos0, scale, ws, P);  /* one pass over the batch */
-        for (int32_t g = g0; g < g1; g++) {
-            float *og = wo + (int64_t)g * R * E;
-            blas_attn_values(ctx, R, T, pos0, E, ws + (int64_t)(g - g0) * R * P, P, V + (int64_t)g * E, ldkv, og, E);
-            for (int32_t hh = 0; hh < GR; hh++)  /* back to [T, H*E] */
-                for (int32_t t = 0; t < T; t++)
-                    memcpy(O + (int64_t)t * ldo + (int64_t)(g * GR + hh) * E, og + ((int64_t)hh * T + t) * E,
-                           sizeof(float) * (size_t)E);
-        }
-    }
+    blas_attn_args a = {.ctx = ctx, .T = T, .pos0 = pos0, .E = E, .P = P, .R = R, .ldkv = ldkv, .ldo = ldo, .GR = GR,
+                        .scale = 1.0f / sqrtf((float)E), .wq = wq, .K = K, .V = V, .O = O, .wo = wo, .ws = ws};
+    a.qb = blas_attn_qb(ctx, R, G);
+    a.rb_max = (R + a.qb - 1) / a.qb;
+    eng_k_parallel_ith(ctx, G * a.qb, (int64_t)a.rb_max * P * E * 4, blas_attn_items, &a);
 }
 
 // ----------------------------------------------------------------------------
@@ -397,6 +205,12 @@ static void rmsnorm_rows(void *v, int32_t t0, int32_t t1) {
         for (int32_t i = 0; i < D; i++) y[i] = (x[i] * scale) * w[i];
         if (a->ctx->bf16) round_vec(y, D);
     }
+}
+
+void eng_k_rmsnorm_rows(const eng_kctx *ctx, int32_t D, const float *X, int32_t ldx, const float *w, float eps,
+                        float *Y, int32_t ldy, int32_t t0, int32_t t1) {
+    rmsnorm_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .w = w, .eps = eps, .Y = Y};
+    rmsnorm_rows(&a, t0, t1);
 }
 
 void eng_k_rmsnorm(const eng_kctx *ctx, int32_t T, int32_t D, const float *X, int32_t ldx,
@@ -511,83 +325,6 @@ void eng_k_rope(const eng_kctx *ctx, int32_t T, int32_t n_head, int32_t E, int32
     eng_k_parallel_rows_cost(ctx, T, (int64_t)n_head * n_rot, rope_rows, &a);
 }
 
-/* Softmax of one row's n attended scores, in place (see kernels.h). The
- * `omp simd` loops are element-wise (no reduction clause): they let GCC
- * vectorise eng_expf without changing any element's operations. The max
- * and the sum use 8 explicit lanes (lane j % 8, ascending j). */
-void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16) {
-    #pragma omp simd
-    for (int32_t j = 0; j < n; j++) s[j] = s[j] * scale;
-    if (bf16) round_vec(s, n);
-    float m8[8], a8[8];
-    for (int c = 0; c < 8; c++) { m8[c] = -INFINITY; a8[c] = 0.0f; }
-    const int32_t n8 = n / 8 * 8;
-    for (int32_t j = 0; j < n8; j += 8)
-        for (int c = 0; c < 8; c++) m8[c] = s[j + c] > m8[c] ? s[j + c] : m8[c];
-    for (int32_t j = n8; j < n; j++) m8[j & 7] = s[j] > m8[j & 7] ? s[j] : m8[j & 7];
-    float mx = m8[0];
-    for (int c = 1; c < 8; c++) mx = m8[c] > mx ? m8[c] : mx;
-    #pragma omp simd
-    for (int32_t j = 0; j < n; j++) s[j] = eng_expf(s[j] - mx);
-    for (int32_t j = 0; j < n8; j += 8)
-        for (int c = 0; c < 8; c++) a8[c] += s[j + c];
-    for (int32_t j = n8; j < n; j++) a8[j & 7] += s[j];
-    const float sum = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
-    const float inv = 1.0f / sum;
-    #pragma omp simd
-    for (int32_t j = 0; j < n; j++) s[j] = s[j] * inv;
-    if (bf16) round_vec(s, n);
-}
-
-typedef struct softmax_args {
-    const eng_kctx *ctx;
-    int32_t T, pos0, lds;
-    float scale;
-    float *S;
-} softmax_args;
-
-static void softmax_rows(void *v, int32_t r0, int32_t r1) {
-    const softmax_args *a = v;
-    const int32_t P = a->pos0 + a->T;
-    for (int32_t r = r0; r < r1; r++) {
-        float *s = a->S + (int64_t)r * a->lds;
-        const int32_t n = a->pos0 + r % a->T + 1;  /* keys attended */
-        eng_k_softmax_path(a->ctx->path, s, n, a->scale, a->ctx->bf16);  /* eng_k_softmax_row's bits, vectorised */
-        for (int32_t j = n; j < P; j++) s[j] = 0.0f;
-    }
-}
-
-void eng_k_softmax_causal(const eng_kctx *ctx, int32_t R, int32_t T, int32_t pos0, float scale, float *S,
-                          int32_t lds) {
-    softmax_args a = {.ctx = ctx, .T = T, .pos0 = pos0, .lds = lds, .scale = scale, .S = S};
-    eng_k_parallel_rows_cost(ctx, R, pos0 + T, softmax_rows, &a);
-}
-
-typedef struct swiglu_args {
-    const eng_kctx *ctx;
-    int32_t F, ldgu, ldh;
-    const float *GU;
-    float *H;
-} swiglu_args;
-
-static void swiglu_rows(void *v, int32_t t0, int32_t t1) {
-    const swiglu_args *a = v;
-    const int32_t F = a->F;
-    for (int32_t t = t0; t < t1; t++) {
-        const float *g = a->GU + (int64_t)t * a->ldgu, *u = g + F;
-        float *h = a->H + (int64_t)t * a->ldh;
-        #pragma omp simd
-        for (int32_t f = 0; f < F; f++) h[f] = (g[f] / (1.0f + eng_expf(-g[f]))) * u[f];
-        if (a->ctx->bf16) round_vec(h, F);
-    }
-}
-
-void eng_k_swiglu(const eng_kctx *ctx, int32_t T, int32_t F, const float *GU, int32_t ldgu, float *H,
-                  int32_t ldh) {
-    swiglu_args a = {.ctx = ctx, .F = F, .ldgu = ldgu, .ldh = ldh, .GU = GU, .H = H};
-    eng_k_parallel_rows_cost(ctx, T, 8 * (int64_t)F, swiglu_rows, &a);
-}
-
 typedef struct add_args {
     const eng_kctx *ctx;
     int32_t D, ldx, ldy;
@@ -609,4 +346,181 @@ static void add_rows(void *v, int32_t t0, int32_t t1) {
 void eng_k_add(const eng_kctx *ctx, int32_t T, int32_t D, float *X, int32_t ldx, const float *Y, int32_t ldy) {
     add_args a = {.ctx = ctx, .D = D, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
     eng_k_parallel_rows_cost(ctx, T, D, add_rows, &a);
+}
+
+// ----------------------------------------------------------------------------
+// Fused products: a norm before and row-wise ops after, in one parallel region
+
+typedef struct fused_args {
+    const eng_kctx  *ctx;
+    const eng_kmat  *W;
+    const eng_kfuse *fu;
+    int32_t          M, K, ldx, ldy, ncols, unit, n_units, n_rg;
+    const float     *X;
+    float           *Y;
+    uint8_t          normed[ENG_MAX_THREADS];  /* thread ith has its normed rows */
+} fused_args;
+
+/* The rows the product reads: X, or thread ith's normed copy of X. */
+static const float *fused_x(fused_args *a, int32_t ith, int32_t *ldx) {
+    const eng_kfuse *fu = a->fu;
+    if (fu->norm == ENG_KNORM_NONE) {
+        *ldx = a->ldx;
+        return a->X;
+    }
+    float *xn = fu->ws + (int64_t)ith * a->M * a->K;
+    if (!a->normed[ith]) {
+        if (fu->norm == ENG_KNORM_RMS) {
+            rmsnorm_args r = {.ctx = a->ctx, .D = a->K, .ldx = a->ldx, .ldy = a->K, .X = a->X, .w = fu->norm_w,
+                              .eps = fu->eps, .Y = xn};
+            rmsnorm_rows(&r, 0, a->M);
+        } else {
+            layernorm_args l = {.ctx = a->ctx, .D = a->K, .ldx = a->ldx, .ldy = a->K, .X = a->X, .w = fu->norm_w,
+                                .b = fu->norm_b, .eps = fu->eps, .Y = xn};
+            layernorm_rows(&l, 0, a->M);
+        }
+        a->normed[ith] = 1;
+    }
+    *ldx = a->K;
+    return xn;
+}
+
+/* Columns [c0, c1) of the product for rows [r0, r1), on this thread: one
+ * ref block, or one sgemm per blas unit (a unit's shape is fixed by N and
+ * the thread count, so its bits do not depend on which thread runs it). */
+static void fused_block(const fused_args *a, const float *X, int32_t ldx, int32_t r0, int32_t r1, int32_t c0,
+                        int32_t c1) {
+    const eng_kmat *W = a->W;
+    if (a->ctx->kernel == ENG_KERNEL_REF) {
+        eng_k_matmul_ref_block(a->ctx, W, r0, r1, c0, c1, X, ldx, a->Y, a->ldy);
+    } else {
+        for (int32_t u0 = c0; u0 < c1; u0 += a->unit) {
+            const int32_t u1 = u0 + a->unit < c1 ? u0 + a->unit : c1;
+            const float *b = W->kn ? W->data + u0 : W->data + (int64_t)u0 * W->ld;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, r1 - r0, u1 - u0, W->n_in, 1.0f,
+                        X + (int64_t)r0 * ldx, ldx, b, W->ld, 0.0f, a->Y + (int64_t)r0 * a->ldy + u0, a->ldy);
+        }
+    }
+    if (a->ctx->bf16)
+        for (int32_t r = r0; r < r1; r++) round_vec(a->Y + (int64_t)r * a->ldy + c0, c1 - c0);
+}
+
+/* The epilogue over rows [r0, r1) and product columns [c0, c1): each op
+ * element for element as its row-wise function (rope_rows, add_rows; the
+ * SwiGLU exists only here), so the bits are those of the separate ops. */
+static void fused_epilogue(const fused_args *a, int32_t r0, int32_t r1, int32_t c0, int32_t c1) {
+    const eng_kfuse *fu = a->fu;
+    const bool bf16 = a->ctx->bf16;
+    for (int32_t r = r0; r < r1; r++) {
+        float *y = a->Y + (int64_t)r * a->ldy;
+        if (fu->rope_cols > 0) {
+            const int32_t E = fu->rope_E, half = fu->rope_n_rot / 2, ce = c1 < fu->rope_cols ? c1 : fu->rope_cols;
+            const float *cs = fu->rope_cs + (int64_t)r * half, *sn = fu->rope_sn + (int64_t)r * half;
+            for (int32_t c = c0; c < ce; c += 2) {
+                const int32_t i = (c % E) / 2;
+                if (i >= half) continue;
+                const float x0 = y[c], x1 = y[c + 1];
+                const float y0 = x0 * cs[i] - x1 * sn[i];
+                const float y1 = x0 * sn[i] + x1 * cs[i];
+                y[c] = bf16 ? eng_bf16_round(y0) : y0;
+                y[c + 1] = bf16 ? eng_bf16_round(y1) : y1;
+            }
+        }
+        if (fu->res) {
+            float *x = fu->res + (int64_t)r * fu->ldres;
+            #pragma omp simd
+            for (int32_t c = c0; c < c1; c++) x[c] = x[c] + y[c];
+            if (bf16) round_vec(x + c0, c1 - c0);
+            if (fu->add2) {
+                const float *z = fu->add2 + (int64_t)r * fu->ld_add2;
+                #pragma omp simd
+                for (int32_t c = c0; c < c1; c++) x[c] = x[c] + z[c];
+                if (bf16) round_vec(x + c0, c1 - c0);
+            }
+        }
+        if (fu->glu_cols > 0 && c0 < fu->glu_cols) {
+            const int32_t ce = c1 < fu->glu_cols ? c1 : fu->glu_cols;
+            const float *u = y + fu->glu_off;
+            float *h = fu->H + (int64_t)r * fu->ldh;
+            #pragma omp simd
+            for (int32_t c = c0; c < ce; c++) h[c] = (y[c] / (1.0f + eng_expf(-y[c]))) * u[c];
+            if (bf16) round_vec(h + c0, ce - c0);
+        }
+    }
+}
+
+/* Items [it0, it1) on thread ith: item = row group * n_units + unit. */
+static void fused_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
+    fused_args *a = v;
+    const eng_kfuse *fu = a->fu;
+    int32_t ldx;
+    const float *X = fused_x(a, ith, &ldx);
+    for (int32_t it = it0; it < it1;) {
+        const int32_t rg = it / a->n_units, u0 = it % a->n_units;
+        int32_t u1 = u0 + (it1 - it);
+        if (u1 > a->n_units) u1 = a->n_units;
+        int32_t r0 = 0, r1 = a->M;
+        if (a->n_rg > 1) eng_k_ref_row_group(a->M, a->n_rg, rg, &r0, &r1);
+        const int32_t c0 = u0 * a->unit, c1 = u1 * a->unit < a->ncols ? u1 * a->unit : a->ncols;
+        fused_block(a, X, ldx, r0, r1, c0, c1);
+        if (fu->glu_cols > 0)  /* the up columns of the same units */
+            fused_block(a, X, ldx, r0, r1, c0 + fu->glu_off, c1 + fu->glu_off);
+        fused_epilogue(a, r0, r1, c0, c1);
+        it += u1 - u0;
+    }
+}
+
+/* Rounding and the epilogue over whole rows [r0, r1) (the blas product
+ * computed as one sgemm). */
+static void fused_rows(void *v, int32_t r0, int32_t r1) {
+    const fused_args *a = v;
+    const int32_t N = a->W->n_out;
+    if (a->ctx->bf16)
+        for (int32_t r = r0; r < r1; r++) round_vec(a->Y + (int64_t)r * a->ldy, N);
+    fused_epilogue(a, r0, r1, 0, N);
+}
+
+
+void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
+                        int32_t ldy, const eng_kfuse *fu) {
+    static const eng_kfuse none = {0};
+    if (!fu) fu = &none;
+    const int32_t N = W->n_out, K = W->n_in, nth = ctx->n_threads;
+    ENG_ASSERT(M >= 1 && ldy >= N && ldx >= K && nth <= ENG_MAX_THREADS);
+    ENG_ASSERT(fu->rope_cols == 0 || (fu->rope_E % 2 == 0 && fu->rope_cols <= N));
+    ENG_ASSERT(fu->glu_cols == 0 || fu->glu_off + fu->glu_cols <= N);
+    fused_args a = {.ctx = ctx, .W = W, .fu = fu, .M = M, .K = K, .ldx = ldx, .ldy = ldy, .X = X, .Y = Y};
+    if (ctx->kernel == ENG_KERNEL_BLAS && nth == 1) {
+        /* one thread: one sgemm, then the epilogue (no pool) */
+        if (fu->norm != ENG_KNORM_NONE) {
+            if (fu->norm == ENG_KNORM_RMS) eng_k_rmsnorm(ctx, M, K, X, ldx, fu->norm_w, fu->eps, fu->ws, K);
+            else eng_k_layernorm(ctx, M, K, X, ldx, fu->norm_w, fu->norm_b, fu->eps, fu->ws, K);
+            X = fu->ws;
+            ldx = K;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, M, N, K, 1.0f, X, ldx, W->data,
+                    W->ld, 0.0f, Y, ldy);
+        const bool epi = fu->rope_cols > 0 || fu->res || fu->glu_cols > 0;
+        if (epi) eng_k_parallel_rows_cost(ctx, M, (int64_t)N * 4, fused_rows, &a);
+        else if (ctx->bf16) fused_rows(&a, 0, M);
+        return;
+    }
+    /* the columns split: the gate columns when gate and up go together */
+    const bool glu_pairs = fu->glu_cols > 0;
+    a.ncols = glu_pairs ? fu->glu_cols : N;
+    if (ctx->kernel == ENG_KERNEL_REF) {
+        ENG_ASSERT(W->kn && (!glu_pairs || fu->glu_off % ENG_REF_PANEL == 0));
+        a.unit = ENG_REF_PANEL;
+        a.n_units = (a.ncols + ENG_REF_PANEL - 1) / ENG_REF_PANEL;
+        a.n_rg = eng_k_ref_row_groups(ctx, M, a.n_units);
+    } else {
+        /* blas: units of at least 64 columns (a multiple of 16), up to 4 per thread */
+        int32_t nb = 4 * nth;
+        if (nb > a.ncols / 64) nb = a.ncols / 64 > 1 ? a.ncols / 64 : 1;
+        a.unit = ((a.ncols + nb - 1) / nb + 15) / 16 * 16;
+        a.n_units = (a.ncols + a.unit - 1) / a.unit;
+        a.n_rg = 1;
+    }
+    const int64_t cost = (int64_t)(M / a.n_rg + 1) * a.unit * K * (glu_pairs ? 2 : 1);
+    eng_k_parallel_ith(ctx, a.n_rg * a.n_units, cost, fused_items, &a);
 }

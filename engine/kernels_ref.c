@@ -48,7 +48,7 @@
  *
  * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
  */
-#include "kernels.h"
+#include "kernels_ref.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -315,49 +315,32 @@ static void gemm_region(eng_kpath p, int32_t i0, int32_t i1, int32_t c0, int32_t
 // ----------------------------------------------------------------------------
 // Products with packed weights, split over panels (and rows when panels are few)
 
-typedef struct matmul_args {
-    eng_kpath    path;
-    int32_t      M, N, K, n_pan, n_rg;
-    const float *X;
-    int64_t      ldx, ldy;
-    ref_b        B;
-    float       *Y;
-} matmul_args;
-
-/* Items it0..it1: item = row group * n_pan + panel. */
-static void matmul_items(void *v, int32_t it0, int32_t it1) {
-    const matmul_args *a = v;
-    for (int32_t it = it0; it < it1;) {
-        const int32_t rg = it / a->n_pan, q0 = it % a->n_pan;
-        int32_t q1 = q0 + (it1 - it);
-        if (q1 > a->n_pan) q1 = a->n_pan;
-        int32_t r0, r1;
-        row_block(a->M, a->n_rg, rg, &r0, &r1);
-        const int32_t c1 = q1 * PW < a->N ? q1 * PW : a->N;
-        gemm_region(a->path, r0, r1, q0 * PW, c1, a->N, a->K, a->X, a->ldx, &a->B, a->Y, a->ldy, 0);
-        it += q1 - q0;
-    }
+/* B operand of W: panels, or W^T [K, ld] read in place (panel q at column
+ * 32q, rows a whole ld apart). */
+static ref_b weights_b(const eng_kmat *W) {
+    if (W->panels) return (ref_b){.b = W->data, .ps = (int64_t)W->n_in * PW, .ldb = PW, .nread = W->ld};
+    ENG_ASSERT(W->kn);
+    return (ref_b){.b = W->data, .ps = PW, .ldb = W->ld, .nread = W->ld};
 }
 
-void eng_k_matmul_ref(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx, float *Y,
-                      int32_t ldy) {
-    matmul_args a = {.path = ctx->path, .M = M, .N = W->n_out, .K = W->n_in, .X = X, .ldx = ldx, .ldy = ldy, .Y = Y};
-    if (W->panels) {
-        a.B = (ref_b){.b = W->data, .ps = (int64_t)W->n_in * PW, .ldb = PW, .nread = W->ld};
-    } else {
-        ENG_ASSERT(W->kn);  /* W^T [K, ld]: panel q at column 32q, rows a whole ld apart */
-        a.B = (ref_b){.b = W->data, .ps = PW, .ldb = W->ld, .nread = W->ld};
-    }
-    a.n_pan = (a.N + PW - 1) / PW;
+int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan) {
     /* Rows are split too when there are few panels for the threads. */
     const int32_t nth = ctx->n_threads, mr = mr_max(ctx->path);
-    a.n_rg = 1;
-    if (nth > 1 && a.n_pan < 4 * nth) {
-        a.n_rg = (4 * nth + a.n_pan - 1) / a.n_pan;
+    int32_t n_rg = 1;
+    if (nth > 1 && n_pan < 4 * nth) {
+        n_rg = (4 * nth + n_pan - 1) / n_pan;
         const int32_t max_rg = (M + mr - 1) / mr;
-        if (a.n_rg > max_rg) a.n_rg = max_rg;
+        if (n_rg > max_rg) n_rg = max_rg;
     }
-    eng_k_parallel_rows_cost(ctx, a.n_pan * a.n_rg, (int64_t)(M / a.n_rg + 1) * PW * a.K, matmul_items, &a);
+    return n_rg;
+}
+
+void eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1) { row_block(M, n_rg, rg, r0, r1); }
+
+void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
+                            const float *X, int32_t ldx, float *Y, int32_t ldy) {
+    const ref_b B = weights_b(W);
+    gemm_region(ctx->path, r0, r1, c0, c1, W->n_out, W->n_in, X, ldx, &B, Y, ldy, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -392,6 +375,38 @@ static void axpy_row(eng_kpath path, int32_t W, float p, const float *b, int64_t
 #endif
     for (int32_t c0 = 0; c0 < W; c0 += PW)
         for (int32_t c = 0; c < PW; c++) y[c0 + c] = fmaf(p, b[(c0 / PW) * ps + c], y[c0 + c]);
+}
+
+// ----------------------------------------------------------------------------
+// The softmax of a row, portable: the bits every path gives (both kernels
+// use it: blas's causal softmax through eng_k_softmax_path)
+
+/* Softmax of one row's n attended scores, in place (kernels_ref.h). The
+ * `omp simd` loops are element-wise (no reduction clause): they let GCC
+ * vectorise eng_expf without changing any element's operations. The max
+ * and the sum use 8 explicit lanes (lane j % 8, ascending j). */
+void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16) {
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = s[j] * scale;
+    if (bf16) eng_bf16_round_vec(s, n);
+    float m8[8], a8[8];
+    for (int c = 0; c < 8; c++) { m8[c] = -INFINITY; a8[c] = 0.0f; }
+    const int32_t n8 = n / 8 * 8;
+    for (int32_t j = 0; j < n8; j += 8)
+        for (int c = 0; c < 8; c++) m8[c] = s[j + c] > m8[c] ? s[j + c] : m8[c];
+    for (int32_t j = n8; j < n; j++) m8[j & 7] = s[j] > m8[j & 7] ? s[j] : m8[j & 7];
+    float mx = m8[0];
+    for (int c = 1; c < 8; c++) mx = m8[c] > mx ? m8[c] : mx;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = eng_expf(s[j] - mx);
+    for (int32_t j = 0; j < n8; j += 8)
+        for (int c = 0; c < 8; c++) a8[c] += s[j + c];
+    for (int32_t j = n8; j < n; j++) a8[j & 7] += s[j];
+    const float sum = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
+    const float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = s[j] * inv;
+    if (bf16) eng_bf16_round_vec(s, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -524,12 +539,154 @@ __attribute__((target("avx512f"))) static void softmax512_rows(float *const *sr,
 }
 #endif
 
+
+// ----------------------------------------------------------------------------
+// The softmax of a row, AVX2: eng_k_softmax_row's operations element for
+// element (the same bits, tested). Its 8 partial maxima and sums (lane
+// j % 8, ascending j) are exactly one 8-lane vector; the tail past the last
+// multiple of 8 takes the same scalar steps as eng_k_softmax_row, on the
+// lanes stored back to floats.
+
+#if REF_X86
+#define AI2F static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* eng_bf16_round, 8 lanes. */
+AI2F __m256 bf16_256(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb),
+                                             _mm256_set1_epi32((int32_t)0xffff0000u));
+    const __m256i quiet = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)),
+                                           _mm256_set1_epi32((int32_t)0xffff0000u));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, nan));
+}
+
+/* Unsigned a > b, lane by lane (all ones or zero). */
+AI2F __m256i gtu_256(__m256i a, uint32_t b) {
+    const __m256i bias = _mm256_set1_epi32((int32_t)0x80000000u);
+    return _mm256_cmpgt_epi32(_mm256_xor_si256(a, bias), _mm256_set1_epi32((int32_t)(b ^ 0x80000000u)));
+}
+
+/* eng_expf, 8 lanes: the same operations (no fused steps). */
+AI2F __m256 exp256_core(__m256 xc) {
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(12582912.0f));
+    const __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
+    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(1.428606765330187045e-06f)));
+    const __m256 r2 = _mm256_mul_ps(r, r), r4 = _mm256_mul_ps(r2, r2);
+    const __m256 p01 = _mm256_add_ps(_mm256_set1_ps(1.0f), r);
+    const __m256 p23 = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_mul_ps(r, _mm256_set1_ps(1.0f / 6.0f)));
+    const __m256 p45 = _mm256_add_ps(_mm256_set1_ps(1.0f / 24.0f), _mm256_mul_ps(r, _mm256_set1_ps(1.0f / 120.0f)));
+    const __m256 p67 = _mm256_add_ps(_mm256_set1_ps(1.0f / 720.0f), _mm256_mul_ps(r, _mm256_set1_ps(1.0f / 5040.0f)));
+    const __m256 p = _mm256_add_ps(_mm256_add_ps(p01, _mm256_mul_ps(r2, p23)),
+                                   _mm256_mul_ps(r4, _mm256_add_ps(p45, _mm256_mul_ps(r2, p67))));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+AI2F __m256 exp256(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    /* in [-87, 88] and not NaN: u <= 0x42b00000 as signed, u <= 0xc2ae0000 as unsigned */
+    const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(u, _mm256_set1_epi32(0x42b00000)), gtu_256(u, 0xc2ae0000u));
+    if (_mm256_testz_si256(out, out)) return exp256_core(x);
+    const __m256 is_nan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                                                 _mm256_set1_epi32(0x7f800000)));
+    const __m256 above = _mm256_castsi256_ps(_mm256_cmpgt_epi32(u, _mm256_set1_epi32(0x42b00000)));
+    const __m256 below = _mm256_castsi256_ps(gtu_256(u, 0xc2ae0000u));
+    __m256 xc = _mm256_blendv_ps(x, _mm256_set1_ps(88.0f), above);
+    xc = _mm256_blendv_ps(xc, _mm256_set1_ps(-87.0f), below);
+    xc = _mm256_blendv_ps(xc, _mm256_setzero_ps(), is_nan);
+    __m256 y = exp256_core(xc);
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_castsi256_ps(gtu_256(u, 0xc2aeac4fu)));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()),
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(u, _mm256_set1_epi32(0x42b17217))));
+    return _mm256_blendv_ps(y, x, is_nan);
+}
+
+/* R <= SM_ROWS rows at once (their dependency chains overlap), row r at
+ * s[r] with n[r] scores. */
+__attribute__((target("avx2,fma"))) static void softmax256_rows(float *const *sr, const int32_t *nr, int R, float scale,
+                                                                 bool bf16) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    __m256 m8[SM_ROWS], a8[SM_ROWS];
+    float *s[SM_ROWS], mx[SM_ROWS], inv[SM_ROWS];
+    int32_t n[SM_ROWS], n8[SM_ROWS], nmax = 0;
+    _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+        s[r] = r < R ? sr[r] : NULL;
+        n[r] = r < R ? nr[r] : 0;
+        n8[r] = n[r] / 8 * 8;
+        m8[r] = _mm256_set1_ps(-__builtin_inff());
+        a8[r] = _mm256_setzero_ps();
+        if (n8[r] > nmax) nmax = n8[r];
+    }
+    /* scale (and round), the 8 partial maxima */
+    for (int32_t j = 0; j < nmax; j += 8)
+        _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+            if (j >= n8[r]) continue;
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s[r] + j), vs);
+            if (bf16) v = bf16_256(v);
+            _mm256_storeu_ps(s[r] + j, v);
+            m8[r] = _mm256_max_ps(v, m8[r]);  /* v > m ? v : m, as the scalar lanes */
+        }
+    for (int r = 0; r < R; r++) {
+        float m[8];
+        _mm256_storeu_ps(m, m8[r]);
+        for (int32_t j = n8[r]; j < n[r]; j++) {
+            s[r][j] = s[r][j] * scale;
+            if (bf16) s[r][j] = eng_bf16_round(s[r][j]);
+            m[j & 7] = s[r][j] > m[j & 7] ? s[r][j] : m[j & 7];
+        }
+        float x = m[0];
+        for (int c = 1; c < 8; c++) x = m[c] > x ? m[c] : x;
+        mx[r] = x;
+    }
+    /* exponentials, the 8 partial sums */
+    for (int32_t j = 0; j < nmax; j += 8)
+        _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+            if (j >= n8[r]) continue;
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s[r] + j), _mm256_set1_ps(mx[r])));
+            _mm256_storeu_ps(s[r] + j, e);
+            a8[r] = _mm256_add_ps(a8[r], e);
+        }
+    for (int r = 0; r < R; r++) {
+        float a[8];
+        _mm256_storeu_ps(a, a8[r]);
+        for (int32_t j = n8[r]; j < n[r]; j++) {
+            s[r][j] = eng_expf(s[r][j] - mx[r]);
+            a[j & 7] += s[r][j];
+        }
+        const float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        inv[r] = 1.0f / sum;
+    }
+    /* normalised (and rounded) */
+    for (int32_t j = 0; j < nmax; j += 8)
+        _Pragma("GCC unroll 4") for (int r = 0; r < SM_ROWS; r++) {
+            if (j >= n8[r]) continue;
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s[r] + j), _mm256_set1_ps(inv[r]));
+            if (bf16) v = bf16_256(v);
+            _mm256_storeu_ps(s[r] + j, v);
+        }
+    for (int r = 0; r < R; r++)
+        for (int32_t j = n8[r]; j < n[r]; j++) {
+            s[r][j] = s[r][j] * inv[r];
+            if (bf16) s[r][j] = eng_bf16_round(s[r][j]);
+        }
+}
+#endif
+
 /* The softmax of R rows (row r: s[r], n[r] scores), eng_k_softmax_row's bits on every path. */
 static void softmax_rows(eng_kpath path, float *const *s, const int32_t *n, int R, float scale, bool bf16) {
 #if REF_X86
     if (path == ENG_KPATH_AVX512) {
         for (int r0 = 0; r0 < R; r0 += SM_ROWS)
             softmax512_rows(s + r0, n + r0, R - r0 < SM_ROWS ? R - r0 : SM_ROWS, scale, bf16);
+        return;
+    }
+    if (path == ENG_KPATH_AVX2) {
+        for (int r0 = 0; r0 < R; r0 += SM_ROWS)
+            softmax256_rows(s + r0, n + r0, R - r0 < SM_ROWS ? R - r0 : SM_ROWS, scale, bf16);
         return;
     }
 #endif
@@ -578,6 +735,37 @@ __attribute__((target("avx512f"))) static void pack_keys512(const float *k0, int
                          m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, k1 + e, 4) : _mm512_setzero_ps());
     }
 }
+
+/* The same with 8 x 8 transposes (AVX2): keys [0, n8) in groups of 8, head
+ * dims [0, E8) in groups of 8; the rest as the portable loop. A copy: the
+ * bits are the keys'. */
+__attribute__((target("avx2,fma"))) static int32_t pack_keys256(const float *k0, int64_t ldkv, int32_t n, int32_t E,
+                                                                 float *dst) {
+    const int32_t n8 = n / 8 * 8, E8 = E / 8 * 8;
+    for (int32_t c0 = 0; c0 < n8; c0 += 8)
+        for (int32_t e0 = 0; e0 < E8; e0 += 8) {
+            __m256 r[8];
+            for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(k0 + (int64_t)(c0 + k) * ldkv + e0);
+            const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+            const __m256 o[8] = {
+                _mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31),
+            };
+            for (int e = 0; e < 8; e++) _mm256_storeu_ps(dst + (int64_t)(e0 + e) * PW + c0, o[e]);
+        }
+    for (int32_t c = 0; c < n8; c++)  /* head dims past the last group of 8 */
+        for (int32_t e = E8; e < E; e++) dst[(int64_t)e * PW + c] = k0[(int64_t)c * ldkv + e];
+    return n8;
+}
 #endif
 
 static void pack_keys(const attn_args *a, int32_t g, int32_t q, float *Kp) {
@@ -591,7 +779,11 @@ static void pack_keys(const attn_args *a, int32_t g, int32_t q, float *Kp) {
         return;
     }
 #endif
-    for (int32_t c = 0; c < n; c++) {
+    int32_t c_done = 0;
+#if REF_X86
+    if (a->path == ENG_KPATH_AVX2) c_done = pack_keys256(k0, a->ldkv, n, E, dst);
+#endif
+    for (int32_t c = c_done; c < n; c++) {
         const float *k = k0 + (int64_t)c * a->ldkv;
         for (int32_t e = 0; e < E; e++) dst[e * PW + c] = k[e];
     }

@@ -39,6 +39,13 @@ eng_numerics eng_numerics_default(void) {
     return n;
 }
 
+eng_prefill_params eng_prefill_params_default(void) {
+    eng_prefill_params p = {
+        .chunk = 64, .align = ENG_ALIGN_CHUNK, .ubatch = 512, .all_logits = false, .on_chunk = NULL, .ud = NULL,
+    };
+    return p;
+}
+
 const char *eng_kernel_name(eng_kernel k) { return k == ENG_KERNEL_REF ? "ref" : "blas"; }
 const char *eng_precision_name(eng_precision p) { return p == ENG_PRECISION_BF16 ? "bf16" : "fp32"; }
 const char *eng_align_name(eng_align a) { return a == ENG_ALIGN_NONE ? "none" : "chunk"; }
@@ -67,6 +74,11 @@ int eng_align_parse(const char *s, eng_align *out) {
 const char *eng_blas_info(void) {
     const char *c = openblas_get_config();
     return c ? c : "OpenBLAS (unknown config)";
+}
+
+const char *eng_blas_corename(void) {
+    const char *c = openblas_get_corename();
+    return c && *c ? c : "unknown";
 }
 
 int32_t eng_argmax(const float *logits, int32_t n) {
@@ -199,11 +211,11 @@ int eng_ld_plain(eng_loader *ld, const eng_model *m, const char *name, int64_t n
     return rc;
 }
 
-int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
-                 int64_t n_in, eng_kmat *out) {
+int eng_ld_fused_pad(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
+                     int64_t n_in, int32_t pad, eng_kmat *out) {
     int64_t n_out = 0;
-    for (int i = 0; i < n_parts; i++) n_out += n_outs[i];
-    float *w = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    for (int i = 0; i < n_parts; i++) n_out += (n_outs[i] + pad - 1) / pad * pad;
+    float *w = calloc((size_t)(n_out * n_in), sizeof(float));
     if (!w) return ENG_ERR_NOMEM;
     int rc = ENG_OK;
     int64_t row = 0;
@@ -213,12 +225,17 @@ int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, c
         if (rc != ENG_OK) break;
         memcpy(w + row * n_in, part, sizeof(float) * (size_t)(n_outs[i] * n_in));
         free(part);
-        row += n_outs[i];
+        row += (n_outs[i] + pad - 1) / pad * pad;
     }
     if (rc == ENG_OK)
         rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->kctx.bf16);
     free(w);
     return rc;
+}
+
+int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
+                 int64_t n_in, eng_kmat *out) {
+    return eng_ld_fused_pad(ld, m, names, n_outs, n_parts, n_in, 1, out);
 }
 
 int eng_ld_matrix(eng_loader *ld, const eng_model *m, const char *name, int64_t n_out, int64_t n_in, eng_kmat *out) {
@@ -246,6 +263,10 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
     else if (memmem(s, len, "[INST]", 6)) snprintf(out, 16, "llama2");
 }
 
+/* The blas split with more than one thread (kernels.h, eng_k_matmul_fused
+ * and eng_k_attention); change the string when the split changes. */
+#define BLAS_SPLIT_SCHEME "blas: column units of >= 64 (x16), 4 per thread; attention KV head x query block; v1"
+
 static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
     uint8_t b[44];
     memcpy(b, sha, 32);
@@ -256,9 +277,15 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
         b[40 + i] = (uint8_t)(tv >> (8 * i));
     }
     if (num->kernel != ENG_KERNEL_BLAS) return XXH3_64bits(b, 40);
-    /* blas: OpenBLAS's per-row results depend on how it splits the sgemm
-     * (thread count) and on its build and core kernel (config string) */
-    return XXH3_64bits_withSeed(b, sizeof b, XXH3_64bits(eng_blas_info(), strlen(eng_blas_info())));
+    /* blas: OpenBLAS's per-row results depend on how the product is split
+     * (thread count) and on its build and core kernel (config string). With
+     * more than one thread the split is the engine's (column units on the
+     * pool, one single-threaded sgemm each: kernels.h), which gives other
+     * bits than OpenBLAS's own split of earlier builds: that scheme is
+     * hashed in too, so their checkpoints miss instead of mixing. */
+    uint64_t seed = XXH3_64bits(eng_blas_info(), strlen(eng_blas_info()));
+    if (num->n_threads > 1) seed = XXH3_64bits_withSeed(BLAS_SPLIT_SCHEME, strlen(BLAS_SPLIT_SCHEME), seed);
+    return XXH3_64bits_withSeed(b, sizeof b, seed);
 }
 
 /* "llama, kvreplay-swa, ..." : every registered architecture. */
@@ -346,7 +373,7 @@ int eng_model_load(const char *path, const eng_numerics *num, eng_model **out, c
         free(m);
         return ENG_ERR_NOMEM;
     }
-    openblas_set_num_threads(num->n_threads);
+    openblas_set_num_threads(1);  /* every sgemm runs on one thread: the engine's pool splits the work */
 
     int rc = eng_gguf_open(path, &ld.g, err, errlen);
     if (rc != ENG_OK) goto fail;

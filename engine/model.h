@@ -66,6 +66,9 @@ int eng_precision_parse(const char *s, eng_precision *out);
 int eng_align_parse(const char *s, eng_align *out);
 /* "OpenBLAS 0.3.21 ..." from openblas_get_config(), for run metadata. */
 const char *eng_blas_info(void);
+/* The core OpenBLAS picked at run time ("Haswell", "SkylakeX", "Zen", ...:
+ * openblas_get_corename()); "unknown" when it says nothing. */
+const char *eng_blas_corename(void);
 
 // ----------------------------------------------------------------------------
 // Models

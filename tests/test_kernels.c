@@ -7,7 +7,9 @@
  *     path the CPU runs (scalar, avx2, avx512), for both weight layouts, at
  *     1, 2 and 3 threads, for every M in 1..256 and row offsets;
  *   - the ref attention (full and windowed) equals a plain oracle of the
- *     same chains on every path, whatever the chunking;
+ *     same chains on every path, whatever the chunking; over long contexts
+ *     (1,200 keys) every query's output is identical at shifted chunk
+ *     offsets, at 1 and 2 threads, on every path;
  *   - the softmax of every path gives eng_k_softmax_row's bits, on scores
  *     that reach exp's clamps, infinities and NaN;
  *   - through the public API, on llama, sliding-window, hybrid (Mamba-2) and
@@ -277,6 +279,80 @@ static void ref_attention_equals_its_chains_on_every_path_and_chunking(void **st
     eng_pool_free(p2);
 }
 
+/* Runs the ref attention over positions [0, n) of x (rows [Q | K | V]) in
+ * chunks: the first of `head` positions (none when 0), then `chunk` at a
+ * time, into out [n, H*E]. */
+static void attention_chunked(const eng_kctx *c, int32_t n, int32_t head, int32_t chunk, int32_t H, int32_t G,
+                              int32_t E, int32_t W, const float *x, float *out) {
+    const int32_t HE = H * E, GE = G * E, LD = HE + 2 * GE;
+    float *qg = malloc(sizeof(float) * (size_t)H * (size_t)(chunk > head ? chunk : head) * E);
+    for (int32_t p0 = 0; p0 < n;) {
+        const int32_t want = p0 == 0 && head > 0 ? head : chunk;
+        const int32_t T = n - p0 < want ? n - p0 : want;
+        const int32_t kpos0 = W > 0 && p0 - W + 1 > 0 ? p0 - W + 1 : 0, P = p0 + T - kpos0;
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t t = 0; t < T; t++)
+                memcpy(qg + ((int64_t)h * T + t) * E, x + (int64_t)(p0 + t) * LD + (int64_t)h * E, sizeof(float) * (size_t)E);
+        const int64_t cap = eng_k_attention_ref_ws(c->n_threads, P, E);
+        float *ws = malloc(sizeof(float) * (size_t)cap);
+        eng_k_attention_ref(c, T, p0, W, kpos0, H, G, E, qg, x + (int64_t)kpos0 * LD + HE, x + (int64_t)kpos0 * LD + HE + GE,
+                            LD, out + (int64_t)p0 * HE, HE, ws, cap);
+        free(ws);
+        p0 += T;
+    }
+    free(qg);
+}
+
+/* Long contexts (1,200 keys, and a 500-key window over them): every query's
+ * output is memcmp-identical whatever the chunk it sits in (64 from 0; a
+ * first chunk of 37 then 64; 256 from an offset of 100; 1,000), at 1 and 2
+ * threads, on every path, and equals the plain oracle of its chains (fixed
+ * order over the keys, whatever the key blocks and row blocks the kernel
+ * uses). */
+static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets(void **state) {
+    (void)state;
+    static const struct { int32_t H, G, E, W; } cfg[] = {{2, 1, 32, 0}, {4, 2, 64, 0}, {2, 1, 32, 500}};
+    static const struct { int32_t head, chunk; } split[] = {{0, 64}, {37, 64}, {100, 256}, {0, 1000}};
+    const int32_t n = 1200;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    eng_pool *p2 = eng_pool_new(2);
+    int cases = 0;
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        const int32_t H = cfg[ci].H, G = cfg[ci].G, E = cfg[ci].E, W = cfg[ci].W;
+        const int32_t HE = H * E, GE = G * E, LD = HE + 2 * GE;
+        g_rng = 900 + ci;
+        float *x = rvec((int64_t)n * LD, 2.0f);
+        float *want = malloc(sizeof(float) * (size_t)n * HE), *got = malloc(sizeof(float) * (size_t)n * HE);
+        if (ci == 0) {  /* the oracle, once: the kernel's chains exactly */
+            for (int32_t p0 = 0; p0 < n; p0 += 64) {
+                const int32_t T = n - p0 < 64 ? n - p0 : 64;
+                oracle_attention(T, p0, W, 0, H, G, E, x + (int64_t)p0 * LD, LD, x + HE, x + HE + GE, LD,
+                                 want + (int64_t)p0 * HE, HE, false);
+            }
+        } else {  /* the reference: scalar path, one thread, chunks of 64 */
+            const eng_kctx c = ctx_of(ENG_KPATH_SCALAR, 1, NULL);
+            attention_chunked(&c, n, 0, 64, H, G, E, W, x, want);
+        }
+        for (int pi = 0; pi < np; pi++)
+            for (size_t si = 0; si < sizeof split / sizeof split[0]; si++)
+                for (int32_t th = 1; th <= 2; th++) {
+                    const eng_kctx c = ctx_of(ps[pi], th, p2);
+                    memset(got, 0xff, sizeof(float) * (size_t)n * HE);
+                    attention_chunked(&c, n, split[si].head, split[si].chunk, H, G, E, W, x, got);
+                    for (int32_t t = 0; t < n; t++)
+                        if (memcmp(got + (int64_t)t * HE, want + (int64_t)t * HE, sizeof(float) * (size_t)HE))
+                            fail_msg("long attention H %d G %d E %d W %d, path %s, first chunk %d then %d, %d thread(s): "
+                                     "token %d differs", H, G, E, W, eng_kpath_name(ps[pi]), split[si].head,
+                                     split[si].chunk, th, t);
+                    cases++;
+                }
+        free(x); free(want); free(got);
+    }
+    print_message("%d long-context attention runs (1,200 keys) identical at every chunk offset\n", cases);
+    eng_pool_free(p2);
+}
+
 // ----------------------------------------------------------------------------
 // Through the public API: every chunk length, row offset and thread count
 
@@ -424,6 +500,7 @@ int main(void) {
         cmocka_unit_test(ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads),
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
         cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
+        cmocka_unit_test(ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets),
         cmocka_unit_test(ref_logits_kv_and_state_are_identical_for_every_m_offset_and_thread_count),
         cmocka_unit_test(model_logits_are_the_same_on_every_path),
     };

@@ -121,7 +121,7 @@ static void run_chunks(const eng_kctx *c, mixer *mx, eng_ssm_state *st, const fl
         int32_t T = chunks[k++];
         if (T > n - p) T = n - p;
         assert_int_equal(eng_ssm_forward(c, &mx->hp, &mx->w, st, T, xn + (int64_t)p * D, D, out + (int64_t)p * D, D,
-                                         &ws),
+                                         &ws, NULL, NULL),
                          ENG_OK);
         p += T;
     }
@@ -447,7 +447,7 @@ static void conv_state_holds_the_last_inputs_of_the_conv(void **state) {
     eng_ssm_state st;
     eng_ssm_state_alloc(&st, &mx.hp);
     eng_ssm_ws ws = {0};
-    assert_int_equal(eng_ssm_forward(&c, &mx.hp, &mx.w, &st, 10, xn, TD, out, TD, &ws), ENG_OK);
+    assert_int_equal(eng_ssm_forward(&c, &mx.hp, &mx.w, &st, 10, xn, TD, out, TD, &ws, NULL, NULL), ENG_OK);
     const int32_t CD = mx.hp.conv_dim, DP = mx.hp.d_in_proj, NI = mx.hp.d_inner;
     for (int32_t r = 0; r < TK - 1; r++)
         assert_memory_equal(st.conv + (int64_t)r * CD, ws.zxbcdt + (int64_t)(10 - (TK - 1) + r) * DP + NI,

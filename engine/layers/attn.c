@@ -129,11 +129,6 @@ double eng_attn_token_flops(const eng_model *m, int32_t il) {
 
 static float *zalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 
-/* eng_k_attention works on batches of KV heads whose scores fit in the
- * scores buffer; this caps that buffer (floats). Batching changes no result:
- * every head is computed on its own. */
-#define ATTN_BATCH_FLOATS ((int64_t)4 << 20)
-
 void eng_attn_ws_free(eng_attn_ws *ws) {
     if (!ws) return;
     free(ws->qkv); free(ws->att); free(ws->ffo); free(ws->qg); free(ws->og); free(ws->scores);
@@ -168,9 +163,9 @@ int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t p
     if (P > w->cap_P) {
         int32_t cap = w->cap_P * 2 > P ? w->cap_P * 2 : P;
         if (cap > n_ctx) cap = n_ctx;
-        const int64_t one = GR * w->cap_T * cap;  /* one group */
-        const int64_t all = (int64_t)in->n_head_kv * one;
-        int64_t n = all <= ATTN_BATCH_FLOATS ? all : (one > ATTN_BATCH_FLOATS ? one : ATTN_BATCH_FLOATS);
+        /* blas: each thread's scores of one KV head's GR*T rows (at most), over cap keys */
+        const int64_t nth = m->kctx.n_threads > 1 ? m->kctx.n_threads : 1;
+        int64_t n = nth * GR * w->cap_T * cap;
         if (m->kctx.kernel == ENG_KERNEL_REF) n = eng_k_attention_ws(&m->kctx, w->cap_T, cap, in->n_head, in->n_head_kv, in->head_dim);
         free(w->scores);
         w->scores = zalloc(n);
@@ -194,18 +189,29 @@ void eng_attn_layer(eng_fwd *f, int32_t il, const eng_attn_weights *aw, eng_attn
     const int32_t T = f->T, D = in->n_embd, H = in->n_head, G = in->n_head_kv, E = in->head_dim;
     const int32_t HE = H * E, QKV = HE + 2 * G * E;
 
-    eng_norm_rows(m, T, w->x, D, aw->attn_norm, NULL, w->xn, D);
-    eng_k_matmul(k, &aw->wqkv, T, w->xn, D, ws->qkv, QKV);  /* [T, HE | GE | GE] */
-    if (L->rope) eng_k_rope(k, T, H + G, E, in->n_rot, ws->rope_c, ws->rope_s, ws->qkv, QKV);  /* Q and K heads */
+    /* n = norm(x); q|k|v = n . Wqkv^T; RoPE on Q and K: one region (the norm
+     * and RoPE fused into the product) */
+    eng_kfuse qkv = {0};
+    if (L->parallel) eng_norm_rows(m, T, w->x, D, aw->attn_norm, NULL, w->xn, D);  /* the FFN reads it too */
+    else eng_norm_fuse(f, &qkv, aw->attn_norm, NULL);
+    const bool rope_fused = L->rope && E % 2 == 0;
+    if (rope_fused) {
+        qkv.rope_cols = (H + G) * E;  /* Q and K heads */
+        qkv.rope_E = E;
+        qkv.rope_n_rot = in->n_rot;
+        qkv.rope_cs = ws->rope_c;
+        qkv.rope_sn = ws->rope_s;
+    }
+    eng_k_matmul_fused(k, &aw->wqkv, T, L->parallel ? w->xn : w->x, D, ws->qkv, QKV, &qkv);  /* [T, HE | GE | GE] */
+    if (L->rope && !rope_fused) eng_k_rope(k, T, H + G, E, in->n_rot, ws->rope_c, ws->rope_s, ws->qkv, QKV);
     core(f, il, ws);
-    eng_k_matmul(k, &aw->wo, T, ws->att, HE, w->proj, D);
     if (L->parallel) {  /* cohere2: x = (x + ffn(n)) + attn(n) */
-        eng_ffn_apply(f, &aw->ffn, w->xn, ws->ffo);
-        eng_k_add(k, T, D, w->x, D, ws->ffo, D);
-        eng_k_add(k, T, D, w->x, D, w->proj, D);
+        eng_k_matmul(k, &aw->wo, T, ws->att, HE, w->proj, D);
+        eng_ffn_residual_from(f, &aw->ffn, w->xn, false, ws->ffo, w->proj);
         return;
     }
-    eng_k_add(k, T, D, w->x, D, w->proj, D);
+    eng_kfuse o = {.res = w->x, .ldres = D};  /* x += attn . Wo^T */
+    eng_k_matmul_fused(k, &aw->wo, T, ws->att, HE, w->proj, D, &o);
     if (L->has_ffn) eng_ffn_residual(f, &aw->ffn);
 }
 

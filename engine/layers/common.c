@@ -24,6 +24,16 @@ void eng_norm_rows(const eng_model *m, int32_t T, const float *X, int32_t ldx, c
     else eng_k_rmsnorm(&m->kctx, T, D, X, ldx, w, m->info.rms_eps, Y, ldy);
 }
 
+void eng_norm_fuse(const eng_fwd *f, eng_kfuse *fu, const float *w, const float *b) {
+    const eng_model *m = f->m;
+    const bool layer = m->norm == ENG_NORM_LAYER;
+    fu->norm = layer ? ENG_KNORM_LAYER : ENG_KNORM_RMS;
+    fu->norm_w = w;
+    fu->norm_b = layer ? b : NULL;
+    fu->eps = layer ? m->info.norm_eps : m->info.rms_eps;
+    fu->ws = f->w->xn_thr;
+}
+
 // ----------------------------------------------------------------------------
 // The SwiGLU feed-forward half
 
@@ -38,7 +48,11 @@ int eng_ffn_load(eng_loader *ld, const eng_model *m, int32_t il, bool with_norm,
     if (with_norm && (rc = eng_ld_plain(ld, m, nn, D, 1, &fw->ffn_norm)) != ENG_OK) return rc;
     const char *gu[2] = {ng, nu};
     const int64_t gu_out[2] = {F, F};
-    if ((rc = eng_ld_fused(ld, m, gu, gu_out, 2, D, &fw->w_gate_up)) != ENG_OK) return rc;
+    /* ref: the up rows start on a panel, so a thread computes a gate panel and its up panel together */
+    const int32_t pad = m->num.kernel == ENG_KERNEL_REF ? ENG_REF_PANEL : 1;
+    fw->n_ff = (int32_t)F;
+    fw->up_off = (int32_t)((F + pad - 1) / pad * pad);
+    if ((rc = eng_ld_fused_pad(ld, m, gu, gu_out, 2, D, pad, &fw->w_gate_up)) != ENG_OK) return rc;
     return eng_ld_matrix(ld, m, nd, D, F, &fw->w_down);
 }
 
@@ -50,7 +64,7 @@ void eng_ffn_free(eng_ffn_weights *fw) {
 }
 
 int64_t eng_ffn_params(const eng_ffn_weights *fw) {
-    return (fw->ffn_norm ? fw->w_down.n_out : 0) + (int64_t)fw->w_gate_up.n_out * fw->w_gate_up.n_in +
+    return (fw->ffn_norm ? fw->w_down.n_out : 0) + 2 * (int64_t)fw->n_ff * fw->w_gate_up.n_in +
            (int64_t)fw->w_down.n_out * fw->w_down.n_in;
 }
 
@@ -59,20 +73,19 @@ double eng_ffn_flops(const eng_model *m) {
     return 2.0 * 3.0 * D * F;  /* gate, up, down */
 }
 
-void eng_ffn_apply(eng_fwd *f, const eng_ffn_weights *fw, const float *xn, float *out) {
-    const int32_t D = f->m->info.n_embd, F = f->m->info.n_ff, T = f->T;
+void eng_ffn_residual_from(eng_fwd *f, const eng_ffn_weights *fw, const float *xin, bool norm, float *out,
+                           const float *add2) {
+    const int32_t D = f->m->info.n_embd, F = fw->n_ff, T = f->T;
     eng_ws *w = f->w;
-    eng_k_matmul(f->k, &fw->w_gate_up, T, xn, D, w->gu, 2 * F);  /* [T, F | F] */
-    eng_k_swiglu(f->k, T, F, w->gu, 2 * F, w->hid, F);
-    eng_k_matmul(f->k, &fw->w_down, T, w->hid, F, out, D);
+    eng_kfuse gu = {.glu_cols = F, .glu_off = fw->up_off, .H = w->hid, .ldh = F};
+    if (norm) eng_norm_fuse(f, &gu, fw->ffn_norm, NULL);
+    eng_k_matmul_fused(f->k, &fw->w_gate_up, T, xin, D, w->gu, fw->w_gate_up.n_out, &gu);  /* [T, F | F] and H */
+    eng_kfuse dn = {.res = w->x, .ldres = D, .add2 = add2, .ld_add2 = D};
+    eng_k_matmul_fused(f->k, &fw->w_down, T, w->hid, F, out, D, &dn);
 }
 
 void eng_ffn_residual(eng_fwd *f, const eng_ffn_weights *fw) {
-    const int32_t D = f->m->info.n_embd;
-    eng_ws *w = f->w;
-    eng_norm_rows(f->m, f->T, w->x, D, fw->ffn_norm, NULL, w->xn, D);
-    eng_ffn_apply(f, fw, w->xn, w->proj);
-    eng_k_add(f->k, f->T, D, w->x, D, w->proj, D);
+    eng_ffn_residual_from(f, fw, f->w->x, true, f->w->proj, NULL);
 }
 
 // ----------------------------------------------------------------------------

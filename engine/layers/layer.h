@@ -74,6 +74,10 @@ int eng_ld_plain(eng_loader *ld, const eng_model *m, const char *name, int64_t n
 /* The named [K, N_i] tensors stacked into one [sum N_i, K] matrix in the kernel's layout. */
 int eng_ld_fused(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
                  int64_t n_in, eng_kmat *out);
+/* The same with each part's rows padded with zero rows to a multiple of pad
+ * (part i starts at output column sum of the padded N_j, j < i). */
+int eng_ld_fused_pad(eng_loader *ld, const eng_model *m, const char *const *names, const int64_t *n_outs, int n_parts,
+                     int64_t n_in, int32_t pad, eng_kmat *out);
 /* One matrix W [n_out, n_in] (GGUF ne = [n_in, n_out]) in the kernel's layout. */
 int eng_ld_matrix(eng_loader *ld, const eng_model *m, const char *name, int64_t n_out, int64_t n_in, eng_kmat *out);
 
@@ -88,6 +92,7 @@ struct eng_ws {
     float  *proj;    /* [T, D] sublayer output before the residual add */
     float  *gu;      /* [T, 2F] FFN gate and up projections (F = info.n_ff > 0) */
     float  *hid;     /* [T, F] FFN activations */
+    float  *xn_thr;  /* [n_threads][T, D]: each thread's normed rows in a fused product (eng_kfuse.ws) */
     float  *logits;  /* [T, V] output head of a whole chunk */
     void   *kind[16];  /* each kind's own scratch, indexed like eng_layer_kinds[] */
 };
@@ -192,12 +197,17 @@ const eng_arch *eng_arch_find(const char *name);
  * or layer norm ((x - mean) * (1/sqrtf(var + eps))) * w + b, by m->norm. */
 void eng_norm_rows(const eng_model *m, int32_t T, const float *X, int32_t ldx, const float *w, const float *b,
                    float *Y, int32_t ldy);
+/* The same norm as the prologue of a fused product (eng_kfuse): each
+ * thread norms the rows into its slice of f->w->xn_thr. */
+void eng_norm_fuse(const eng_fwd *f, eng_kfuse *fu, const float *w, const float *b);
 
 /* The SwiGLU feed-forward half of a layer (llama.cpp's build_ffn, SILU, PAR). */
 typedef struct eng_ffn_weights {
     float   *ffn_norm;   /* [D], NULL when the layer's FFN reads the attention norm (cohere2) */
-    eng_kmat w_gate_up;  /* [2F, D]: rows [0,F) gate, [F,2F) up (fused) */
+    eng_kmat w_gate_up;  /* gate rows [0, F), up rows [up_off, up_off + F) (fused; ref: up_off is F
+                            rounded up to a panel, the rows between zero) */
     eng_kmat w_down;     /* [D, F] */
+    int32_t  n_ff, up_off;
 } eng_ffn_weights;
 
 /* blk.il.ffn_gate/up/down (and ffn_norm when with_norm). */
@@ -205,9 +215,15 @@ int     eng_ffn_load(eng_loader *ld, const eng_model *m, int32_t il, bool with_n
 void    eng_ffn_free(eng_ffn_weights *fw);
 int64_t eng_ffn_params(const eng_ffn_weights *fw);
 double  eng_ffn_flops(const eng_model *m);  /* 2*3*D*F per token */
-/* out [T, D] = Wdown . (silu(Wgate . xn) * (Wup . xn)), via f->w->gu and hid. */
-void    eng_ffn_apply(eng_fwd *f, const eng_ffn_weights *fw, const float *xn, float *out);
-/* x += ffn(norm(x)), the sequential FFN half (uses xn and proj). */
+/* out [T, D] = Wdown . (silu(Wgate . n) * (Wup . n)) with n = xin, or
+ * norm(xin) with ffn_norm when norm; then in the down product's epilogue
+ * x = round(x + out) and, when add2, x = round(x + add2) (cohere2's
+ * x + ffn(n) + attn(n)). Two parallel regions: gate and up with the norm
+ * before and SwiGLU after, down with the residual adds after (via
+ * f->w->gu, hid, xn_thr). */
+void    eng_ffn_residual_from(eng_fwd *f, const eng_ffn_weights *fw, const float *xin, bool norm, float *out,
+                              const float *add2);
+/* x += ffn(norm(x)), the sequential FFN half (out: proj). */
 void    eng_ffn_residual(eng_fwd *f, const eng_ffn_weights *fw);
 
 /* Grows *buf to n floats, zeroed when reallocated (contents lost). */

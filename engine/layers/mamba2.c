@@ -234,14 +234,16 @@ static void conv_rows(void *v, int32_t t0, int32_t t1) {
 }
 
 typedef struct gate_args {
+    const eng_kctx *ctx;
     const eng_ssm_hparams *hp;
     const eng_ssm_weights *w;
     bool bf16;
     const float *xbc, *zxbcdt;
-    float *y;
+    float *y, *yn;
 } gate_args;
 
-/* Tokens [t0, t1): y = round(round(y + x*D_h) * silu(z)) (ggml: add, mul, swiglu_split). */
+/* Tokens [t0, t1): y = round(round(y + x*D_h) * silu(z)) (ggml: add, mul,
+ * swiglu_split), then yn = the row's grouped RMSNorm of y. */
 static void gate_rows(void *v, int32_t t0, int32_t t1) {
     const gate_args *a = v;
     const int32_t NI = a->hp->d_inner, P = a->hp->head_dim, NH = a->hp->n_head, CD = a->hp->conv_dim;
@@ -261,6 +263,10 @@ static void gate_rows(void *v, int32_t t0, int32_t t1) {
         for (int32_t i = 0; i < NI; i++) y[i] = silu(z[i]) * y[i];
         if (a->bf16)
             for (int32_t i = 0; i < NI; i++) y[i] = eng_bf16_round(y[i]);
+        const int32_t gs = NI / a->hp->n_group;  /* yn: each group's RMSNorm (ggml: rms_norm over groups) */
+        for (int32_t g = 0; g < a->hp->n_group; g++)
+            eng_k_rmsnorm_rows(a->ctx, gs, a->y + (int64_t)g * gs, NI, a->w->norm_w + (int64_t)g * gs, a->hp->eps,
+                               a->yn + (int64_t)g * gs, NI, t, t + 1);
     }
 }
 
@@ -365,7 +371,6 @@ static void scan_ssd_heads(void *v, int32_t h0, int32_t h1) {
 static void scan_ssd(const eng_kctx *ctx, scan_args *a) {
     const eng_ssm_hparams *hp = a->hp;
     const int32_t N = hp->d_state, NI = hp->d_inner, CD = hp->conv_dim;
-    openblas_set_num_threads(1);
     for (int32_t t0 = 0; t0 < a->T; t0 += ENG_SSM_BLOCK) {
         const int32_t Q = a->T - t0 < ENG_SSM_BLOCK ? a->T - t0 : ENG_SSM_BLOCK;
         for (int32_t g = 0; g < hp->n_group; g++) {
@@ -378,20 +383,20 @@ static void scan_ssd(const eng_kctx *ctx, scan_args *a) {
         a->Q = Q;
         eng_k_parallel_rows(ctx, hp->n_head, scan_ssd_heads, a);
     }
-    openblas_set_num_threads(ctx->n_threads);
 }
 
 // ----------------------------------------------------------------------------
 // The mixer of one chunk
 
 int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w, eng_ssm_state *st,
-                    int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws) {
+                    int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws,
+                    const eng_kfuse *in_fu, const eng_kfuse *out_fu) {
     ENG_ASSERT(T >= 1);
     int rc = eng_ssm_ws_reserve(ws, hp, T);
     if (rc != ENG_OK) return rc;
     const int32_t NI = hp->d_inner, CD = hp->conv_dim, K = hp->d_conv, DP = hp->d_in_proj;
 
-    eng_k_matmul(ctx, &w->in_proj, T, xn, ldx, ws->zxbcdt, DP);  /* [T, z | xBC | dt] */
+    eng_k_matmul_fused(ctx, &w->in_proj, T, xn, ldx, ws->zxbcdt, DP, in_fu);  /* [T, z | xBC | dt] */
 
     /* conv input: the state's K-1 rows, then this chunk's xBC rows */
     const int64_t nc = eng_ssm_state_floats_conv(hp);
@@ -408,13 +413,10 @@ int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ss
     if (ctx->kernel == ENG_KERNEL_BLAS && T > 1) scan_ssd(ctx, &sa);
     else eng_k_parallel_rows(ctx, hp->n_head, scan_seq_heads, &sa);
 
-    gate_args ga = {.hp = hp, .w = w, .bf16 = ctx->bf16, .xbc = ws->xbc, .zxbcdt = ws->zxbcdt, .y = ws->y};
-    eng_k_parallel_rows(ctx, T, gate_rows, &ga);
-    const int32_t gs = NI / hp->n_group;
-    for (int32_t g = 0; g < hp->n_group; g++)
-        eng_k_rmsnorm(ctx, T, gs, ws->y + (int64_t)g * gs, NI, w->norm_w + (int64_t)g * gs, hp->eps,
-                      ws->yn + (int64_t)g * gs, NI);
-    eng_k_matmul(ctx, &w->out_proj, T, ws->yn, NI, out, ldo);
+    gate_args ga = {.ctx = ctx, .hp = hp, .w = w, .bf16 = ctx->bf16, .xbc = ws->xbc, .zxbcdt = ws->zxbcdt,
+                    .y = ws->y, .yn = ws->yn};
+    eng_k_parallel_rows(ctx, T, gate_rows, &ga);  /* the gate, then each group's RMSNorm of the row */
+    eng_k_matmul_fused(ctx, &w->out_proj, T, ws->yn, NI, out, ldo, out_fu);
     return ENG_OK;
 }
 
@@ -543,10 +545,11 @@ static void mamba2_forward(eng_fwd *f, int32_t il, void *ws) {
     const mamba2_layer *ly = m->layers[il].w;
     eng_ws *w = f->w;
     const int32_t D = m->info.n_embd;
-    eng_norm_rows(m, f->T, w->x, D, ly->ssm.attn_norm, NULL, w->xn, D);
-    const int rc = eng_ssm_forward(f->k, &ly->hp, &ly->ssm, f->s->mem[il].state, f->T, w->xn, D, w->proj, D, ws);
+    eng_kfuse in = {0}, out = {.res = w->x, .ldres = D};  /* x += mixer(norm(x)): fused into the projections */
+    eng_norm_fuse(f, &in, ly->ssm.attn_norm, NULL);
+    const int rc = eng_ssm_forward(f->k, &ly->hp, &ly->ssm, f->s->mem[il].state, f->T, w->x, D, w->proj, D, ws, &in,
+                                   &out);
     ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by mamba2_prepare */
-    eng_k_add(f->k, f->T, D, w->x, D, w->proj, D);
     if (m->layers[il].has_ffn) eng_ffn_residual(f, &ly->ffn);
 }
 

@@ -141,10 +141,14 @@ int  eng_ssm_ws_reserve(eng_ssm_ws *ws, const eng_ssm_hparams *hp, int32_t T);
 
 /* The mixer of one chunk: T >= 1 tokens whose normed inputs are xn [T, D]
  * (row stride ldx), from state st (updated in place to the state after the
- * chunk), writing out [T, D] (row stride ldo). Returns ENG_OK or
+ * chunk), writing out [T, D] (row stride ldo). in_fu and out_fu (NULL:
+ * none) are fused into the input and output projections (kernels.h: the
+ * layer's norm before in_proj, the residual add after out_proj; with a
+ * norm in in_fu, xn is the layer's input x). Returns ENG_OK or
  * ENG_ERR_NOMEM (workspace; st untouched then). */
 int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w, eng_ssm_state *st,
-                    int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws);
+                    int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws,
+                    const eng_kfuse *in_fu, const eng_kfuse *out_fu);
 
 /* Cost model: FLOPs of one token through the mixer (2 per multiply-add):
  * in_proj 2*D*DP, out_proj 2*I*D, conv 2*K*CD, scan 5*I*N (state update 3,

@@ -295,13 +295,11 @@ void eng_rwkv7_scan(const eng_kctx *ctx, int32_t T, int32_t H, int32_t S, const 
     scan_args p = {.T = T, .H = H, .S = S, .D = H * S, .r = r, .w = w, .k = k, .v = v, .a = a, .b = b,
                    .wkv = wkv, .o = o, .scratch = scratch};
     if (ctx->kernel == ENG_KERNEL_BLAS && T > 1) {
-        openblas_set_num_threads(1);
         for (int32_t t0 = 0; t0 < T; t0 += ENG_RWKV7_BLOCK) {
             p.t0 = t0;
             p.Q = T - t0 < ENG_RWKV7_BLOCK ? T - t0 : ENG_RWKV7_BLOCK;
             eng_k_parallel_rows(ctx, H, scan_blk_heads, &p);
         }
-        openblas_set_num_threads(ctx->n_threads);
     } else {
         eng_k_parallel_rows(ctx, H, scan_rec_heads, &p);
     }

@@ -262,12 +262,10 @@ int eng_swa_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, i
         .GR = GR, .R = R, .P = P, .ldkv = ldkv, .ldo = ldo, .scale = 1.0f / sqrtf((float)E),
         .qg = ws->qg, .K = K, .V = V, .og = ws->og, .ws = ws->scores, .O = O,
     };
-    openblas_set_num_threads(1);  /* heads spread over the pool, each sgemm on one thread */
-    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {
+    for (int32_t g0 = 0; g0 < G; g0 += (int32_t)nb) {  /* heads spread over the pool, each sgemm on one thread */
         a.g0 = g0;
         eng_k_parallel_rows(ctx, (int32_t)(g0 + nb < G ? nb : G - g0), band_heads, &a);
     }
-    openblas_set_num_threads(ctx->n_threads);
     return ENG_OK;
 }
 

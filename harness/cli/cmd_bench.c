@@ -19,12 +19,14 @@
  *            teacher-forced responses and greedy decoding run), restored
  *            to the prompt before each of R timed repetitions (after a
  *            warm-up): the median, as tokens/s.
- * --tokenizer, --disk-cache, --checkpoints and --serve dispatch to the other
- * benchmarks of bench/bench.h.
+ *   ceilings: beside the sgemm peak, the machine's FMA peak (a
+ *            register-only FMA loop of the widest vector, bench_peak.h),
+ *            sampled at the same times; every ratio is given to both.
+ * --tokenizer, --disk-cache, --checkpoints, --serve, --contention, --depth,
+ * --memory and --table dispatch to the other benchmarks of bench/bench.h.
  */
 #include "cli.h"
 
-#include <cblas.h>
 #include <jansson.h>
 #include <math.h>
 #include <stddef.h>
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_engine.h"
 #include "bench_util.h"
 #include "bench.h"
 #include "model.h"
@@ -47,6 +50,10 @@ static const char k_usage[] =
     "       kvreplay bench --disk-cache ...   (disk checkpoint files; see --disk-cache --help)\n"
     "       kvreplay bench --checkpoints ...  (context checkpoints vs memcpy; see --checkpoints --help)\n"
     "       kvreplay bench --serve ...        (serve's TTFT over the in-process TTFT; see --serve --help)\n"
+    "       kvreplay bench --contention ...   (prefill quiet and beside busy competitors; --contention --help)\n"
+    "       kvreplay bench --depth LIST ...   (prefill at a depth of context; --depth 1 --help)\n"
+    "       kvreplay bench --memory ...       (KV, state and peak RSS of a prefill; --memory --help)\n"
+    "       kvreplay bench --table DIR        (the issue targets' table from a make bench run)\n"
     "\n"
     "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run;\n"
     "with --decode, single-token decode tokens/s after a prompt of --tokens.\n"
@@ -82,143 +89,17 @@ static const hx_option k_options[] = {
 };
 
 
-// ----------------------------------------------------------------------------
-// The sgemm peak, sampled between prefill repetitions so that both see the
-// same machine (a shared machine's load drifts)
-
-typedef struct peak_ctx {
-    int32_t n;
-    float  *a, *b, *c;
-    double *samples;
-    int     n_samples, cap;
-    double  best;   /* fastest single call, GFLOP/s */
-} peak_ctx;
-
-static void peak_init(peak_ctx *p, int32_t n, int cap) {
-    p->n = n;
-    p->a = malloc(sizeof(float) * (size_t)n * (size_t)n);
-    p->b = malloc(sizeof(float) * (size_t)n * (size_t)n);
-    p->c = calloc((size_t)n * (size_t)n, sizeof(float));
-    p->samples = malloc(sizeof(double) * (size_t)cap);
-    p->n_samples = 0;
-    p->cap = cap;
-    p->best = 0.0;
-    if (!p->a || !p->b || !p->c || !p->samples) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    hx_random_floats(1, p->a, (int64_t)n * n);
-    hx_random_floats(2, p->b, (int64_t)n * n);
-}
-
-static void peak_free(peak_ctx *p) {
-    free(p->a); free(p->b); free(p->c); free(p->samples);
-}
-
-/* One sample: sustained GFLOP/s of back-to-back square sgemms (X . W^T,
- * like the engine's products) over at least PEAK_SAMPLE_S seconds and 3
- * calls, at `threads` OpenBLAS threads. Sustained, not best-of: a prefill
- * lasts seconds, so both figures see the machine's load the same way. The
- * fastest single call is kept too (peak_best). */
-#define PEAK_SAMPLE_S 0.25
-
-static void peak_sample(peak_ctx *p, int32_t threads) {
-    const int32_t n = p->n;
-    const double flops = 2.0 * n * (double)n * n;
-    openblas_set_num_threads(threads);
-    double t_start = eng_now_s(), t_end = t_start;
-    int calls = 0;
-    while (calls < 3 || t_end - t_start < PEAK_SAMPLE_S) {
-        double t0 = eng_now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
-        t_end = eng_now_s();
-        if (flops / (t_end - t0) / 1e9 > p->best) p->best = flops / (t_end - t0) / 1e9;
-        calls++;
-    }
-    if (p->n_samples < p->cap) p->samples[p->n_samples++] = flops * calls / (t_end - t_start) / 1e9;
-}
-
-// ----------------------------------------------------------------------------
-// Prefill measurements
-
-typedef struct run {
-    eng_kernel kernel;
-    int32_t    chunk;
-    double     seconds;   /* median */
-    double     tok_s;
-    double     gflops;
-    double     ratio;
-} run;
-
-/* R timed prefills (after a warm-up), a peak sample before each. */
-static void measure(const eng_model *m, const int32_t *toks, int32_t n, int32_t chunk, int reps, peak_ctx *pk, run *out) {
-    eng_seq *s = eng_seq_new(m, n);
-    float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    eng_prefill_params pp = eng_prefill_params_default();
-    pp.chunk = chunk;
-    const int32_t threads = eng_model_get_numerics(m)->n_threads;
-    for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
-        if (r >= 0) peak_sample(pk, threads);
-        eng_seq_reset(s);
-        double t0 = eng_now_s();
-        int rc = eng_prefill(s, toks, n, &pp, logits);
-        double dt = eng_now_s() - t0;
-        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: prefill failed: %s", eng_status_str(rc));
-        if (r >= 0) t[r] = dt;
-        if (eng_stderr_is_tty())
-            fprintf(stderr, "\rbench: %s C=%d rep %d/%d: %.3f s   ", eng_kernel_name(eng_model_get_numerics(m)->kernel),
-                    chunk, r + 1, reps, dt);
-    }
-    if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
-    out->kernel = eng_model_get_numerics(m)->kernel;
-    out->chunk = chunk;
-    out->seconds = hx_median(t, reps);
-    out->tok_s = n / out->seconds;
-    out->gflops = eng_model_prefill_flops_params(m, 0, n, &pp) / out->seconds / 1e9;
-    free(t);
-    free(logits);
-    eng_seq_free(s);
-}
-
-/* Decode: S steps after an n-token prompt, from the prompt's state each
- * repetition (a checkpoint: recurrent state cannot be truncated). */
-static void measure_decode(const eng_model *m, const int32_t *toks, int32_t n, int32_t steps, int reps, run *out) {
-    eng_seq *s = eng_seq_new(m, n + steps);
-    float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    int rc = eng_prefill(s, toks, n, NULL, logits);
-    eng_ckpt *ck = rc == ENG_OK ? eng_seq_checkpoint(s) : NULL;
-    if (!ck) hx_die(HX_EXIT_INTERNAL, "bench: prompt prefill failed: %s", eng_status_str(rc));
-    for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
-        if ((rc = eng_seq_restore(s, ck)) != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: restore: %s", eng_status_str(rc));
-        double t0 = eng_now_s();
-        for (int32_t k = 0; k < steps && rc == ENG_OK; k++) rc = eng_decode(s, toks[n + k], logits);
-        double dt = eng_now_s() - t0;
-        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: decode failed: %s", eng_status_str(rc));
-        if (r >= 0) t[r] = dt;
-        if (eng_stderr_is_tty())
-            fprintf(stderr, "\rbench: %s decode rep %d/%d: %.3f s   ", eng_kernel_name(eng_model_get_numerics(m)->kernel),
-                    r + 1, reps, dt);
-    }
-    if (eng_stderr_is_tty()) fprintf(stderr, "\r%60s\r", "");
-    out->kernel = eng_model_get_numerics(m)->kernel;
-    out->chunk = 1;
-    out->seconds = hx_median(t, reps);
-    out->tok_s = steps / out->seconds;
-    out->gflops = NAN;
-    out->ratio = NAN;
-    eng_ckpt_free(ck);
-    free(t);
-    free(logits);
-    eng_seq_free(s);
-}
-
 int hx_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
         if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
         if (!strcmp(argv[i], "--serve")) return hx_serve_bench(argc, argv);
+        if (!strcmp(argv[i], "--contention")) return hx_bench_contention(argc, argv);
+        if (!strcmp(argv[i], "--depth")) return hx_bench_depth(argc, argv);
+        if (!strcmp(argv[i], "--memory")) return hx_bench_memory(argc, argv);
+        if (!strcmp(argv[i], "--memory-child")) return hx_bench_memory_child(argc, argv);
+        if (!strcmp(argv[i], "--table")) return hx_bench_table(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024,
@@ -242,18 +123,18 @@ int hx_cmd_bench(int argc, char **argv) {
     for (int k = 0; k < n_kernels; k++) {
         eng_numerics nk = num;
         nk.kernel = kernels[k];
-        char err[512] = "";
-        int rc = eng_model_load(model, &nk, &models[k], err, sizeof err);
-        if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
+        models[k] = hx_bench_load(model, &nk);
     }
+    hx_machine mc;
+    hx_machine_get(&mc);
     const eng_model_info *in = eng_model_get_info(models[0]);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_tok + a.decode_steps));
     if (!toks) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
     hx_random_tokens((uint64_t)seed, toks, n_tok + a.decode_steps, in->n_vocab);
     if (a.decode) {
-        run dr[2];
+        hx_run dr[2];
         for (int k = 0; k < n_kernels; k++)
-            measure_decode(models[k], toks, (int32_t)n_tok, a.decode_steps, (int)reps, &dr[k]);
+            hx_measure_decode(models[k], toks, (int32_t)n_tok, a.decode_steps, (int)reps, &dr[k]);
         if (json) {
             json_t *o = json_object(), *arr = json_array();
             json_object_set_new(o, "model", json_string(model));
@@ -263,6 +144,7 @@ int hx_cmd_bench(int argc, char **argv) {
             json_object_set_new(o, "n_prompt", json_integer(n_tok));
             json_object_set_new(o, "decode_steps", json_integer(a.decode_steps));
             json_object_set_new(o, "reps", json_integer(reps));
+            json_object_set_new(o, "blas_core", json_string(mc.blas_core));
             json_object_set_new(o, "kernel", json_string(eng_kernel_name(dr[0].kernel)));
             json_object_set_new(o, "decode_tok_s", json_real(dr[0].tok_s));
             for (int k = 0; k < n_kernels; k++) {
@@ -276,9 +158,9 @@ int hx_cmd_bench(int argc, char **argv) {
             hx_bench_print_json(o);
         } else {
             printf("model %s: D %d, L %d, V %d; decode %d steps after a %lld-token prompt, %d threads, %s, median of "
-                   "%lld; ref kernel path %s\n", model, in->n_embd, in->n_layer, in->n_vocab, a.decode_steps,
-                   (long long)n_tok, num.n_threads, eng_precision_name(num.precision), (long long)reps,
-                   eng_model_ref_path(models[0]));
+                   "%lld; ref kernel path %s; OpenBLAS core %s\n", model, in->n_embd, in->n_layer, in->n_vocab,
+                   a.decode_steps, (long long)n_tok, num.n_threads, eng_precision_name(num.precision), (long long)reps,
+                   eng_model_ref_path(models[0]), mc.blas_core);
             printf("%-6s %10s %12s\n", "kernel", "decode_s", "tok/s");
             for (int k = 0; k < n_kernels; k++)
                 printf("%-6s %10.4f %12.1f\n", eng_kernel_name(dr[k].kernel), dr[k].seconds, dr[k].tok_s);
@@ -289,15 +171,18 @@ int hx_cmd_bench(int argc, char **argv) {
         return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
     }
 
-    peak_ctx pk;
-    peak_init(&pk, (int32_t)peak_n, n_chunks * n_kernels * (int)reps);
-    run runs[2 * MAX_CHUNKS];
+    hx_peak pk;
+    hx_peak_init(&pk, (int32_t)peak_n, n_chunks * n_kernels * (int)reps, num.n_threads);
+    hx_run runs[2 * MAX_CHUNKS];
     int n_runs = 0;
     for (int c = 0; c < n_chunks; c++)
         for (int k = 0; k < n_kernels; k++)
-            measure(models[k], toks, (int32_t)n_tok, chunks[c], (int)reps, &pk, &runs[n_runs++]);
-    const double peak = hx_median(pk.samples, pk.n_samples);
-    for (int r = 0; r < n_runs; r++) runs[r].ratio = runs[r].gflops / peak;
+            hx_measure_prefill(models[k], NULL, 0, toks, (int32_t)n_tok, chunks[c], (int)reps, &pk, &runs[n_runs++]);
+    const double peak = hx_peak_sgemm(&pk), fma = hx_peak_fma(&pk);
+    for (int r = 0; r < n_runs; r++) {
+        runs[r].ratio = runs[r].gflops / peak;
+        runs[r].ratio_fma = runs[r].gflops / fma;
+    }
 
     if (json) {
         json_t *o = json_object();
@@ -311,7 +196,12 @@ int hx_cmd_bench(int argc, char **argv) {
         json_object_set_new(o, "peak_gflops", json_real(peak));
         json_object_set_new(o, "peak_samples", json_integer(pk.n_samples));
         json_object_set_new(o, "peak_best_gflops", json_real(pk.best));
+        json_object_set_new(o, "fma_peak_gflops", json_real(fma));
+        json_object_set_new(o, "fma_vector", json_string(pk.vector ? pk.vector : ""));
         json_object_set_new(o, "blas", json_string(eng_blas_info()));
+        json_object_set_new(o, "blas_core", json_string(mc.blas_core));
+        json_object_set_new(o, "cpu", json_string(mc.cpu));
+        json_object_set_new(o, "cores", json_integer(mc.cores));
         json_object_set_new(o, "ref_path", json_string(eng_model_ref_path(models[0])));
         /* Top level: the first run (the only one without a sweep or comparison). */
         json_object_set_new(o, "chunk", json_integer(runs[0].chunk));
@@ -320,6 +210,7 @@ int hx_cmd_bench(int argc, char **argv) {
         json_object_set_new(o, "prefill_tok_s", json_real(runs[0].tok_s));
         json_object_set_new(o, "gflops", json_real(runs[0].gflops));
         json_object_set_new(o, "ratio", json_real(runs[0].ratio));
+        json_object_set_new(o, "ratio_fma", json_real(runs[0].ratio_fma));
         json_t *arr = json_array();
         for (int r = 0; r < n_runs; r++) {
             json_t *e = json_object();
@@ -329,6 +220,7 @@ int hx_cmd_bench(int argc, char **argv) {
             json_object_set_new(e, "prefill_tok_s", json_real(runs[r].tok_s));
             json_object_set_new(e, "gflops", json_real(runs[r].gflops));
             json_object_set_new(e, "ratio", json_real(runs[r].ratio));
+            json_object_set_new(e, "ratio_fma", json_real(runs[r].ratio_fma));
             if (compare && runs[r].kernel == ENG_KERNEL_REF && r + 1 < n_runs)
                 json_object_set_new(e, "ref_over_blas", json_real(runs[r].gflops / runs[r + 1].gflops));
             json_array_append_new(arr, e);
@@ -339,24 +231,28 @@ int hx_cmd_bench(int argc, char **argv) {
         printf("model %s: D %d, L %d, H %d, G %d, F %d, V %d; %lld tokens, %d threads, %s, median of %lld\n", model,
                in->n_embd, in->n_layer, in->n_head, in->n_head_kv, in->n_ff, in->n_vocab, (long long)n_tok,
                num.n_threads, eng_precision_name(num.precision), (long long)reps);
-        printf("sgemm peak (%lld^3, sustained, median of %d samples taken between the prefills): %.1f GFLOP/s "
-               "(fastest call %.1f); ref kernel path %s\n", (long long)peak_n, pk.n_samples, peak, pk.best,
+        printf("machine: %s, %d cores; OpenBLAS core %s; ref kernel path %s\n", mc.cpu, mc.cores, mc.blas_core,
                eng_model_ref_path(models[0]));
-        printf("%-6s %6s %10s %12s %10s %7s\n", "kernel", "chunk", "prefill_s", "tok/s", "GFLOP/s", "ratio");
+        printf("sgemm peak (%lld^3, sustained, median of %d samples taken between the prefills): %.1f GFLOP/s "
+               "(fastest call %.1f)\n", (long long)peak_n, pk.n_samples, peak, pk.best);
+        printf("FMA peak (register-only %s FMA loop, %d threads, median of %d samples, same times): %.1f GFLOP/s\n",
+               pk.vector ? pk.vector : "?", num.n_threads, pk.n_samples, fma);
+        printf("%-6s %6s %10s %12s %10s %7s %7s\n", "kernel", "chunk", "prefill_s", "tok/s", "GFLOP/s", "/sgemm", "/fma");
         for (int r = 0; r < n_runs; r++)
-            printf("%-6s %6d %10.4f %12.1f %10.2f %7.3f\n", eng_kernel_name(runs[r].kernel), runs[r].chunk,
-                   runs[r].seconds, runs[r].tok_s, runs[r].gflops, runs[r].ratio);
+            printf("%-6s %6d %10.4f %12.1f %10.2f %7.3f %7.3f\n", eng_kernel_name(runs[r].kernel), runs[r].chunk,
+                   runs[r].seconds, runs[r].tok_s, runs[r].gflops, runs[r].ratio, runs[r].ratio_fma);
         if (compare) {
             printf("\nside by side (ratios of medians from this run):\n");
-            printf("%6s %12s %12s %9s %11s %11s\n", "chunk", "blas GFLOP/s", "ref GFLOP/s", "ref/blas", "blas/peak",
-                   "ref/peak");
+            printf("%6s %12s %12s %9s %11s %11s %9s %9s\n", "chunk", "blas GFLOP/s", "ref GFLOP/s", "ref/blas",
+                   "blas/sgemm", "ref/sgemm", "blas/fma", "ref/fma");
             for (int r = 0; r + 1 < n_runs; r += 2)  /* ref, then blas, per chunk */
-                printf("%6d %12.2f %12.2f %9.3f %11.3f %11.3f\n", runs[r].chunk, runs[r + 1].gflops, runs[r].gflops,
-                       runs[r].gflops / runs[r + 1].gflops, runs[r + 1].ratio, runs[r].ratio);
+                printf("%6d %12.2f %12.2f %9.3f %11.3f %11.3f %9.3f %9.3f\n", runs[r].chunk, runs[r + 1].gflops,
+                       runs[r].gflops, runs[r].gflops / runs[r + 1].gflops, runs[r + 1].ratio, runs[r].ratio,
+                       runs[r + 1].ratio_fma, runs[r].ratio_fma);
         }
     }
     free(toks);
-    peak_free(&pk);
+    hx_peak_free(&pk);
     for (int k = 0; k < n_kernels; k++) eng_model_free(models[k]);
     return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
 }

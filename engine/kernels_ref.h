@@ -1,0 +1,50 @@
+/*
+ * engine/kernels_ref.h: the ref kernel (internal): batch-invariant products
+ * and attention, fixed-order fused multiply-add chains on three code paths
+ * with the same bits (kernels_ref.c; the contract is in kernels.h), and the
+ * softmax row both kernels use (its vector copies live with the paths).
+ */
+#ifndef ENG_KERNELS_REF_H
+#define ENG_KERNELS_REF_H
+
+#include "kbase.h"
+
+/* The fastest path this CPU runs; the environment variable
+ * KVREPLAY_REF_PATH=scalar|avx2|avx512 can lower it (never raise it). */
+eng_kpath   eng_kpath_best(void);
+const char *eng_kpath_name(eng_kpath p);  /* "scalar", "avx2", "avx512" */
+
+/* The ref product's work split (the products of kernels.h use it): columns in panels of ENG_REF_PANEL, and rows
+ * in n_rg balanced groups when panels are few for the threads; row group rg
+ * is [r0, r1). */
+int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan);
+void    eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1);
+/* Y[r, c] for rows [r0, r1) and columns [c0, c1) of X . W^T (c0 on a panel
+ * boundary), on the calling thread, not rounded. */
+void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
+                            const float *X, int32_t ldx, float *Y, int32_t ldy);
+/* The ref attention of one chunk (kernels_ref.c), full causal (W == 0) or
+ * with a window of W keys (a query at p attends the positions (p - W, p]):
+ * qg [H*T, E] the queries regrouped by KV head (query head h's T rows at
+ * qg + h*T*E), K and V [P, G*E] (row stride ldkv) holding the positions
+ * [kpos0, pos0 + T), P = pos0 + T - kpos0 -> O [T, H*E] (row stride ldo),
+ * scale 1/sqrt(E), rounded when bf16. Scores are chains over e, the softmax
+ * is eng_k_softmax_row over each row's attended keys, outputs are chains
+ * over the attended keys in ascending position. ws: at least
+ * eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
+void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G,
+                         int32_t E, const float *qg, const float *K, const float *V, int32_t ldkv, float *O,
+                         int32_t ldo, float *ws, int64_t ws_cap);
+int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E);
+
+/* Softmax of n scores in place: s_j = round(s_j * scale),
+ * e_j = eng_expf(s_j - max_j s_j), p_j = round(e_j * (1 / sum_j e_j)). The
+ * max and the sum are a fixed order that depends only on n: 8 float
+ * partial sums (lane j % 8, ascending j), combined as
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Rounded when bf16. */
+void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16);
+/* The same on one of the ref kernel's paths (the ref attention's softmax;
+ * identical bits on every path, which the tests check through this). */
+void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16);
+
+#endif /* ENG_KERNELS_REF_H */

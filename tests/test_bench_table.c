@@ -1,0 +1,107 @@
+/*
+ * tests/test_bench_table.c: `kvreplay bench --table DIR`, the issue targets'
+ * table of `make bench` (harness/bench/bench_table.c), on planted JSON:
+ *
+ *   - a figure meeting its goal says "yes", one missing it "**no**" (a
+ *     ratio below a >= goal, a slowdown above a <= goal), both counted;
+ *   - llama.cpp's side comes from llama-bench's own JSON (n_prompt, n_gen,
+ *     n_depth, n_threads, flash_attn, avg_ts) and divides ours;
+ *   - an absent file is "-" and counted as not measured, never guessed;
+ *   - a file that is not JSON is named on stderr.
+ * Figures are never timed here: the files are planted.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runcli.h"
+
+static char g_dir[64];
+
+static void put(const char *name, const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *table(int *status, const char *redirect) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "%s bench --table %s %s", kvr_bin(), g_dir, redirect);
+    char *out = NULL;
+    size_t n = 0;
+    *status = kvr_run(cmd, &out, &n);
+    assert_non_null(out);
+    return out;
+}
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_btab_XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void goals_met_missed_and_absent_are_told_apart(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    put("prefill-t2.json", "{\"cpu\": \"Test CPU\", \"cores\": 2, \"blas_core\": \"Haswell\", \"fma_vector\": \"avx2+fma\","
+                           " \"ref_path\": \"avx2\", \"runs\": [{\"kernel\": \"ref\", \"ratio\": 0.5, \"ratio_fma\": 0.9,"
+                           " \"prefill_tok_s\": 1000}, {\"kernel\": \"blas\", \"ratio\": 0.3, \"ratio_fma\": 0.4,"
+                           " \"prefill_tok_s\": 400}]}");
+    put("contention.json", "{\"runs\": [{\"variant\": \"ref\", \"slowdown\": 2.1, \"loaded_tok_s\": 476},"
+                           " {\"variant\": \"blas\", \"slowdown\": 3.0, \"loaded_tok_s\": 133}]}");
+    put("llama-pp.json", "[{\"n_prompt\": 512, \"n_gen\": 0, \"n_depth\": 0, \"n_threads\": 2, \"avg_ts\": 400.0},"
+                         " {\"n_prompt\": 512, \"n_gen\": 0, \"n_depth\": 0, \"n_threads\": 1, \"avg_ts\": 250.0}]");
+    int st;
+    char *out = table(&st, "2>/dev/null");
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "machine: Test CPU; 2 cores; OpenBLAS core Haswell"));
+    assert_non_null(strstr(out, "| ref / FMA peak, base, C = 64, 2 threads | >= 0.80 | 0.900 | yes |"));
+    assert_non_null(strstr(out, "| ref / sgemm peak, base, C = 64, 2 threads | >= 0.85 | 0.500 | **no** |"));
+    /* 1000 tok/s against llama.cpp's 400: 2.50, its figure beside */
+    assert_non_null(strstr(out, "| ref prefill / llama.cpp pp512, base, 2 threads | >= 2.00 | 2.50 | yes | - | 400.0 |"));
+    /* a slowdown is a <= goal */
+    assert_non_null(strstr(out, "| ref prefill loaded / quiet, 2 busy competitors, 2 threads | <= 2.50 | 2.10 | yes | 476.0 |"));
+    assert_non_null(strstr(out, "| blas prefill loaded / quiet, 2 busy competitors, 2 threads | <= 2.50 | 3.00 | **no** |"));
+    /* absent: the 1-thread prefill file, the depths */
+    assert_non_null(strstr(out, "| ref / FMA peak, base, C = 64, 1 thread | >= 0.80 | - | - |"));
+    assert_non_null(strstr(out, "3 met, 2 missed,"));
+    free(out);
+}
+
+static void a_file_that_is_not_json_is_named(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    put("depth-t2.json", "{ not json");
+    int st;
+    char *out = table(&st, "2>&1 >/dev/null");
+    assert_non_null(strstr(out, "depth-t2.json: line 1"));
+    free(out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/depth-t2.json", g_dir);
+    unlink(path);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(goals_met_missed_and_absent_are_told_apart),
+        cmocka_unit_test(a_file_that_is_not_json_is_named),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
