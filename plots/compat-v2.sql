@@ -5,7 +5,8 @@
 -- in harness/store/store.c.
 CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size,
     NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs,
-    NULL AS price_gflops, NULL AS price_restore_gbs, NULL AS price_source FROM main.runs;
+    NULL AS price_gflops, NULL AS price_restore_gbs, NULL AS price_source, NULL AS spec_sha256, NULL AS scale, NULL AS unit,
+    NULL AS n_units, NULL AS shard, NULL AS n_shards, NULL AS plan_sha256 FROM main.runs;
 CREATE TEMP VIEW requests AS SELECT *, NULL AS cache_bytes, NULL AS cache_entries,
     NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,
     NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms FROM main.requests;

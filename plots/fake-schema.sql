@@ -1,10 +1,10 @@
 -- plots/fake-schema.sql: the results schema of docs/sqlite.md (schema
--- version 4), for the synthetic databases of plots/fake.sh only.
+-- version 6), for the synthetic databases of plots/fake.sh only.
 --
 -- The real store (harness/store/store.c) creates these tables itself, possibly
 -- with more columns; the figure queries use only the columns documented in
 -- docs/sqlite.md, which are the ones below.
-PRAGMA user_version = 4;
+PRAGMA user_version = 6;
 PRAGMA journal_mode = WAL;
 CREATE TABLE IF NOT EXISTS runs(
   run_id            INTEGER PRIMARY KEY,
@@ -64,7 +64,14 @@ CREATE TABLE IF NOT EXISTS runs(
   calib_restore_gbs REAL,
   price_gflops      REAL,
   price_restore_gbs REAL,
-  price_source      TEXT
+  price_source      TEXT,
+  spec_sha256       TEXT,
+  scale             TEXT,
+  unit              INTEGER,
+  n_units           INTEGER,
+  shard             INTEGER,
+  n_shards          INTEGER,
+  plan_sha256       TEXT
 );
 CREATE TABLE IF NOT EXISTS requests(
   run_id           INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -142,6 +149,23 @@ CREATE TABLE IF NOT EXISTS steps(
   ulp_first        INTEGER,
   kl               REAL,
   PRIMARY KEY(run_id, session, turn, step)
+);
+CREATE TABLE IF NOT EXISTS shards(
+  plan_sha256 TEXT NOT NULL,
+  shard       INTEGER NOT NULL,
+  n_shards    INTEGER NOT NULL,
+  experiment  TEXT NOT NULL,
+  spec_sha256 TEXT NOT NULL,
+  scale       TEXT NOT NULL,
+  n_units     INTEGER NOT NULL,
+  plan        TEXT NOT NULL,
+  git_rev     TEXT NOT NULL,
+  version     TEXT NOT NULL,
+  blas        TEXT,
+  started_at  TEXT NOT NULL,
+  argv        TEXT NOT NULL,
+  hostname    TEXT,
+  PRIMARY KEY(plan_sha256, shard, git_rev)
 );
 CREATE VIEW IF NOT EXISTS results AS
   SELECT ru.experiment, ru.variant, ru.sweep_name, ru.sweep_value, ru.model_name,

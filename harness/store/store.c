@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "model.h"
 #include "status.h"
 #include "sysinfo.h"
 #include "util.h"
@@ -46,6 +47,7 @@ static const char *const runs_columns[] = {
     "decode_n", "cap_prompt", "n_ctx", "seed", "blas", "cpu", "n_cpus", "hostname",
     "os_release", "config_key", "extra", "policy_opts", "block_size",
     "n_repeat", "calib_gflops", "calib_restore_gbs", "price_gflops", "price_restore_gbs", "price_source",
+    "spec_sha256", "scale", "unit", "n_units", "shard", "n_shards", "plan_sha256",
 };
 
 static const char *const requests_columns[] = {
@@ -221,6 +223,33 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN ttft_reuse_max_ms REAL;\n"
     "ALTER TABLE requests ADD COLUMN model_cold_ms REAL;\n"
     "ALTER TABLE requests ADD COLUMN model_reuse_ms REAL;\n",
+    /* 4 -> 5: kvreplay serve's (issue #20, on its own branch); nothing on this one */
+    "",
+    /* 5 -> 6: experiments in shards (issue #22): which spec, scale, unit and shard made each run */
+    "ALTER TABLE runs ADD COLUMN spec_sha256 TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN scale TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN unit INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN n_units INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN shard INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN n_shards INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN plan_sha256 TEXT;\n"
+    "CREATE TABLE IF NOT EXISTS shards(\n"
+    "  plan_sha256 TEXT NOT NULL,\n"
+    "  shard       INTEGER NOT NULL CHECK(shard >= 1),\n"
+    "  n_shards    INTEGER NOT NULL CHECK(n_shards >= shard),\n"
+    "  experiment  TEXT NOT NULL,\n"
+    "  spec_sha256 TEXT NOT NULL,\n"
+    "  scale       TEXT NOT NULL,\n"
+    "  n_units     INTEGER NOT NULL,\n"
+    "  plan        TEXT NOT NULL,\n"
+    "  git_rev     TEXT NOT NULL,\n"
+    "  version     TEXT NOT NULL,\n"
+    "  blas        TEXT,\n"
+    "  started_at  TEXT NOT NULL,\n"
+    "  argv        TEXT NOT NULL,\n"
+    "  hostname    TEXT,\n"
+    "  PRIMARY KEY(plan_sha256, shard, git_rev)\n"
+    ");\n",
 };
 
 /* compat_views[v]: temp views that present a version-v file (opened read-only,
@@ -229,7 +258,10 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_RUNS_3 " NULL AS policy_opts, NULL AS block_size,"
 #define COMPAT_RUNS_4                                                                                   \
     " NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs, NULL AS price_gflops,"        \
-    " NULL AS price_restore_gbs, NULL AS price_source FROM main.runs;"
+    " NULL AS price_restore_gbs, NULL AS price_source,"
+#define COMPAT_RUNS_6                                                                                   \
+    " NULL AS spec_sha256, NULL AS scale, NULL AS unit, NULL AS n_units, NULL AS shard,"               \
+    " NULL AS n_shards, NULL AS plan_sha256 FROM main.runs;"
 #define COMPAT_REQUESTS_2 " NULL AS state_equal, NULL AS state_hash_cold, NULL AS state_hash_reuse,"
 #define COMPAT_REQUESTS_3 " NULL AS cache_bytes, NULL AS cache_entries,"
 #define COMPAT_REQUESTS_4                                                                               \
@@ -239,9 +271,14 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_REQUESTS "CREATE TEMP VIEW requests AS SELECT *,"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
-    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_REQUESTS COMPAT_REQUESTS_4,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3
+        COMPAT_REQUESTS_4,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4,
+    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_REQUESTS COMPAT_REQUESTS_4,
+    /* a version-4 or -5 file (on this branch 5 adds nothing) lacks the shard columns only; its
+     * requests are shown through a view too, so every older file has the same temp views */
+    COMPAT_RUNS COMPAT_RUNS_6 " CREATE TEMP VIEW requests AS SELECT * FROM main.requests;",
+    COMPAT_RUNS COMPAT_RUNS_6 " CREATE TEMP VIEW requests AS SELECT * FROM main.requests;",
 };
 
 // ----------------------------------------------------------------------------
@@ -683,6 +720,7 @@ void hx_run_meta_init(hx_run_meta *m) {
     m->n_cpus = -1;
     m->n_repeat = -1;
     m->calib_gflops = m->calib_restore_gbs = m->price_gflops = m->price_restore_gbs = NAN;
+    m->unit = m->n_units = m->shard = m->n_shards = -1;
 }
 
 /* m with the defaults of hx_store_begin_run applied; strings may point into si. */
@@ -887,6 +925,13 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     bind_real(st, "price_gflops", r.price_gflops);
     bind_real(st, "price_restore_gbs", r.price_restore_gbs);
     bind_text(st, "price_source", r.price_source);
+    bind_text(st, "spec_sha256", r.spec_sha256);
+    bind_text(st, "scale", r.scale);
+    bind_int_opt(st, "unit", r.unit);
+    bind_int_opt(st, "n_units", r.n_units);
+    bind_int_opt(st, "shard", r.shard);
+    bind_int_opt(st, "n_shards", r.n_shards);
+    bind_text(st, "plan_sha256", r.plan_sha256);
     int rc = step_done(st);
     if (rc != SQLITE_OK) status = fail_sql(s, rc, err, errlen, "runs: inserting a run");
     int64_t id = sqlite3_last_insert_rowid(s->db);
@@ -1177,6 +1222,41 @@ int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int
 
 // ----------------------------------------------------------------------------
 // Requests and steps, one transaction each
+
+int hx_store_put_shard(hx_store *s, const hx_shard_meta *m, char *err, size_t errlen) {
+    ENG_ASSERT(s != NULL && m != NULL);
+    hx_sysinfo si;
+    hx_sysinfo_get(&si);
+    char now[40];
+    hx_store_utc_now(now, sizeof now);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "INSERT OR IGNORE INTO shards(plan_sha256, shard, n_shards, experiment, spec_sha256, scale,"
+                                " n_units, plan, git_rev, version, blas, started_at, argv, hostname)"
+                                " VALUES(:plan_sha256, :shard, :n_shards, :experiment, :spec_sha256, :scale, :n_units,"
+                                " :plan, :git_rev, :version, :blas, :started_at, :argv, :hostname)",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) return fail_sql(s, rc, err, errlen, "shards: preparing the insert");
+    bind_text(st, "plan_sha256", m->plan_sha256);
+    bind_int(st, "shard", m->shard);
+    bind_int(st, "n_shards", m->n_shards);
+    bind_text(st, "experiment", m->experiment);
+    bind_text(st, "spec_sha256", m->spec_sha256);
+    bind_text(st, "scale", m->scale);
+    bind_int(st, "n_units", m->n_units);
+    bind_text(st, "plan", m->plan);
+    bind_text(st, "git_rev", hx_git_rev());
+    bind_text(st, "version", KVR_VERSION);
+    bind_text(st, "blas", eng_blas_info());  /* as runs.blas: the kernels' fingerprint */
+    bind_text(st, "started_at", now);
+    bind_text(st, "argv", hx_argv_joined());
+    bind_text(st, "hostname", si.hostname);
+    rc = step_done(st);
+    int status = rc == SQLITE_OK ? ENG_OK : fail_sql(s, rc, err, errlen, "shards: recording shard %lld/%lld",
+                                                      (long long)m->shard, (long long)m->n_shards);
+    sqlite3_finalize(st);
+    return status;
+}
 
 void hx_request_row_init(hx_request_row *r) {
     ENG_ASSERT(r != NULL);
