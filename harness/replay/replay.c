@@ -47,6 +47,7 @@ void hx_replay_opts_default(hx_replay_opts *o) {
     o->sweep_value = NAN;
     o->seed = -1;
     o->fault_request = 1;
+    o->unit = o->n_units = o->shard = o->n_shards = -1;
 }
 
 static char g_quirks[256];
@@ -183,6 +184,13 @@ static void fill_meta(const hx_replay_opts *o, const hx_policy *pol, const eng_m
     meta->cap_prompt = o->cap_prompt ? 1 : 0;
     meta->n_ctx = n_ctx;
     meta->seed = o->seed;
+    meta->spec_sha256 = o->spec_sha256;
+    meta->scale = o->scale;
+    meta->unit = o->unit;
+    meta->n_units = o->n_units;
+    meta->shard = o->shard;
+    meta->n_shards = o->n_shards;
+    meta->plan_sha256 = o->plan_sha256;
     meta->blas = eng_blas_info();
     /* runs.extra has always recorded --anchor as given (-1: auto or absent), whatever the policy */
     int32_t anchor_tokens = -1;
