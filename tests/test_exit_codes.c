@@ -85,6 +85,8 @@ static const row k_rows[] = {
     {"check", {"check", "-m", "MODEL", "-t", "TR", "--db", "@"}, K_DB | K_NODIR},
     {"experiment", {"experiment", "@", "--db", "DB"}, K_INPUT},
     {"experiment", {"experiment", "SPEC", "--db", "@"}, K_DB | K_NODIR},
+    {"merge", {"merge", "OUT", "@"}, K_INPUT},
+    {"merge", {"merge", "@", "DB"}, K_DB | K_NODIR},  /* OUT: replaced only when it is a results database */
     {"report", {"report", "--db", "@"}, K_INPUT},
     {"report", {"report", "--db", "DB", "-o", "@"}, K_OUTPUT},
 };

@@ -25,6 +25,7 @@
     X("replay",           hx_cmd_replay,            "replay a transcript cold and through a cache policy, log to SQLite") \
     X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
     X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \
+    X("merge",            hx_cmd_merge,             "join the databases of an experiment's shards into one") \
     X("report",           hx_cmd_report,            "markdown summary of a results database") \
     /* one line per subcommand, above this one */
 
