@@ -6,6 +6,7 @@
 #   make bench    engine and checkpoint benchmarks (figures, not tests)
 #   make demo     install missing packages (as root), run the experiments, plots, REPORT.md
 #   make plots    render results/*.sqlite with gnuplot
+#   make test-slurm  a single-node Slurm (installed as root) runs a 4-shard experiment and its merge
 #
 # Numerics: -ffp-contract=off always; never -ffast-math or -Ofast (bit-exactness).
 
@@ -37,7 +38,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 
-.PHONY: all test asan fuzz fuzz-seeds bench demo plots clean deps
+.PHONY: all test test-slurm asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
 
@@ -65,6 +66,10 @@ $(BUILD)/tests/test_fuzz_corpus: $(BUILD)/obj/tests/fuzz/targets.o
 # The test runner needs the CLI too (integration tests call build/kvreplay).
 test: $(BUILD)/kvreplay $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+
+# Not part of `make test`: installs slurm-wlm and munge (as root) and starts their daemons.
+test-slurm: $(BUILD)/kvreplay
+	@sh tests/slurm/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
