@@ -3,7 +3,10 @@
 # experiment as 4 array tasks and the merge job, through
 # experiments/slurm/submit.sh, and the merged database must equal the
 # unsharded run's row for row (tests/helpers/same-rows.sh: timing and host
-# columns aside). Not part of `make test`.
+# columns aside). Then a second submission whose task 1 is cancelled in the
+# middle of its shard (scancel): the merge job never runs; `submit.sh ...
+# --tasks 1` resubmits the task, which resumes its shard, and a new merge,
+# whose database must equal the unsharded one too. Not part of `make test`.
 #
 # As root on Debian 12, no systemd needed: installs slurm-wlm and munge when
 # absent; starts munged (--force, a key made here), slurmctld and slurmd in
@@ -44,7 +47,8 @@ chmod 711 "$D"
 pids=""
 cleanup() {
     rc=$?
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    sleep 1  # job steps that just ended are reaped by slurmd
+    for p in $(echo $pids | tr ' ' '\n' | sort -rn); do kill "$p" 2>/dev/null || true; done  # slurmd first
     for p in $pids; do wait "$p" 2>/dev/null || true; done
     [ -n "${KEEP:-}" ] && say "kept $D" || rm -rf "$D"
     exit $rc
@@ -127,28 +131,64 @@ ids=$(SCALE=demo THREADS=1 CALIBRATION="$cal" CACHE_ROOT="$D/cache" LOG_DIR="$D/
       sh experiments/slurm/submit.sh "$SPEC" "$SHARDS" "$out") || fail "submit.sh"
 array=${ids% *} merge=${ids#* }
 t3=$(date +%s)
-# Wait for both jobs to leave the queue, then read how they ended (kept MinJobAge seconds).
-for i in $(seq 1 1200); do
-    [ -z "$(squeue -h -j "$array,$merge" 2>/dev/null)" ] && break
-    sleep 0.5
-done
-[ -z "$(squeue -h -j "$array,$merge" 2>/dev/null)" ] || fail "jobs $array and $merge still queued after 10 min"
-t4=$(date +%s)
-k=1
-while [ "$k" -le "$SHARDS" ]; do
-    st=$(scontrol show job "${array}_$k" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1)
-    [ "$st" = COMPLETED ] || fail "array task $k: state '$st': $(cat "$D"/logs/*-shard-"${array}_$k".log 2>/dev/null | tail -n 5)"
-    start=$(scontrol show job "${array}_$k" | sed -n 's/.*StartTime=\([^ ]*\).*/\1/p')
-    say "array task $k/$SHARDS: COMPLETED (started $start)"
-    k=$((k + 1))
-done
-st=$(scontrol show job "$merge" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1)
-[ "$st" = COMPLETED ] || fail "merge job $merge: state '$st': $(cat "$D"/logs/*-merge-*.log 2>/dev/null | tail -n 5)"
-say "merge job $merge: COMPLETED after the array: $(tail -n 1 "$D"/logs/*-merge-"$merge".log)"
-say "4 tasks and the merge through Slurm: $((t4 - t3)) s after submission"
-
-sh tests/helpers/same-rows.sh "$ref" "$out" >"$D/same-rows.out" 2>&1 ||
-    fail "the merged database differs from the unsharded one:
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1; }
+# wait_gone JOBS: until none of them is queued or running (10 min at most)
+wait_gone() {
+    for i in $(seq 1 1200); do
+        [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && return 0
+        sleep 0.5
+    done
+    fail "jobs $1 still queued after 10 min"
+}
+# check_done ARRAY TASKS MERGE OUT: every task and the merge COMPLETED, OUT equal to the reference
+check_done() {
+    for k in $2; do
+        st=$(job_state "${1}_$k")
+        [ "$st" = COMPLETED ] || fail "array task ${1}_$k: state '$st': $(tail -n 5 "$D"/logs/*-shard-"${1}_$k".log 2>/dev/null)"
+        say "array task ${1}_$k: COMPLETED (started $(scontrol show job "${1}_$k" | sed -n 's/.*StartTime=\([^ ]*\).*/\1/p'))"
+    done
+    st=$(job_state "$3")
+    [ "$st" = COMPLETED ] || fail "merge job $3: state '$st': $(tail -n 5 "$D"/logs/*-merge-"$3".log 2>/dev/null)"
+    say "merge job $3: COMPLETED after the array: $(tail -n 1 "$D"/logs/*-merge-"$3".log)"
+    sh tests/helpers/same-rows.sh "$ref" "$4" >"$D/same-rows.out" 2>&1 ||
+        fail "$4 differs from the unsharded $ref:
 $(head -c 3000 "$D/same-rows.out")"
-runs=$(sqlite3 "$out" "select count(*) || ' runs, ' || (select count(*) from requests) || ' requests, shards ' || group_concat(distinct shard) from runs")
-say "OK: $out ($runs) equals the unsharded $ref row for row (timing and host columns aside); $(( $(date +%s) - t0 )) s in all"
+    say "OK: $4 ($(sqlite3 "$4" "select count(*) || ' runs, ' || (select count(*) from requests) || ' requests, shards ' ||
+        group_concat(distinct shard) || ', ' || sum(resumes) || ' resumed' from runs")) equals the unsharded run row for row"
+}
+wait_gone "$array,$merge"
+t4=$(date +%s)
+all=$(seq -s ' ' 1 "$SHARDS")
+check_done "$array" "$all" "$merge" "$out"
+say "$SHARDS tasks and the merge through Slurm: $((t4 - t3)) s after submission"
+
+# A task cancelled in the middle of its shard, resubmitted, resumed.
+out2="$D/merged2.sqlite"
+ids=$(SCALE=demo THREADS=1 CALIBRATION="$cal" CACHE_ROOT="$D/cache" LOG_DIR="$D/logs" \
+      sh experiments/slurm/submit.sh "$SPEC" "$SHARDS" "$out2" 2>/dev/null) || fail "submit.sh (second)"
+array2=${ids% *} merge2=${ids#* }
+db1="${out2%.sqlite}-shard1-of-$SHARDS.sqlite"
+n=0
+for i in $(seq 1 1200); do
+    n=$(sqlite3 "$db1" "select count(*) from requests" 2>/dev/null || echo 0)
+    [ "${n:-0}" -ge 1 ] && break
+    sleep 0.1
+done
+[ "$(job_state "${array2}_1")" = RUNNING ] || fail "task ${array2}_1 was not running when it had $n requests"
+scancel "${array2}_1"
+wait_gone "$array2"
+st=$(job_state "${array2}_1")
+units=$(sqlite3 "$db1" "select group_concat(json_extract(value, '\$[0]')) from shards, json_each(plan)
+         where json_extract(value, '\$[1]') = 1")
+total=$(sqlite3 "$ref" "select count(*) from requests r join runs u using (run_id) where u.unit in ($units)")
+left=$(sqlite3 "$db1" "select count(*) from requests")
+say "task ${array2}_1 cancelled ($st) with $left of its shard's $total requests stored; merge job $merge2: $(job_state "$merge2")"
+[ "$left" -lt "$total" ] || fail "task 1 finished before it was cancelled: nothing to resume"
+scancel "$merge2"  # its dependency can never be satisfied
+ids=$(SCALE=demo THREADS=1 CALIBRATION="$cal" CACHE_ROOT="$D/cache" LOG_DIR="$D/logs" \
+      sh experiments/slurm/submit.sh "$SPEC" "$SHARDS" "$out2" --tasks 1 2>/dev/null) || fail "submit.sh --tasks 1"
+array3=${ids% *} merge3=${ids#* }
+wait_gone "$array3,$merge3"
+check_done "$array3" 1 "$merge3" "$out2"
+[ "$(sqlite3 "$out2" "select sum(resumes) from runs")" -ge 1 ] || fail "no run of $out2 was resumed"
+say "all passed in $(( $(date +%s) - t0 )) s"
