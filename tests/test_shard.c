@@ -412,13 +412,6 @@ static void merge_refuses_to_replace_a_file_that_is_not_a_results_database(void 
     assert_string_equal(line, "my notes\n");
 }
 
-/* Waits (at most 60 s) until sql on db returns at least n. */
-static int64_t wait_for(const char *db, const char *q, int64_t n) {
-    int64_t v = -1;
-    for (int i = 0; i < 12000 && (v = db_int_or(db, q, -1)) < n; i++) usleep(5000);
-    return v;
-}
-
 static void a_shard_killed_then_resumed_merges_to_the_uninterrupted_rows(void **state) {
     (void)state;
     /* long enough to be killed in the middle: ten turns, 60 decode steps each; one unit per shard */
@@ -443,7 +436,7 @@ static void a_shard_killed_then_resumed_merges_to_the_uninterrupted_rows(void **
                         g_cache, NULL};
     pid_t pid = proc_spawn(s2);
     assert_true(pid > 0);
-    int64_t n = wait_for(k2, "select count(*) from requests", 3);
+    int64_t n = db_wait_at_least(k2, "select count(*) from requests", 3);
     kill(pid, SIGKILL);
     assert_int_equal(proc_wait(pid), 128 + SIGKILL);
     assert_true(n >= 3);
