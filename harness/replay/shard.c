@@ -486,7 +486,7 @@ int hx_plan_make(hx_unit *u, int32_t n, int32_t n_shards, bool price, const char
         for (int32_t j = 0; j < items[k].n; j++) u[items[k].units[j]].group = k;
     }
     double best = lpt(u, uc, n, items, n_items, n_shards, p->load_ms, in_set, scratch);
-    /* Split a group into its atoms while that shortens the longest shard. */
+    /* Split a group into its atoms while that shortens the longest shard by HX_PLAN_MIN_GAIN or more. */
     for (bool changed = true; changed;) {
         changed = false;
         for (int32_t k = 0; k < n_items && !changed; k++) {  /* items are sorted costliest first */
@@ -516,7 +516,7 @@ int hx_plan_make(hx_unit *u, int32_t n, int32_t n_shards, bool price, const char
                 goto out;
             }
             double mk = lpt(u, uc, n, cand, n_cand, n_shards, load, in_set, scratch);
-            if (mk < best * (1 - 1e-9)) {
+            if (mk < best * (1 - HX_PLAN_MIN_GAIN)) {
                 free(parts);  /* their unit arrays now belong to cand */
                 free(items[k].units);  /* replaced by its parts */
                 free(items);

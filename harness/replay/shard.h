@@ -14,8 +14,9 @@
  * form a group; one shard runs a whole group in spec order, so its rows are
  * those of the unsharded run and no cold prefill is computed twice. A group
  * is split into its units (its cache-directory sets stay whole) only when
- * that shortens the longest shard; each part then computes the cold results
- * it needs.
+ * that shortens the longest shard by at least HX_PLAN_MIN_GAIN; each part
+ * then computes the cold results it needs (CPU spent twice: a few percent of
+ * wall time is not worth it).
  *
  * The cost of a unit is modeled, never measured: the FLOPs of its cold and
  * reused prefills, decode steps and teacher-forced responses (the engine's
@@ -40,6 +41,7 @@
 #include "replay.h"
 
 #define HX_PLAN_NOMINAL_GFLOPS 50.0  /* the price without a reference calibration */
+#define HX_PLAN_MIN_GAIN       0.10  /* a group is split only to shorten the longest shard by 10% or more */
 
 typedef struct hx_unit {
     int32_t        index;       /* 0-based place in the experiment (spec order) */
