@@ -10,6 +10,7 @@
 #   make bench    engine and checkpoint benchmarks (figures, not tests)
 #   make demo     install missing packages (as root), run the experiments, plots, REPORT.md
 #   make plots    render results/*.sqlite with gnuplot
+#   make test-slurm  a single-node Slurm (installed as root) runs a 4-shard experiment and its merge
 #
 # Numerics: -ffp-contract=off always; never -ffast-math or -Ofast (bit-exactness).
 
@@ -41,7 +42,7 @@ TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELP   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/helpers/*.c))
 
-.PHONY: all test test-run test-clients test-serve-soak asan fuzz fuzz-seeds bench demo plots clean deps
+.PHONY: all test test-run test-clients test-serve-soak test-slurm asan fuzz fuzz-seeds bench demo plots clean deps
 .SECONDARY:
 all: $(BUILD)/kvreplay
 
@@ -71,7 +72,7 @@ $(BUILD)/tests/test_fuzz_corpus: $(BUILD)/obj/tests/fuzz/targets.o
 # (as root) or stops with one line naming itself; the build then runs in a
 # new make, which reads pkg-config's flags again.
 test:
-	@pkg-config --exists $(PKGS) cmocka 2>/dev/null || sh .ci/deps
+	@{ pkg-config --exists $(PKGS) cmocka && command -v parallel; } >/dev/null 2>&1 || sh .ci/deps
 	@$(MAKE) --no-print-directory test-run
 
 # test-run's last step: the real clients (tests/clients/run.sh --quick: the openai and
@@ -90,6 +91,10 @@ test-clients: $(BUILD)/kvreplay
 # and 200 requests under AddressSanitizer (leaks), docs/serve.md.
 test-serve-soak: $(BUILD)/kvreplay
 	@sh tests/serve_soak.sh $(BUILD)/kvreplay
+
+# Not part of `make test`: installs slurm-wlm and munge (as root) and starts their daemons.
+test-slurm: $(BUILD)/kvreplay
+	@sh tests/slurm/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" KVR_SKIP_CLIENTS=1 test

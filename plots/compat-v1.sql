@@ -3,16 +3,12 @@
 -- shadow main.runs and main.requests with the current columns, NULL where
 -- version 1 had none. The same views as compat_views[1] in
 -- harness/store/store.c.
-CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size,
-    NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs,
-    NULL AS price_gflops, NULL AS price_restore_gbs, NULL AS price_source,
-    NULL AS server_url, NULL AS server_api, NULL AS server_engine,
+CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size, NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs,
+    NULL AS price_gflops, NULL AS price_restore_gbs, NULL AS price_source, NULL AS spec_sha256, NULL AS scale, NULL AS unit, NULL AS n_units,
+    NULL AS shard, NULL AS n_shards, NULL AS plan_sha256, NULL AS server_url, NULL AS server_api, NULL AS server_engine,
     NULL AS server_info, NULL AS probe_opts FROM main.runs;
 CREATE TEMP VIEW requests AS SELECT *, NULL AS state_equal, NULL AS state_hash_cold,
-    NULL AS state_hash_reuse, NULL AS cache_bytes, NULL AS cache_entries,
-    NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,
-    NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms,
-    NULL AS verified,
-    NULL AS reuse_expected, NULL AS reuse_reported, NULL AS reuse_basis,
+    NULL AS state_hash_reuse, NULL AS cache_bytes, NULL AS cache_entries, NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,
+    NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms, NULL AS verified, NULL AS reuse_expected, NULL AS reuse_reported, NULL AS reuse_basis,
     NULL AS n_prompt_local, NULL AS prompt_diff, NULL AS json_equal, NULL AS n_probs, NULL AS error,
     NULL AS error_message, NULL AS http_status FROM main.requests;

@@ -65,6 +65,13 @@ CREATE TABLE IF NOT EXISTS runs(
   price_gflops      REAL,
   price_restore_gbs REAL,
   price_source      TEXT,
+  spec_sha256       TEXT,
+  scale             TEXT,
+  unit              INTEGER,
+  n_units           INTEGER,
+  shard             INTEGER,
+  n_shards          INTEGER,
+  plan_sha256       TEXT,
   server_url        TEXT,
   server_api        TEXT,
   server_engine     TEXT,
@@ -158,6 +165,23 @@ CREATE TABLE IF NOT EXISTS steps(
   ulp_first        INTEGER,
   kl               REAL,
   PRIMARY KEY(run_id, session, turn, step)
+);
+CREATE TABLE IF NOT EXISTS shards(
+  plan_sha256 TEXT NOT NULL,
+  shard       INTEGER NOT NULL,
+  n_shards    INTEGER NOT NULL,
+  experiment  TEXT NOT NULL,
+  spec_sha256 TEXT NOT NULL,
+  scale       TEXT NOT NULL,
+  n_units     INTEGER NOT NULL,
+  plan        TEXT NOT NULL,
+  git_rev     TEXT NOT NULL,
+  version     TEXT NOT NULL,
+  blas        TEXT,
+  started_at  TEXT NOT NULL,
+  argv        TEXT NOT NULL,
+  hostname    TEXT,
+  PRIMARY KEY(plan_sha256, shard, git_rev)
 );
 CREATE VIEW IF NOT EXISTS results AS
   SELECT ru.experiment, ru.variant, ru.sweep_name, ru.sweep_value, ru.model_name,

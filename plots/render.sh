@@ -26,7 +26,10 @@
 #
 # Environment (defaults): RESULTS_DIR (results), FIG_DIR ($RESULTS_DIR/figures),
 # DATA_DIR (unset: the rows are not kept), EXPERIMENTS (every
-# experiments/NAME.json), SQLITE3 (sqlite3), GNUPLOT (gnuplot); report.sh
+# experiments/NAME.json), SQLITE3 (sqlite3), GNUPLOT (gnuplot), FULL_DIR
+# ($RESULTS_DIR/full; empty: none), NO_REPORT (set: no REPORT.md), FULL_ONLY
+# (set: draw the full-scale databases only, and rewrite only that part of
+# REPORT.md); report.sh
 # also reads KVREPLAY (build/kvreplay).
 # results/bench.json is not rendered.
 #
@@ -85,7 +88,10 @@ runs_filter() {
 
 printf 'SELECT count(*) FROM req;\n' >"$work/count.sql"
 rendered=0
-for name in $EXPERIMENTS; do
+# FULL_ONLY=1: the experiments' demo databases are left as they are (only the full-scale part is drawn)
+_demo_list=$EXPERIMENTS
+[ -z "${FULL_ONLY:-}" ] || _demo_list=""
+for name in $_demo_list; do
     db="$RESULTS_DIR/$name.sqlite"
     if [ ! -f "$db" ]; then
         note "$name: $db absent, skipped"
@@ -158,6 +164,14 @@ $(cat "$work/gp.out")"
     note "$name: $(echo $made | wc -w) figures in $FIG_DIR:$made"
     rendered=$((rendered + 1))
 done
-[ "$rendered" -gt 0 ] || note "no experiment database with requests under $RESULTS_DIR"
+[ "$rendered" -gt 0 ] || [ -n "${FULL_ONLY:-}" ] || note "no experiment database with requests under $RESULTS_DIR"
 
-sh "$PLOTS/report.sh" || die "plots/report.sh failed"
+# The full-scale databases, $FULL_DIR/NAME.sqlite (default $RESULTS_DIR/full;
+# docs/scale.md), are rendered the same way into $FULL_DIR/figures; report.sh
+# gives them their own part of REPORT.md.
+FULL_DIR=${FULL_DIR-$RESULTS_DIR/full}
+if [ -n "$FULL_DIR" ] && ls "$FULL_DIR"/*.sqlite >/dev/null 2>&1; then
+    RESULTS_DIR=$FULL_DIR FIG_DIR=$FULL_DIR/figures FULL_DIR='' NO_REPORT=1 FULL_ONLY='' \
+        DATA_DIR=${DATA_DIR:+$DATA_DIR/full} sh "$PLOTS/render.sh" || die "$FULL_DIR: rendering failed"
+fi
+[ -n "${NO_REPORT:-}" ] || sh "$PLOTS/report.sh" || die "plots/report.sh failed"

@@ -17,7 +17,8 @@
 #
 # Environment (defaults): RESULTS_DIR (results), FIG_DIR ($RESULTS_DIR/figures),
 # EXPERIMENTS (every experiments/NAME.json), SQLITE3 (sqlite3),
-# KVREPLAY (build/kvreplay).
+# KVREPLAY (build/kvreplay), FULL_DIR ($RESULTS_DIR/full; empty: no full-scale part),
+# FULL_ONLY (set: keep the report's demo sections, rewrite its full-scale part).
 # Exit status: 0 on success; 1 with a message when a query fails or the
 # report cannot be written.
 set -eu
@@ -26,6 +27,7 @@ RESULTS_DIR=${RESULTS_DIR:-results}
 FIG_DIR=${FIG_DIR:-$RESULTS_DIR/figures}
 SQLITE3=${SQLITE3:-sqlite3}
 KVREPLAY=${KVREPLAY:-build/kvreplay}
+FULL_DIR=${FULL_DIR-$RESULTS_DIR/full}
 PLOTS=$(cd "$(dirname "$0")" && pwd)
 # every experiment spec by default, experiments/NAME.json, in name order
 EXPERIMENTS=${EXPERIMENTS:-$(cd "$PLOTS/../experiments" && for s in *.json; do echo "${s%.json}"; done)}
@@ -359,7 +361,68 @@ tables_measured() {
     esac
 }
 
+# The full-scale part: every $FULL_DIR/NAME.sqlite (default $RESULTS_DIR/full),
+# its figures in $FULL_DIR/figures (render.sh draws them), what $FULL_DIR/notes.md
+# says about how the runs were made and $FULL_DIR/costs.tsv (a tab-separated table:
+# what each run cost) when they exist. Each experiment: the status of its runs
+# (a run short of its requests is marked PARTIAL), seed004's report table, then
+# the tables and figures of the demo sections.
+full_part() {
+    [ -n "$FULL_DIR" ] || return 0
+    _present=""
+    for _n in $EXPERIMENTS; do
+        [ -f "$FULL_DIR/$_n.sqlite" ] && _present="$_present $_n"
+    done
+    [ -n "$_present" ] || return 0
+    printf '# Full scale: the issue reports'"'"' own sizes\n\n'
+    printf 'Every `--scale full` database under `%s` (docs/scale.md).\n\n' "$FULL_DIR"
+    [ -f "$FULL_DIR/notes.md" ] && { cat "$FULL_DIR/notes.md"; echo; }
+    if [ -f "$FULL_DIR/costs.tsv" ]; then
+        printf '**Table: what each full-scale run cost**\n\n'
+        awk -F '\t' 'NR == 1 { h = "|"; s = "|"; for (i = 1; i <= NF; i++) { h = h " " $i " |"; s = s "---|" }
+                              print h; print s; next }
+                    { r = "|"; for (i = 1; i <= NF; i++) r = r " " $i " |"; print r }' "$FULL_DIR/costs.tsv"
+        echo
+    fi
+    _fig=$FIG_DIR _rel=$figrel
+    FIG_DIR=$FULL_DIR/figures
+    case "$FULL_DIR" in
+        "$RESULTS_DIR"/*) figrel=${FULL_DIR#"$RESULTS_DIR"/}/figures ;;
+        *) figrel=$(cd "$FULL_DIR" 2>/dev/null && pwd || echo "$FULL_DIR")/figures ;;
+    esac
+    for _n in $_present; do
+        _db="$FULL_DIR/$_n.sqlite"
+        printf '## %s at full scale\n\n' "$_n"
+        if [ "$(query "$_db" 1 "$tmp.count" -list -noheader)" -eq 0 ]; then
+            printf '`%s` holds no run with requests yet.\n\n' "$_db"
+            continue
+        fi
+        table "$_db" 1 "$PLOTS/tab-full-status.sql" 'Table: the runs of this database (the latest per variant and sweep value)'
+        [ "$_n" = seed004 ] && table "$_db" 1 "$PLOTS/tab-seed004-report.sql" \
+            'Table: the issue report'"'"'s own table, reproduced (Q1 the first request, Q2 the second; measured / modeled seconds)'
+        say "$_db" "$_n"
+        tables "$_n" "$_db"
+        figures "$_n"
+    done
+    FIG_DIR=$_fig figrel=$_rel
+}
+
 printf 'SELECT count(*) FROM req;\n' >"$tmp.count"
+if [ -n "${FULL_ONLY:-}" ]; then
+    # Only the full-scale part is rewritten: the existing REPORT.md up to its
+    # "# Full scale" heading (the demo sections, as the demo run wrote them) is kept.
+    [ -f "$out" ] || die "$out: absent: FULL_ONLY rewrites the full-scale part of an existing report"
+    {
+        awk '/^# Full scale/ { exit } { print }' "$out"
+        printf '%s\n\n' "$(full_part)"
+        printf 'Full-scale part generated %s by `FULL_ONLY=1 make plots` at git revision `%s`.\n' \
+            "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(git -C "$PLOTS/.." rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+    } >"$tmp"
+    rm -f "$tmp.count"
+    mv -f "$tmp" "$out" || die "$out: cannot write"
+    echo "plots/report.sh: rewrote the full-scale part of $out" >&2
+    exit 0
+fi
 {
     rev=$(git -C "$PLOTS/.." rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
     echo '# kvreplay results'
@@ -405,6 +468,7 @@ printf 'SELECT count(*) FROM req;\n' >"$tmp.count"
         figures "$name"
         cli_report "$db"
     done
+    full_part
 } >"$tmp"
 rm -f "$tmp.count"
 mv -f "$tmp" "$out" || die "$out: cannot write"

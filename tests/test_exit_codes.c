@@ -90,6 +90,8 @@ static const row k_rows[] = {
     {"probe", {"probe", "--server", "http://127.0.0.1:9", "--api", "llama", "-t", "TR", "-o", "@"}, K_DB | K_NODIR},
     {"experiment", {"experiment", "@", "--db", "DB"}, K_INPUT},
     {"experiment", {"experiment", "SPEC", "--db", "@"}, K_DB | K_NODIR},
+    {"merge", {"merge", "OUT", "@"}, K_INPUT},
+    {"merge", {"merge", "@", "DB"}, K_DB | K_NODIR},  /* OUT: replaced only when it is a results database */
     {"report", {"report", "--db", "@"}, K_INPUT},
     {"report", {"report", "--db", "DB", "-o", "@"}, K_OUTPUT},
     /* serve checks every file it names before it listens (port 0: never a port in use) */

@@ -575,6 +575,45 @@ static void missing_databases_are_skipped(void **state) {
     free(md);
 }
 
+/* FULL_ONLY=1: the full-scale databases (RESULTS_DIR/full) are drawn into
+ * full/figures and REPORT.md gets their part after its demo sections, which
+ * are kept as they are; the issue report's table of seed004 says which
+ * variant re-prefills everything where, and a run short of its requests is
+ * marked PARTIAL. Rewriting it again replaces that part, never duplicates it. */
+static void the_full_scale_part_keeps_the_demo_sections_and_marks_partial_runs(void **state) {
+    (void)state;
+    NEED_TOOLS();
+    char dir[128], cmd[2400], path[256];
+    subdir("fullscale", dir, sizeof dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/full && cp %s/seed004.sqlite %s/full/ && printf '# kvreplay results\\n\\n## seed001\\n\\ndemo "
+             "text\\n\\n' > %s/REPORT.md && printf 'experiment\\tcore-hours\\nseed004\\t12.5\\n' > %s/full/costs.tsv && "
+             "sqlite3 %s/full/seed004.sqlite \"update runs set status = 'running', n_requests = 12 where variant = "
+             "'fixed' and sweep_value = 32768\" && FULL_ONLY=1 RESULTS_DIR=%s sh plots/render.sh >%s/log 2>&1 && "
+             "FULL_ONLY=1 RESULTS_DIR=%s sh plots/render.sh >>%s/log 2>&1",
+             dir, fx.dir, dir, dir, dir, dir, dir, dir, dir, dir);
+    assert_int_equal(run(cmd), 0);
+    snprintf(path, sizeof path, "%s/REPORT.md", dir);
+    char *md = slurp(path);
+    assert_non_null(md);
+    static const char head[] = "# kvreplay results\n\n## seed001\n\ndemo text\n\n# Full scale";
+    assert_int_equal(strncmp(md, head, sizeof head - 1), 0);
+    const char *full = strstr(md, "# Full scale");
+    assert_null(strstr(full + 1, "# Full scale:"));  /* rewritten, not appended twice */
+    assert_non_null(strstr(md, "\n## seed004 at full scale\n"));
+    assert_non_null(strstr(md, "| seed004 | 12.5 |"));
+    assert_non_null(strstr(md, "PARTIAL (running)"));
+    assert_non_null(strstr(md, "partial: 9 of 12"));
+    assert_non_null(strstr(md, "| 32.768K |"));
+    assert_non_null(strstr(md, "re-prefills everything (0.000)"));
+    assert_non_null(strstr(md, "(full/figures/seed004-reuse.png)"));
+    free(md);
+    snprintf(path, sizeof path, "%s/full/figures/seed004-reuse.png", dir);
+    assert_true(file_size(path) > 0);
+    snprintf(path, sizeof path, "%s/figures/seed004-reuse.png", dir);
+    assert_int_equal(file_size(path), -1);  /* no demo figure drawn */
+}
+
 static void a_failing_gnuplot_fails_the_render_with_a_message(void **state) {
     (void)state;
     NEED_TOOLS();
@@ -610,6 +649,7 @@ int main(void) {
         cmocka_unit_test(probe_figures_pair_reported_with_expected_and_count_what_was_compared),
         cmocka_unit_test(report_has_a_section_per_experiment_and_links_every_figure),
         cmocka_unit_test(missing_databases_are_skipped),
+        cmocka_unit_test(the_full_scale_part_keeps_the_demo_sections_and_marks_partial_runs),
         cmocka_unit_test(a_failing_gnuplot_fails_the_render_with_a_message),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

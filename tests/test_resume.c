@@ -58,13 +58,6 @@ static int teardown(void **state) {
     return fx_rm(g_dir);
 }
 
-/* Waits (at most 60 s) until sql on db returns at least n; returns the last value. */
-static int64_t wait_for(const char *db, const char *sql, int64_t n) {
-    int64_t v = -1;
-    for (int i = 0; i < 12000 && (v = db_int_or(db, sql, -1)) < n; i++) usleep(5000);
-    return v;
-}
-
 static void experiment_resume_after_a_kill_inside_variant_2_runs_each_variant_once(void **state) {
     (void)state;
     char db[200], ref[200], cache[200];
@@ -75,7 +68,7 @@ static void experiment_resume_after_a_kill_inside_variant_2_runs_each_variant_on
     pid_t pid = proc_spawn(args);
     assert_true(pid > 0);
     /* kill once variant 2 has committed two of its eight requests */
-    int64_t n = wait_for(db, "select count(*) from requests r join runs u using (run_id) where u.variant = 'v2'", 2);
+    int64_t n = db_wait_at_least(db, "select count(*) from requests r join runs u using (run_id) where u.variant = 'v2'", 2);
     kill(pid, SIGKILL);
     assert_int_equal(proc_wait(pid), 128 + SIGKILL);
     assert_true(n >= 2);
@@ -129,13 +122,13 @@ static void a_second_resume_of_a_run_being_written_is_refused_with_exit_2(void *
     snprintf(db, sizeof db, "%s/twice.sqlite", g_dir);
     const char *first[] = {"replay", "-m", g_model, "-t", g_long, "--db", db, "--decode", "60", NULL};
     pid_t pid = proc_spawn(first);
-    wait_for(db, "select count(*) from requests", 2);
+    db_wait_at_least(db, "select count(*) from requests", 2);
     kill(pid, SIGKILL);
     proc_wait(pid);
     assert_int_equal(q_int(db, "select status = 'running' from runs"), 1);
     const char *resume[] = {"replay", "-m", g_model, "-t", g_long, "--db", db, "--decode", "60", "--resume", NULL};
     pid_t a = proc_spawn(resume);
-    assert_int_equal(wait_for(db, "select resumes from runs", 1), 1);  /* a holds the run */
+    assert_int_equal(db_wait_at_least(db, "select resumes from runs", 1), 1);  /* a holds the run */
     int rc = proc_run(NULL, NULL, 0, err, sizeof err, resume);
     assert_int_equal(proc_wait(a), 0);
     if (rc == 0 && strstr(err, "nothing to resume")) skip();  /* a finished before b started: not concurrent */

@@ -189,8 +189,17 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     "ALTER TABLE requests DROP COLUMN n_probs; ALTER TABLE requests DROP COLUMN error;"                   \
     "ALTER TABLE requests DROP COLUMN error_message; ALTER TABLE requests DROP COLUMN http_status;"
 
+/* What migration 5 -> 6 added (experiments in shards: runs' spec, unit and shard, the shards table). */
+#define DROP_6_ONLY                                                                                         \
+    "ALTER TABLE runs DROP COLUMN spec_sha256; ALTER TABLE runs DROP COLUMN scale;"                        \
+    "ALTER TABLE runs DROP COLUMN unit; ALTER TABLE runs DROP COLUMN n_units;"                             \
+    "ALTER TABLE runs DROP COLUMN shard; ALTER TABLE runs DROP COLUMN n_shards;"                           \
+    "ALTER TABLE runs DROP COLUMN plan_sha256; DROP TABLE shards;"
+#define DROP_V6 DROP_V7 DROP_6_ONLY
+
 /* What migration 4 -> 5 added (serve's rows not compared with their cold run). */
-#define DROP_V5 DROP_V7 "ALTER TABLE requests DROP COLUMN verified;"
+#define DROP_5_ONLY "ALTER TABLE requests DROP COLUMN verified;"
+#define DROP_V5 DROP_V6 DROP_5_ONLY
 
 /* What migration 3 -> 4 added (--repeat's timings, the modeled TTFT and its price). */
 #define DROP_V4                                                                                             \
@@ -267,6 +276,86 @@ static void a_version_3_file_is_migrated_on_open(void **state) {
     assert_int_equal(query_i64(f->db, "SELECT count(*) FROM runs WHERE n_repeat IS NULL"), 1);
 }
 
+/* A schema-5 file (before experiments in shards) is shown read-only with the
+ * new runs columns as NULL, then migrated on open: its runs keep their rows,
+ * and the shards table exists. */
+static void a_version_5_file_is_migrated_on_open(void **state) {
+    fixture *f = *state;
+    hx_run_meta m;
+    int64_t id = older_file(f, &m, DROP_V6 "PRAGMA user_version = 5",
+                            "SELECT count(plan_sha256) + count(unit) FROM runs");
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 5);
+    hx_store *s = open_ok(f->db);
+    m.spec_sha256 = "ab12";
+    m.unit = 3;
+    m.n_units = 4;
+    m.shard = 2;
+    m.n_shards = 2;
+    m.plan_sha256 = "cd34";
+    int64_t id2 = begin_ok(s, &m);
+    hx_shard_meta sm = {.experiment = "x", .spec_sha256 = "ab12", .scale = "demo", .shard = 2, .n_shards = 2,
+                        .n_units = 4, .plan_sha256 = "cd34", .plan = "[]"};
+    char err[256] = "";
+    assert_int_equal(hx_store_put_shard(s, &sm, err, sizeof err), ENG_OK);
+    assert_int_equal(hx_store_put_shard(s, &sm, err, sizeof err), ENG_OK);  /* a resume keeps the first row */
+    hx_store_close(s);
+    assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT unit * 10 + shard FROM runs WHERE run_id = %lld", (long long)id2);
+    assert_int_equal(query_i64(f->db, sql), 32);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE run_id = %lld AND unit IS NULL", (long long)id);
+    assert_int_equal(query_i64(f->db, sql), 1);
+    assert_int_equal(query_i64(f->db, "SELECT count(*) FROM shards WHERE shard = 2 AND n_units = 4"), 1);
+    /* the shard columns are not part of the configuration: a shard's run of a unit resumes as the unsharded one */
+    hx_run_meta m2 = m;
+    m2.shard = 1;
+    m2.n_shards = 4;
+    m2.plan_sha256 = "ef56";
+    char *k1 = hx_run_meta_config_key(&m), *k2 = hx_run_meta_config_key(&m2);
+    assert_string_equal(k1, k2);
+    free(k1);
+    free(k2);
+}
+
+/* Versions 5 and 6 were made on parallel branches. A schema-7 file without version 6's shard
+ * columns and table (kvreplay before experiments in shards), and a version-6 file without
+ * version 5's requests.verified (the shards branch), are shown read-only with the missing
+ * columns as NULL and repaired on open: the columns and the table added, rows kept. */
+static void a_file_with_a_hole_in_its_schema_is_repaired_on_open(void **state) {
+    fixture *f = *state;
+    static const struct { const char *downgrade; const char *ro_sql; } c[] = {
+        {DROP_6_ONLY "PRAGMA user_version = 7", "SELECT count(spec_sha256) + count(n_shards) FROM runs"},
+        {DROP_V7 DROP_5_ONLY "PRAGMA user_version = 6",
+         "SELECT count(verified) + count(http_status) FROM requests JOIN runs USING(run_id)"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        unlink(f->db);
+        hx_run_meta m;
+        int64_t id = older_file(f, &m, c[i].downgrade, c[i].ro_sql);
+        hx_store *s = open_ok(f->db);
+        hx_request_row r;
+        hx_request_row_init(&r);
+        r.session = "s";
+        r.transcript = "t";
+        r.verified = 1;
+        put_ok(s, id, &r, NULL, 0);
+        m.shard = 1;
+        m.n_shards = 1;
+        m.plan_sha256 = "cd34";
+        begin_ok(s, &m);
+        hx_shard_meta sm = {.experiment = "x", .spec_sha256 = "ab12", .scale = "demo", .shard = 1, .n_shards = 1,
+                            .n_units = 1, .plan_sha256 = "cd34", .plan = "[]"};
+        char err[256] = "";
+        assert_int_equal(hx_store_put_shard(s, &sm, err, sizeof err), ENG_OK);
+        hx_store_close(s);
+        assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
+        assert_int_equal(query_i64(f->db, "SELECT count(*) FROM requests WHERE verified = 1"), 1);
+        assert_int_equal(query_i64(f->db, "SELECT count(*) FROM runs WHERE plan_sha256 = 'cd34'"), 1);
+        assert_int_equal(query_i64(f->db, "SELECT count(*) FROM shards"), 1);
+        assert_int_equal(query_i64(f->db, "SELECT count(*) FROM runs WHERE shard IS NULL"), 1);
+    }
+}
+
 /* A schema-2 file (before requests.cache_bytes) is shown read-only with the
  * new columns as NULL, then migrated on open, keeping its rows. */
 static void a_version_2_file_is_migrated_on_open(void **state) {
@@ -317,9 +406,9 @@ static void the_fake_schema_of_the_plots_matches_the_store(void **state) {
     char sql[600];
     snprintf(sql, sizeof sql, "ATTACH '%s' AS fk", fake);
     assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    static const char *const tables[] = {"runs", "requests", "steps"};
+    static const char *const tables[] = {"runs", "requests", "steps", "shards"};
     static const char *const side[][2] = {{"main", "fk"}, {"fk", "main"}};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         for (int d = 0; d < 2; d++) {  /* columns of one side's table missing from the other's */
             snprintf(sql, sizeof sql, "SELECT count(*), group_concat(name) FROM (SELECT name FROM "
                      "pragma_table_info('%s', '%s') EXCEPT SELECT name FROM pragma_table_info('%s', '%s'))",
@@ -360,7 +449,7 @@ static void the_compat_views_of_the_store_and_the_plots_give_the_current_columns
         DOWNGRADE_TO_V2,
         DROP_V4,
         DROP_V5,
-        DROP_V7, /* 5: issue 22's columns join here */
+        DROP_V6,
         DROP_V7,
     };
     hx_store_close(open_ok(f->db));
@@ -1092,6 +1181,8 @@ int main(void) {
         T(the_fake_schema_of_the_plots_matches_the_store),
         T(the_compat_views_of_the_store_and_the_plots_give_the_current_columns),
         T(a_version_1_file_is_migrated_on_open),
+        T(a_version_5_file_is_migrated_on_open),
+        T(a_file_with_a_hole_in_its_schema_is_repaired_on_open),
         T(a_version_3_file_is_migrated_on_open),
         T(a_newer_schema_version_is_refused_with_a_clear_error),
         T(a_file_that_is_not_a_database_is_a_format_error),

@@ -31,21 +31,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "cli.h"
 #include "http.h"
 #include "probe.h"
 #include "replay.h"
+#include "sha256.h"
+#include "shard.h"
+#include "store.h"
 #include "status.h"
 #include "util.h"
 
@@ -69,7 +72,7 @@ static const char k_usage[] =
     "options:\n";
 
 typedef struct exp_args {
-    const char *db, *scale, *cache_root, *calibration;
+    const char *db, *scale, *cache_root, *calibration, *shard;
     int32_t     threads, repeat;
     hx_str_list only;
     int64_t     cold_mib;
@@ -96,7 +99,11 @@ static const hx_option k_options[] = {
      OPT(cold_mib), 0, 1 << 20, NULL},
     {"--cache-root", NULL, "DIR", "where generated models and transcripts are cached (default results/cache)",
      HX_OPT_STRING, OPT(cache_root), 0, 0, NULL},
-    {"--dry-run", NULL, NULL, "print the replay command lines and stop", HX_OPT_FLAG, OPT(dry), 0, 0, NULL},
+    {"--shard", NULL, "K/N", "run only shard K of N: a deterministic part of the units (variant x transcript\n"
+     "x sweep value), balanced by modeled cost; N processes with 1/N .. N/N run every\n"
+     "unit once; `kvreplay merge` joins their databases (docs/scale.md)", HX_OPT_STRING, OPT(shard), 0, 0, NULL},
+    {"--dry-run", NULL, NULL, "print the replay command lines and stop; with --shard, first the plan: every\n"
+     "unit's shard and modeled cost", HX_OPT_FLAG, OPT(dry), 0, 0, NULL},
     {0},
 };
 
@@ -445,6 +452,188 @@ out:
     return code;
 }
 
+/* Whether --only selects this variant (a prefix of it; every variant without --only). */
+static bool selected(const exp_args *a, const char *variant) {
+    for (int k = 0; k < a->only.n; k++)
+        if (!strncmp(variant, a->only.v[k], strlen(a->only.v[k]))) return true;
+    return a->only.n == 0;
+}
+
+/* What one unit owns: the strings its replay options point into. */
+typedef struct unit_own {
+    char *rargv[MAX_ARGS];
+    int   rargc;
+    char *model_path, *tr_path, *vname, *quirks;
+} unit_own;
+
+static void unit_own_free(unit_own *w) {
+    free_args(w->rargv, w->rargc);
+    free(w->model_path);
+    free(w->tr_path);
+    free(w->vname);
+    free(w->quirks);
+}
+
+/* Every unit of the spec (runs[] entry x sweep value), in spec order, with
+ * its inputs generated and its replay options parsed; units whose converted
+ * model's input is absent are skipped (*n_skipped). Exits 2 on a bad spec. */
+static void expand_units(xctx *x, json_t *spec, const exp_args *a, const char *name, hx_unit **out_u,
+                         unit_own **out_w, int32_t *out_n, int *n_skipped) {
+    json_t *runs = json_object_get(spec, "runs"), *models = json_object_get(spec, "models"),
+           *transcripts = json_object_get(spec, "transcripts"), *run;
+    hx_unit *u = NULL;
+    unit_own *w = NULL;
+    int32_t n = 0;
+    char err[1024] = "";
+    size_t ri;
+    json_array_foreach(runs, ri, run) {
+        json_t *variant = json_object_get(run, "variant"), *mid = json_object_get(run, "model"),
+               *tid = json_object_get(run, "transcript"), *sweep = json_object_get(run, "sweep");
+        if (json_object_get(run, "server")) continue;  /* a probe run: not a unit (run_probes) */
+        if (!json_is_string(variant) || !json_is_string(mid) || !json_is_string(tid))
+            hx_die(HX_EXIT_USAGE, "%s: runs[%zu]: variant, model and transcript must be strings", x->spec_path, ri);
+        if (!selected(a, json_string_value(variant))) continue;
+        json_t *values = sweep ? json_object_get(sweep, "values") : NULL;
+        const char *sname = sweep ? json_string_value(json_object_get(sweep, "name")) : NULL;
+        if (sweep && (!sname || !values))
+            hx_die(HX_EXIT_USAGE, "%s: runs[%zu].sweep: expected name and values", x->spec_path, ri);
+        char sbuf[256];
+        if (values && json_is_string(values)) {  /* "${chunks}": a comma list from vars */
+            if (substitute(x, json_string_value(values), sbuf, sizeof sbuf, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);
+            json_t *arr = json_array();
+            char *save = NULL;
+            for (char *tok = strtok_r(sbuf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                json_array_append_new(arr, json_string(tok));
+            values = arr;
+        } else if (values) json_incref(values);
+        size_t n_vals = values ? json_array_size(values) : 1;
+        for (size_t vi = 0; vi < n_vals; vi++) {
+            x->sweep_name = sname;
+            if (values) {
+                json_t *v = json_array_get(values, vi);
+                if (json_is_string(v)) snprintf(x->sweep_val, sizeof x->sweep_val, "%s", json_string_value(v));
+                else snprintf(x->sweep_val, sizeof x->sweep_val, "%g", json_number_value(v));
+            }
+            char model_path[1024], tr_path[1024];
+            int64_t tr_seed;
+            int mrc = resolve_input(x, models, "models", json_string_value(mid), model_path, sizeof model_path, NULL,
+                                    err, sizeof err);
+            if (mrc == ENG_ERR_NOT_FOUND) {  /* a model from shared data that is not installed */
+                fprintf(stderr, "kvreplay: %s: variant %s skipped\n", err, json_string_value(variant));
+                (*n_skipped)++;
+                continue;
+            }
+            if (mrc || resolve_input(x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path,
+                                     &tr_seed, err, sizeof err))
+                hx_die(HX_EXIT_USAGE, "%s", err);
+            hx_unit *gu = realloc(u, sizeof *u * (size_t)(n + 1));
+            unit_own *gw = realloc(w, sizeof *w * (size_t)(n + 1));
+            if (!gu || !gw) hx_die(HX_EXIT_INTERNAL, "experiment: out of memory");
+            u = gu;
+            w = gw;
+            hx_unit *un = &u[n];
+            unit_own *uw = &w[n];
+            memset(un, 0, sizeof *un);
+            memset(uw, 0, sizeof *uw);
+            uw->rargv[uw->rargc++] = strdup("replay");
+            char field[64];
+            snprintf(field, sizeof field, "runs[%zu].args", ri);
+            json_t *args = json_object_get(run, "args");
+            if (args && expand_args(x, args, field, uw->rargv, &uw->rargc, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);
+            char vname[256];  /* ${...} in the variant name too: one entry can sweep over policies */
+            if (substitute(x, json_string_value(variant), vname, sizeof vname, err, sizeof err))
+                hx_die(HX_EXIT_USAGE, "%s", err);
+            hx_replay_opts *o = &un->o;
+            hx_replay_opts_default(o);
+            for (int i = 1; i < uw->rargc; i++)
+                if (!hx_replay_opts_parse(uw->rargc, uw->rargv, &i, o)) hx_bad_arg("experiment (spec args)", uw->rargv[i]);
+            uw->quirks = strdup(o->quirks);  /* --quirk's buffer is shared by every option set parsed */
+            uw->model_path = strdup(model_path);
+            uw->tr_path = strdup(tr_path);
+            uw->vname = strdup(vname);
+            if (!uw->quirks || !uw->model_path || !uw->tr_path || !uw->vname)
+                hx_die(HX_EXIT_INTERNAL, "experiment: out of memory");
+            o->quirks = uw->quirks;
+            o->model_path = uw->model_path;
+            o->transcript_path = uw->tr_path;
+            o->db_path = a->db;
+            o->experiment = name;
+            o->variant = uw->vname;
+            o->resume = a->resume;
+            o->quiet = !eng_stderr_is_tty();
+            if (a->threads) o->num.n_threads = a->threads;
+            if (a->repeat) o->repeat = a->repeat;
+            if (a->calibration) o->calibration = a->calibration;
+            if (o->seed < 0) o->seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
+            if (sname) {  /* a value that is not a number (a policy name) is stored as NULL */
+                char *end = NULL;
+                double v = strtod(x->sweep_val, &end);
+                o->sweep_name = sname;
+                o->sweep_value = end != x->sweep_val && *end == '\0' ? v : NAN;
+            }
+            un->index = n;
+            snprintf(un->label, sizeof un->label, "%.240s%s%.64s%s%.64s", vname, sname ? " " : "", sname ? sname : "",
+                     sname ? "=" : "", sname ? x->sweep_val : "");
+            n++;
+        }
+        json_decref(values);
+    }
+    x->sweep_name = NULL;
+    *out_u = u;
+    *out_w = w;
+    *out_n = n;
+}
+
+/* The `shards` row of this process: the whole plan and the shard it runs,
+ * written before the first run, so that a shard that holds no unit (more
+ * shards than units) still leaves a database `kvreplay merge` can place. */
+static void record_shard(const char *db, const char *experiment, const char *spec_sha, const char *scale,
+                         int32_t shard, int32_t n_shards, const hx_unit *u, int32_t n, const hx_plan *plan) {
+    json_t *arr = json_array();
+    for (int32_t i = 0; arr && i < n; i++)
+        if (json_array_append_new(arr, json_pack("[i, i, s]", (json_int_t)u[i].index, (json_int_t)u[i].shard,
+                                                 u[i].label)))
+            hx_die(HX_EXIT_INTERNAL, "experiment: out of memory");
+    char *text = arr ? json_dumps(arr, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(arr);
+    if (!text) hx_die(HX_EXIT_INTERNAL, "experiment: out of memory");
+    hx_shard_meta m = {.experiment = experiment, .spec_sha256 = spec_sha, .scale = scale, .shard = shard,
+                       .n_shards = n_shards, .n_units = n, .plan_sha256 = plan->sha256, .plan = text};
+    char err[1024] = "";
+    hx_store *st = NULL;
+    int rc = hx_store_open(db, &st, err, sizeof err);
+    if (rc == ENG_OK) rc = hx_store_put_shard(st, &m, err, sizeof err);
+    hx_store_close(st);
+    free(text);
+    if (rc != ENG_OK)
+        hx_die(rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED || rc == ENG_ERR_ARG ? HX_EXIT_USAGE
+                                                                                       : HX_EXIT_INTERNAL, "%s", err);
+}
+
+/* The spec's probe runs (runs[] entries with "server"), in spec order, after its units. */
+static int run_probes(xctx *x, json_t *spec, const exp_args *a, const char *db, const char *exp_name, bool dry,
+                      int *n_runs, int *n_skipped) {
+    json_t *run;
+    size_t ri;
+    json_array_foreach(json_object_get(spec, "runs"), ri, run) {
+        json_t *variant = json_object_get(run, "variant");
+        if (!json_object_get(run, "server")) continue;
+        if (!json_is_string(variant)) hx_die(HX_EXIT_USAGE, "%s: runs[%zu]: variant must be a string", x->spec_path, ri);
+        if (!selected(a, json_string_value(variant))) continue;
+        char vname[256], err[1024] = "";
+        bool skipped = false;
+        int code = HX_EXIT_OK;
+        if (substitute(x, json_string_value(variant), vname, sizeof vname, err, sizeof err) ||
+            (code = run_probe(x, spec, run, ri, vname, db, exp_name, dry, &skipped, err, sizeof err)) != HX_EXIT_OK) {
+            fprintf(stderr, "kvreplay: %s\n", err);
+            return code == HX_EXIT_OK ? HX_EXIT_USAGE : code;
+        }
+        if (skipped) (*n_skipped)++;
+        else if (!dry) (*n_runs)++;
+    }
+    return HX_EXIT_OK;
+}
+
 int hx_cmd_experiment(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     exp_args a = {.scale = "demo", .cache_root = "results/cache", .cold_mib = 2048};
@@ -454,18 +643,24 @@ int hx_cmd_experiment(int argc, char **argv) {
         if (argv[i][0] != '-' && !spec_path) spec_path = argv[i];
         else hx_bad_arg("experiment", argv[i]);
     }
-    const char *db = a.db, *scale = a.scale, *const *only = a.only.v, *cache_root = a.cache_root;
-    int n_only = a.only.n, threads = a.threads, dry = a.dry, resume = a.resume;
-    int64_t cold_mib = a.cold_mib;
+    const char *db = a.db, *scale = a.scale;
+    int dry = a.dry;
+    int32_t shard = 1, n_shards = 1;
     if (!spec_path) hx_die(HX_EXIT_USAGE, "experiment: the spec file is required (see --help)");
     if (!db) hx_die(HX_EXIT_USAGE, "experiment: --db is required");
     if (strcmp(scale, "demo") && strcmp(scale, "full")) hx_die(HX_EXIT_USAGE, "--scale: expected demo or full, got '%s'", scale);
+    if (a.shard && hx_shard_parse(a.shard, &shard, &n_shards) != ENG_OK)
+        hx_die(HX_EXIT_USAGE, "--shard: expected K/N with 1 <= K <= N <= 4096, got '%s'", a.shard);
 
     char err[1024] = "";
     char *text = NULL;
     size_t text_len = 0;
     int rrc = eng_read_file(spec_path, &text, &text_len, err, sizeof err);  /* "PATH: cannot open: why" */
     if (rrc != ENG_OK) hx_die(rrc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
+    uint8_t digest[32];
+    char spec_sha[65];
+    eng_sha256(text, text_len, digest);
+    eng_sha256_hex(digest, spec_sha);
     json_error_t je;
     json_t *spec = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &je);
     free(text);
@@ -477,149 +672,91 @@ int hx_cmd_experiment(int argc, char **argv) {
     json_t *models = json_object_get(spec, "models"), *transcripts = json_object_get(spec, "transcripts");
     if (!json_is_object(models) || !json_is_object(transcripts))
         hx_die(HX_EXIT_USAGE, "%s: models and transcripts: expected objects", spec_path);
-    xctx x = {.spec_path = spec_path, .cache_root = cache_root};
+    xctx x = {.spec_path = spec_path, .cache_root = a.cache_root};
     json_t *vars = json_object_get(spec, "vars");
     x.vars = vars ? json_object_get(vars, scale) : NULL;
 
-    hx_coldcache *cold = hx_coldcache_new(cold_mib << 20);
-    int code = HX_EXIT_OK, n_runs = 0, n_complete = 0, n_skipped = 0;
-    double t0 = eng_now_s();
     size_t ri;
     json_t *run;
-    json_array_foreach(runs, ri, run) {
-        json_t *variant = json_object_get(run, "variant"), *mid = json_object_get(run, "model"),
-               *tid = json_object_get(run, "transcript"), *sweep = json_object_get(run, "sweep");
-        bool probing = json_object_get(run, "server") != NULL;
-        if (!json_is_string(variant) || (!probing && (!json_is_string(mid) || !json_is_string(tid))))
-            hx_die(HX_EXIT_USAGE, "%s: runs[%zu]: variant, model and transcript must be strings", spec_path, ri);
-        int skip = n_only > 0;
-        for (int k = 0; k < n_only; k++)
-            if (!strncmp(json_string_value(variant), only[k], strlen(only[k]))) skip = 0;
-        if (skip) continue;
-        if (probing) {  /* a live server: kvreplay probe */
-            char vname[256];
-            bool skipped;
-            if (substitute(&x, json_string_value(variant), vname, sizeof vname, err, sizeof err) ||
-                (code = run_probe(&x, spec, run, ri, vname, db, json_string_value(name), dry, &skipped, err,
-                                  sizeof err)) != HX_EXIT_OK) {
-                fprintf(stderr, "kvreplay: %s\n", err);
-                if (code == HX_EXIT_OK) code = HX_EXIT_USAGE;
-                goto out;
-            }
-            if (skipped) n_skipped++;
-            else if (!dry) n_runs++;
+    json_array_foreach(runs, ri, run)
+        if (a.shard && json_object_get(run, "server"))
+            hx_die(HX_EXIT_USAGE, "%s: runs[%zu] probes a live server: --shard splits replay units only; "
+                   "run this spec without --shard", spec_path, ri);
+    hx_unit *u = NULL;
+    unit_own *w = NULL;
+    int32_t n = 0;
+    int n_skipped = 0;
+    expand_units(&x, spec, &a, json_string_value(name), &u, &w, &n, &n_skipped);
+
+    /* The plan: which shard runs which unit (every unit in shard 1 of 1 without --shard). */
+    hx_plan plan;
+    int prc = hx_plan_make(u, n, n_shards, a.shard != NULL, a.calibration, &plan, err, sizeof err);
+    if (prc != ENG_OK) hx_die(hx_exit_for_input(prc), "experiment: planning the shards: %s", err);
+    double shard_ms = 0;
+    int32_t n_mine = 0;
+    for (int32_t i = 0; i < n; i++) {
+        hx_replay_opts *o = &u[i].o;
+        o->spec_sha256 = spec_sha;
+        o->scale = scale;
+        o->unit = u[i].index;
+        o->n_units = n;
+        o->shard = u[i].shard;
+        o->n_shards = n_shards;
+        o->plan_sha256 = plan.sha256;
+        if (u[i].shard == shard) n_mine++;
+    }
+    if (plan.priced) shard_ms = plan.load_ms[shard - 1];
+
+    if (!dry) record_shard(db, json_string_value(name), spec_sha, scale, shard, n_shards, u, n, &plan);
+
+    hx_coldcache *cold = hx_coldcache_new(a.cold_mib << 20);
+    int code = HX_EXIT_OK, n_runs = 0, n_complete = 0;
+    double t0 = eng_now_s();
+    if (dry && a.shard) hx_plan_print(stdout, u, n, &plan, json_string_value(name), scale);
+    if (!dry && a.shard)
+        fprintf(stderr, "kvreplay: experiment %s: shard %d/%d runs %d of %d units (modeled %.1f s of %.1f s; "
+                "`--dry-run --shard %d/%d` lists them)\n", json_string_value(name), shard, n_shards, n_mine, n,
+                shard_ms / 1e3, plan.total_ms / 1e3, shard, n_shards);
+    for (int32_t i = 0; i < n && code == HX_EXIT_OK; i++) {
+        hx_unit *un = &u[i];
+        if (un->shard != shard) continue;
+        hx_replay_opts *o = &un->o;
+        if (dry) {
+            printf("kvreplay replay -m %s -t %s --db %s", o->model_path, o->transcript_path, db);
+            for (int k = 1; k < w[i].rargc; k++) printf(" %s", w[i].rargv[k]);
+            if (a.threads) printf(" --threads %d", a.threads);
+            if (a.repeat) printf(" --repeat %d", a.repeat);
+            if (a.calibration) printf(" --calibration %s", a.calibration);
+            printf("   # unit %d: variant %s\n", un->index, un->label);
             continue;
         }
-        json_t *values = sweep ? json_object_get(sweep, "values") : NULL;
-        const char *sname = sweep ? json_string_value(json_object_get(sweep, "name")) : NULL;
-        if (sweep && (!sname || !values))
-            hx_die(HX_EXIT_USAGE, "%s: runs[%zu].sweep: expected name and values", spec_path, ri);
-        char sbuf[256];
-        if (values && json_is_string(values)) {  /* "${chunks}": a comma list from vars */
-            if (substitute(&x, json_string_value(values), sbuf, sizeof sbuf, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);
-            json_t *arr = json_array();
-            char *save = NULL;
-            for (char *tok = strtok_r(sbuf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-                json_array_append_new(arr, json_string(tok));
-            values = arr;
-        } else if (values) json_incref(values);
-        size_t n_vals = values ? json_array_size(values) : 1;
-        for (size_t vi = 0; vi < n_vals; vi++) {
-            x.sweep_name = sname;
-            if (values) {
-                json_t *v = json_array_get(values, vi);
-                if (json_is_string(v)) snprintf(x.sweep_val, sizeof x.sweep_val, "%s", json_string_value(v));
-                else snprintf(x.sweep_val, sizeof x.sweep_val, "%g", json_number_value(v));
-            }
-            char model_path[1024], tr_path[1024];
-            int64_t tr_seed;
-            int mrc = resolve_input(&x, models, "models", json_string_value(mid), model_path, sizeof model_path, NULL,
-                                    err, sizeof err);
-            if (mrc == ENG_ERR_NOT_FOUND) {  /* a model from shared data that is not installed */
-                fprintf(stderr, "kvreplay: %s: variant %s skipped\n", err, json_string_value(variant));
-                n_skipped++;
-                continue;
-            }
-            if (mrc ||
-                resolve_input(&x, transcripts, "transcripts", json_string_value(tid), tr_path, sizeof tr_path, &tr_seed,
-                              err, sizeof err)) {
-                fprintf(stderr, "kvreplay: %s\n", err);
-                code = HX_EXIT_USAGE;
-                goto out;
-            }
-            char *rargv[MAX_ARGS];
-            int rargc = 0;
-            rargv[rargc++] = strdup("replay");
-            char field[64];
-            snprintf(field, sizeof field, "runs[%zu].args", ri);
-            json_t *args = json_object_get(run, "args");
-            if (args && expand_args(&x, args, field, rargv, &rargc, err, sizeof err)) {
-                fprintf(stderr, "kvreplay: %s\n", err);
-                free_args(rargv, rargc);
-                code = HX_EXIT_USAGE;
-                goto out;
-            }
-            char vname[256];  /* ${...} in the variant name too: one entry can sweep over policies */
-            if (substitute(&x, json_string_value(variant), vname, sizeof vname, err, sizeof err)) {
-                fprintf(stderr, "kvreplay: %s\n", err);
-                free_args(rargv, rargc);
-                code = HX_EXIT_USAGE;
-                goto out;
-            }
-            hx_replay_opts o;
-            hx_replay_opts_default(&o);
-            for (int i = 1; i < rargc; i++)
-                if (!hx_replay_opts_parse(rargc, rargv, &i, &o)) hx_bad_arg("experiment (spec args)", rargv[i]);
-            o.model_path = model_path;
-            o.transcript_path = tr_path;
-            o.db_path = db;
-            o.experiment = json_string_value(name);
-            o.variant = vname;
-            o.resume = resume;
-            o.quiet = !eng_stderr_is_tty();
-            if (threads) o.num.n_threads = threads;
-            if (a.repeat) o.repeat = a.repeat;
-            if (a.calibration) o.calibration = a.calibration;
-            if (o.seed < 0) o.seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
-            if (sname) {  /* a value that is not a number (a policy name) is stored as NULL */
-                char *end = NULL;
-                double v = strtod(x.sweep_val, &end);
-                o.sweep_name = sname;
-                o.sweep_value = end != x.sweep_val && *end == '\0' ? v : NAN;
-            }
-            if (dry) {
-                printf("kvreplay replay -m %s -t %s --db %s", model_path, tr_path, db);
-                for (int i = 1; i < rargc; i++) printf(" %s", rargv[i]);
-                if (a.repeat) printf(" --repeat %d", a.repeat);
-                if (a.calibration) printf(" --calibration %s", a.calibration);
-                printf("   # variant %s%s%s\n", o.variant, sname ? " " : "", sname ? x.sweep_val : "");
-                free_args(rargv, rargc);
-                continue;
-            }
-            if (eng_stderr_is_tty())
-                fprintf(stderr, "kvreplay: %s / %s%s%s%s\n", o.experiment, o.variant, sname ? " (" : "",
-                        sname ? sname : "", sname ? ")" : "");
-            hx_replay_summary sum;
-            int rc = hx_replay_run(&o, cold, &sum);
-            free_args(rargv, rargc);
-            if (rc != HX_EXIT_OK) { code = rc; goto out; }
-            n_runs++;
-            n_complete += sum.already_done;
-        }
-        json_decref(values);
+        if (eng_stderr_is_tty())
+            fprintf(stderr, "kvreplay: %s / %s%s%s%s\n", o->experiment, o->variant, o->sweep_name ? " (" : "",
+                    o->sweep_name ? o->sweep_name : "", o->sweep_name ? ")" : "");
+        hx_replay_summary sum;
+        int rc = hx_replay_run(o, cold, &sum);
+        if (rc != HX_EXIT_OK) { code = rc; break; }
+        n_runs++;
+        n_complete += sum.already_done;
     }
-out:
+    if (code == HX_EXIT_OK)
+        code = run_probes(&x, spec, &a, db, json_string_value(name), dry, &n_runs, &n_skipped);
     if (code == HX_EXIT_OK && !dry) {
         hx_coldcache_stats cs = hx_coldcache_get_stats(cold);
-        char done_note[64] = "";
+        char done_note[64] = "", shard_note[64] = "";
         if (n_complete) snprintf(done_note, sizeof done_note, " (%d already complete, not re-run)", n_complete);
-        fprintf(stderr, "kvreplay: experiment %s (%s scale): %d runs%s in %.1fs -> %s%s; shared cold cache: %lld hits, "
+        if (a.shard) snprintf(shard_note, sizeof shard_note, ", shard %d/%d", shard, n_shards);
+        fprintf(stderr, "kvreplay: experiment %s (%s scale%s): %d runs%s in %.1fs -> %s%s; shared cold cache: %lld hits, "
                 "%lld misses, %.1fs of cold prefill+decode not recomputed\n",
-                json_string_value(name), scale, n_runs, done_note, eng_now_s() - t0, db,
+                json_string_value(name), scale, shard_note, n_runs, done_note, eng_now_s() - t0, db,
                 n_skipped ? " (some variants skipped: input absent)" : "", (long long)cs.hits,
                 (long long)cs.misses, cs.saved_ms / 1e3);
     }
     hx_coldcache_free(cold);
+    hx_plan_free(&plan);
+    for (int32_t i = 0; i < n; i++) unit_own_free(&w[i]);
+    free(w);
+    free(u);
     json_decref(spec);
     return code;
 }

@@ -26,6 +26,7 @@
     X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
     X("probe",            hx_cmd_probe,             "replay a transcript against a live server: warm vs cold bits, reuse, TTFT") \
     X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \
+    X("merge",            hx_cmd_merge,             "join the databases of an experiment's shards into one") \
     X("report",           hx_cmd_report,            "markdown summary of a results database") \
     X("serve",            hx_cmd_serve,             "serve the engine and a cache policy over llama-server/OpenAI/Anthropic HTTP APIs") \
     /* one line per subcommand, above this one */

@@ -58,13 +58,23 @@ typedef struct hx_calibration {
 int hx_calibrate_measure(const eng_model *m, const eng_prefill_params *pp, int32_t n_ctx, hx_calibration *out);
 
 /* The reference calibration of m under pp from the file at path: the
- * matching entry, or, when there is none (or no file), `measured`, which is
- * then added to the file (created if absent; *added true). ENG_OK;
- * ENG_ERR_FORMAT for a malformed file (err names the file and the field);
- * ENG_ERR_IO when it cannot be read or written. */
+ * matching entry, or, when there is none (or no file), `measured` (when
+ * NULL: measured now, as hx_calibrate_measure with n_ctx 1024), which is
+ * then added to the file (created if absent; *added true). Adding holds an
+ * exclusive lock on PATH.lock from reading the file to renaming the new one
+ * over it, and looks for the entry again under it: processes that start
+ * together (an experiment's shards) all end up with the entry the first one
+ * added. ENG_OK; ENG_ERR_FORMAT for a malformed file (err names the file and
+ * the field); ENG_ERR_IO when it cannot be read, locked or written. */
 int hx_calibration_reference(const char *path, const eng_model *m, const eng_prefill_params *pp,
                              const hx_calibration *measured, hx_calibration *ref, bool *added, char *err,
                              size_t errlen);
+
+/* The entry of path matching a model (its SHA-256), numerics and the chunk
+ * length of a prefill from position 0, without loading the model: *found
+ * false (ENG_OK) when the file has none or does not exist. Errors as above. */
+int hx_calibration_lookup(const char *path, const char *model_sha256, const eng_numerics *num, int32_t len,
+                          hx_calibration *out, bool *found, char *err, size_t errlen);
 
 /* The modeled TTFT (ms) of flops and bytes at a calibration (see above). */
 double hx_calibration_price_ms(const hx_calibration *c, double flops, double bytes);

@@ -43,6 +43,7 @@ void hx_replay_opts_default(hx_replay_opts *o) {
     o->sweep_value = NAN;
     o->seed = -1;
     o->fault_request = 1;
+    o->unit = o->n_units = o->shard = o->n_shards = -1;
 }
 
 static char g_quirks[256];

@@ -69,6 +69,13 @@ typedef struct hx_replay_opts {
     const char   *sweep_name;
     double        sweep_value;     /* NaN when none */
     int64_t       seed;            /* recorded (synthetic inputs' seed), -1 when none */
+    /* set by `experiment` (runs.spec_sha256 ... plan_sha256; docs/scale.md): the spec, the unit
+     * this run is and the shard that runs it; NULL / -1 for a plain replay */
+    const char   *spec_sha256;
+    const char   *scale;
+    int32_t       unit, n_units;
+    int32_t       shard, n_shards;
+    const char   *plan_sha256;
     bool          quiet;           /* no summary on stderr */
 } hx_replay_opts;
 

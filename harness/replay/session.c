@@ -201,6 +201,13 @@ void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int64_t n_requests, hx_r
     meta->cap_prompt = o->cap_prompt ? 1 : 0;
     meta->n_ctx = n_ctx;
     meta->seed = o->seed;
+    meta->spec_sha256 = o->spec_sha256;
+    meta->scale = o->scale;
+    meta->unit = o->unit;
+    meta->n_units = o->n_units;
+    meta->shard = o->shard;
+    meta->n_shards = o->n_shards;
+    meta->plan_sha256 = o->plan_sha256;
     meta->blas = eng_blas_info();
     meta->n_repeat = o->repeat;
     /* runs.extra has always recorded --anchor as given (-1: auto or absent), whatever the policy */

@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "model.h"
 #include "status.h"
 #include "sysinfo.h"
 #include "util.h"
@@ -46,6 +47,7 @@ static const char *const runs_columns[] = {
     "decode_n", "cap_prompt", "n_ctx", "seed", "blas", "cpu", "n_cpus", "hostname",
     "os_release", "config_key", "extra", "policy_opts", "block_size",
     "n_repeat", "calib_gflops", "calib_restore_gbs", "price_gflops", "price_restore_gbs", "price_source",
+    "spec_sha256", "scale", "unit", "n_units", "shard", "n_shards", "plan_sha256",
     "server_url", "server_api", "server_engine", "server_info", "probe_opts",
 };
 
@@ -226,8 +228,31 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN model_reuse_ms REAL;\n",
     /* 4 -> 5: whether a request was compared with its cold run (kvreplay serve without --verify: not) */
     "ALTER TABLE requests ADD COLUMN verified INTEGER CHECK(verified IN (0,1));\n",
-    /* 5 -> 6: issue 22's (shards, merge); empty on the probe branch, filled at merge */
-    "",
+    /* 5 -> 6: experiments in shards (issue #22): which spec, scale, unit and shard made each run */
+    "ALTER TABLE runs ADD COLUMN spec_sha256 TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN scale TEXT;\n"
+    "ALTER TABLE runs ADD COLUMN unit INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN n_units INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN shard INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN n_shards INTEGER;\n"
+    "ALTER TABLE runs ADD COLUMN plan_sha256 TEXT;\n"
+    "CREATE TABLE IF NOT EXISTS shards(\n"
+    "  plan_sha256 TEXT NOT NULL,\n"
+    "  shard       INTEGER NOT NULL CHECK(shard >= 1),\n"
+    "  n_shards    INTEGER NOT NULL CHECK(n_shards >= shard),\n"
+    "  experiment  TEXT NOT NULL,\n"
+    "  spec_sha256 TEXT NOT NULL,\n"
+    "  scale       TEXT NOT NULL,\n"
+    "  n_units     INTEGER NOT NULL,\n"
+    "  plan        TEXT NOT NULL,\n"
+    "  git_rev     TEXT NOT NULL,\n"
+    "  version     TEXT NOT NULL,\n"
+    "  blas        TEXT,\n"
+    "  started_at  TEXT NOT NULL,\n"
+    "  argv        TEXT NOT NULL,\n"
+    "  hostname    TEXT,\n"
+    "  PRIMARY KEY(plan_sha256, shard, git_rev)\n"
+    ");\n",
     /* 6 -> 7: kvreplay probe: the live server of a probe run, and per request the reuse it reported
      * against the reuse expected, how the prompt's tokens were known, the bits' JSON text, errors */
     "ALTER TABLE runs ADD COLUMN server_url TEXT;\n"
@@ -254,6 +279,9 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_RUNS_4                                                                                   \
     " NULL AS n_repeat, NULL AS calib_gflops, NULL AS calib_restore_gbs, NULL AS price_gflops,"        \
     " NULL AS price_restore_gbs, NULL AS price_source,"
+#define COMPAT_RUNS_6                                                                                   \
+    " NULL AS spec_sha256, NULL AS scale, NULL AS unit, NULL AS n_units, NULL AS shard,"               \
+    " NULL AS n_shards, NULL AS plan_sha256,"
 #define COMPAT_RUNS_7                                                                                   \
     " NULL AS server_url, NULL AS server_api, NULL AS server_engine, NULL AS server_info,"             \
     " NULL AS probe_opts FROM main.runs;"
@@ -271,13 +299,14 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_REQUESTS "CREATE TEMP VIEW requests AS SELECT *,"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_2 COMPAT_REQUESTS_3
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_2
+        COMPAT_REQUESTS_3 COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_3
         COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_3 COMPAT_REQUESTS_4
-        COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,  /* 5: issue 22 adds its columns here */
+    COMPAT_RUNS COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_4 COMPAT_REQUESTS_5
+        COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+    COMPAT_RUNS COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,
     COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,
 };
 
@@ -484,6 +513,106 @@ static int check_version(hx_store *s, int64_t v, char *err, size_t errlen) {
     return ENG_OK;
 }
 
+// ----------------------------------------------------------------------------
+// Files with a hole in their schema
+//
+// Versions 5 and 6 were written on three branches at once (serve, scale and probe), each leaving
+// the others' migration empty. So a file can claim a version and still lack what another branch's
+// migration adds: kvreplay's schema-7 files written before the merge have no shard columns (5 -> 6),
+// the scale branch's version-6 files have no requests.verified (4 -> 5). Those two migrations only
+// add columns and a table, so they are re-applied statement by statement, skipping what the file has.
+
+#define HOLE_FIRST 4  /* migrations[4] (4 -> 5) and [5] (5 -> 6) */
+#define HOLE_LAST  5
+
+static bool has_column(sqlite3 *db, const char *table, const char *column) {
+    sqlite3_stmt *st = NULL;
+    bool found = false;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1, 'main') WHERE name = ?2", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+        found = sqlite3_step(st) == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+static bool has_table(sqlite3 *db, const char *table) {
+    sqlite3_stmt *st = NULL;
+    bool found = false;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+        found = sqlite3_step(st) == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+/* Counts the statements of the hole migrations a version-v file lacks (v > HOLE_FIRST: those
+ * migrations should have run); with apply, runs them. Returns ENG_OK or an error. */
+static int fill_holes(hx_store *s, int64_t v, bool apply, int *n_missing, char *err, size_t errlen) {
+    *n_missing = 0;
+    for (int m = HOLE_FIRST; m <= HOLE_LAST && m < v; m++) {
+        const char *p = migrations[m];
+        while (*p) {
+            const char *end = strstr(p, ";\n");
+            size_t n = end ? (size_t)(end - p) + 1 : strlen(p);
+            char stmt[1024], table[64], column[64];
+            if (n >= sizeof stmt) {
+                eng_errf(err, errlen, "%s: schema repair: statement too long", s->path);
+                return ENG_ERR_UNSUPPORTED;
+            }
+            memcpy(stmt, p, n);
+            stmt[n] = '\0';
+            p += end ? n + 1 : n;
+            bool missing;
+            if (sscanf(stmt, "ALTER TABLE %63s ADD COLUMN %63s", table, column) == 2)
+                missing = !has_column(s->db, table, column);
+            else if (sscanf(stmt, "CREATE TABLE IF NOT EXISTS %63[a-z_]", table) == 1)
+                missing = !has_table(s->db, table);
+            else {
+                eng_errf(err, errlen, "%s: schema repair: unexpected statement in migration %d", s->path, m);
+                return ENG_ERR_UNSUPPORTED;
+            }
+            if (!missing) continue;
+            (*n_missing)++;
+            if (apply) {
+                int rc = sqlite3_exec(s->db, stmt, NULL, NULL, NULL);
+                if (rc != SQLITE_OK)
+                    return fail_sql(s, rc, err, errlen, "schema repair (migration %d -> %d)", m, m + 1);
+            }
+        }
+    }
+    return ENG_OK;
+}
+
+/* A read-only file with a hole: temp views give it every current column (NULL where it has none),
+ * appended after its own. */
+static int hole_views(hx_store *s, char *err, size_t errlen) {
+    static const struct { const char *table; const char *const *cols; size_t n; } t[] = {
+        {"runs", runs_columns, N_OF(runs_columns)},
+        {"requests", requests_columns, N_OF(requests_columns)},
+    };
+    for (size_t i = 0; i < N_OF(t); i++) {
+        char *sql = sqlite3_mprintf("DROP VIEW IF EXISTS temp.%s; CREATE TEMP VIEW %s AS SELECT *", t[i].table,
+                                    t[i].table);
+        for (size_t c = 0; sql && c < t[i].n; c++)
+            if (!has_column(s->db, t[i].table, t[i].cols[c])) {
+                char *more = sqlite3_mprintf("%s, NULL AS %s", sql, t[i].cols[c]);
+                sqlite3_free(sql);
+                sql = more;
+            }
+        char *all = sql ? sqlite3_mprintf("%s FROM main.%s;", sql, t[i].table) : NULL;
+        sqlite3_free(sql);
+        int rc = all ? sqlite3_exec(s->db, all, NULL, NULL, NULL) : SQLITE_NOMEM;
+        sqlite3_free(all);
+        if (rc != SQLITE_OK) return fail_sql(s, rc, err, errlen, "schema compatibility views (%s)", t[i].table);
+    }
+    return ENG_OK;
+}
+
 /* Inside BEGIN IMMEDIATE: re-reads the version (another process may have
  * migrated meanwhile) and applies the missing migrations. */
 static int migrate(hx_store *s, char *err, size_t errlen) {
@@ -499,6 +628,8 @@ static int migrate(hx_store *s, char *err, size_t errlen) {
                  "database (refusing to add tables to it)", s->path);
         status = ENG_ERR_FORMAT;
     }
+    int n_holes = 0;
+    if (status == ENG_OK) status = fill_holes(s, v, true, &n_holes, err, errlen);
     for (; status == ENG_OK && v < HX_STORE_SCHEMA_VERSION; v++) {
         rc = sqlite3_exec(s->db, migrations[v], NULL, NULL, NULL);
         if (rc == SQLITE_OK) {
@@ -629,6 +760,9 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
             status = fail_sql(s, sqlite3_errcode(s->db), err, errlen, "schema compatibility views");
             goto out;
         }
+        int n_holes = 0;
+        if ((status = fill_holes(s, v, false, &n_holes, err, errlen)) != ENG_OK) goto out;
+        if (n_holes > 0 && (status = hole_views(s, err, errlen)) != ENG_OK) goto out;
         sqlite3_exec(s->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
         goto out;
     }
@@ -655,7 +789,9 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
         status = fail_sql(s, rc, err, errlen, "setting pragmas");
         goto out;
     }
-    if (v < HX_STORE_SCHEMA_VERSION) status = migrate(s, err, errlen);
+    int n_holes = 0;
+    status = fill_holes(s, v, false, &n_holes, err, errlen);
+    if (status == ENG_OK && (v < HX_STORE_SCHEMA_VERSION || n_holes > 0)) status = migrate(s, err, errlen);
 
 out:
     if (status != ENG_OK) {
@@ -720,6 +856,7 @@ void hx_run_meta_init(hx_run_meta *m) {
     m->n_cpus = -1;
     m->n_repeat = -1;
     m->calib_gflops = m->calib_restore_gbs = m->price_gflops = m->price_restore_gbs = NAN;
+    m->unit = m->n_units = m->shard = m->n_shards = -1;
 }
 
 /* m with the defaults of hx_store_begin_run applied; strings may point into si. */
@@ -928,6 +1065,13 @@ int hx_store_begin_run(hx_store *s, const hx_run_meta *m, int64_t *run_id, char 
     bind_real(st, "price_gflops", r.price_gflops);
     bind_real(st, "price_restore_gbs", r.price_restore_gbs);
     bind_text(st, "price_source", r.price_source);
+    bind_text(st, "spec_sha256", r.spec_sha256);
+    bind_text(st, "scale", r.scale);
+    bind_int_opt(st, "unit", r.unit);
+    bind_int_opt(st, "n_units", r.n_units);
+    bind_int_opt(st, "shard", r.shard);
+    bind_int_opt(st, "n_shards", r.n_shards);
+    bind_text(st, "plan_sha256", r.plan_sha256);
     bind_text(st, "server_url", r.server_url);
     bind_text(st, "server_api", r.server_api);
     bind_text(st, "server_engine", r.server_engine);
@@ -1223,6 +1367,41 @@ int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int
 
 // ----------------------------------------------------------------------------
 // Requests and steps, one transaction each
+
+int hx_store_put_shard(hx_store *s, const hx_shard_meta *m, char *err, size_t errlen) {
+    ENG_ASSERT(s != NULL && m != NULL);
+    hx_sysinfo si;
+    hx_sysinfo_get(&si);
+    char now[40];
+    hx_store_utc_now(now, sizeof now);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "INSERT OR IGNORE INTO shards(plan_sha256, shard, n_shards, experiment, spec_sha256, scale,"
+                                " n_units, plan, git_rev, version, blas, started_at, argv, hostname)"
+                                " VALUES(:plan_sha256, :shard, :n_shards, :experiment, :spec_sha256, :scale, :n_units,"
+                                " :plan, :git_rev, :version, :blas, :started_at, :argv, :hostname)",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) return fail_sql(s, rc, err, errlen, "shards: preparing the insert");
+    bind_text(st, "plan_sha256", m->plan_sha256);
+    bind_int(st, "shard", m->shard);
+    bind_int(st, "n_shards", m->n_shards);
+    bind_text(st, "experiment", m->experiment);
+    bind_text(st, "spec_sha256", m->spec_sha256);
+    bind_text(st, "scale", m->scale);
+    bind_int(st, "n_units", m->n_units);
+    bind_text(st, "plan", m->plan);
+    bind_text(st, "git_rev", hx_git_rev());
+    bind_text(st, "version", KVR_VERSION);
+    bind_text(st, "blas", eng_blas_info());  /* as runs.blas: the kernels' fingerprint */
+    bind_text(st, "started_at", now);
+    bind_text(st, "argv", hx_argv_joined());
+    bind_text(st, "hostname", si.hostname);
+    rc = step_done(st);
+    int status = rc == SQLITE_OK ? ENG_OK : fail_sql(s, rc, err, errlen, "shards: recording shard %lld/%lld",
+                                                      (long long)m->shard, (long long)m->n_shards);
+    sqlite3_finalize(st);
+    return status;
+}
 
 void hx_request_row_init(hx_request_row *r) {
     ENG_ASSERT(r != NULL);

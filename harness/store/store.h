@@ -177,6 +177,15 @@ typedef struct hx_run_meta {
     double      price_gflops;      /* the figures the modeled TTFT is priced at */
     double      price_restore_gbs;
     const char *price_source;      /* "measured", or "reference FILE" */
+    /* experiments and their shards (docs/scale.md); none of these is in config_key, so a shard's
+     * run of a unit has the configuration the unsharded run of that unit has */
+    const char *spec_sha256;       /* SHA-256 of the experiment spec file (hex) */
+    const char *scale;             /* "demo" | "full" */
+    int64_t     unit;              /* this run's unit: its 0-based place in the experiment's plan */
+    int64_t     n_units;           /* units in the plan */
+    int64_t     shard;             /* the shard that ran it, 1..n_shards (1 of 1: unsharded) */
+    int64_t     n_shards;
+    const char *plan_sha256;       /* digest of the plan: every unit and its shard */
     /* kvreplay probe (docs/probe.md): the live server under test; NULL for every other run */
     const char *server_url;        /* its base URL */
     const char *server_api;        /* llama | openai | vllm | sglang | anthropic */
@@ -262,6 +271,26 @@ int hx_store_request_done(hx_store *s, int64_t run_id, const char *session, int3
  * tells which. *done is owned by the caller. */
 int hx_store_begin_or_resume(hx_store *s, const hx_run_meta *m, bool resume, int64_t *run_id,
                              hx_done_set **done, bool *resumed, char *err, size_t errlen);
+
+// ----------------------------------------------------------------------------
+// Shards (docs/scale.md)
+
+/* What an experiment process records about the part of the plan it runs. */
+typedef struct hx_shard_meta {
+    const char *experiment;   /* the spec's name */
+    const char *spec_sha256;  /* SHA-256 of the spec file */
+    const char *scale;        /* "demo" | "full" */
+    int64_t     shard;        /* 1..n_shards */
+    int64_t     n_shards;
+    int64_t     n_units;
+    const char *plan_sha256;  /* the plan's digest (runs.plan_sha256) */
+    const char *plan;         /* the whole plan, JSON: [[unit, shard, "label"], ...] */
+} hx_shard_meta;
+
+/* Records one `shards` row: the plan, this shard, and the build and machine
+ * that run it (git_rev, version, blas, hostname, now, argv). One row per plan,
+ * shard and git revision: a resume of the same shard keeps the first. */
+int hx_store_put_shard(hx_store *s, const hx_shard_meta *m, char *err, size_t errlen);
 
 // ----------------------------------------------------------------------------
 // Requests and steps

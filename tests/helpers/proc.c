@@ -123,3 +123,9 @@ int64_t db_int_or(const char *db, const char *sql, int64_t dflt) {
     sqlite3_close(h);
     return v;
 }
+
+int64_t db_wait_at_least(const char *db, const char *sql, int64_t n) {
+    int64_t v = -1;
+    for (int i = 0; i < 12000 && (v = db_int_or(db, sql, -1)) < n; i++) usleep(5000);
+    return v;
+}

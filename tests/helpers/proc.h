@@ -32,5 +32,8 @@ int   proc_wait(pid_t pid);
 /* The integer the last statement of sql returns on db, or dflt when the
  * file, table or row is not there yet (never fails the test). */
 int64_t db_int_or(const char *db, const char *sql, int64_t dflt);
+/* Polls sql on db (every 5 ms, 60 s at most) until it returns at least n;
+ * returns the last value (-1 while the file, table or row is not there). */
+int64_t db_wait_at_least(const char *db, const char *sql, int64_t n);
 
 #endif
