@@ -138,6 +138,8 @@ static XXH128_hash_t content_digest(sqlite3 *db, const char *path) {
     return d;
 }
 
+#define SHARDS_SCHEMA 6  /* the schema version that brought the shards table */
+
 /* Opens and identifies one input (exit 2 when it is not a shard database). */
 static void open_input(shard_in *s) {
     char err[1024] = "";
@@ -152,9 +154,9 @@ static void open_input(shard_in *s) {
 }
 
 static void read_identity(shard_in *s) {
-    if (s->version < HX_STORE_SCHEMA_VERSION)
+    if (s->version < SHARDS_SCHEMA)
         die2("%s: schema version %lld has no shards (they came with schema %d): not a database of `kvreplay "
-             "experiment --shard K/N`", s->path, (long long)s->version, HX_STORE_SCHEMA_VERSION);
+             "experiment --shard K/N`", s->path, (long long)s->version, SHARDS_SCHEMA);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT experiment, spec_sha256, scale, n_shards, plan_sha256, git_rev, coalesce(blas, ''),"
