@@ -412,6 +412,30 @@ static void merge_refuses_to_replace_a_file_that_is_not_a_results_database(void 
     assert_string_equal(line, "my notes\n");
 }
 
+/* A probe run (runs[] with "server") talks to a live server and is not a unit: --shard refuses a
+ * spec with one (exit 2, naming the entry) and writes no database; without --shard it is accepted. */
+static void shard_refuses_a_spec_with_a_probe_run(void **state) {
+    (void)state;
+    char spec[200], db[200];
+    snprintf(spec, sizeof spec, "%s/probe-spec.json", g_dir);
+    snprintf(db, sizeof db, "%s/probe.sqlite", g_dir);
+    FILE *f = fopen(spec, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"name\": \"p\", \"models\": {\"m\": {\"path\": \"%s\"}},\n"
+               " \"transcripts\": {\"t\": {\"path\": \"%s/agent.jsonl\"}},\n"
+               " \"servers\": {\"live\": {\"url_env\": \"KVR_TEST_UNSET_URL\"}},\n"
+               " \"runs\": [{\"variant\": \"live\", \"server\": \"live\", \"transcript\": \"t\"}]}\n", g_model,
+            g_dir);
+    fclose(f);
+    const char *args[] = {"experiment", spec, "--db", db, "--shard", "1/2", "--cache-root", g_cache, NULL};
+    assert_int_equal(proc_run(NULL, NULL, 0, g_err, sizeof g_err, args), 2);
+    assert_non_null(strstr(g_err, "runs[0] probes a live server"));
+    assert_int_equal(access(db, F_OK), -1);
+    const char *dry[] = {"experiment", spec, "--db", db, "--dry-run", "--cache-root", g_cache, NULL};
+    assert_int_equal(proc_run(NULL, NULL, 0, g_err, sizeof g_err, dry), 0);
+    assert_non_null(strstr(g_err, "set KVR_TEST_UNSET_URL"));
+}
+
 static void a_shard_killed_then_resumed_merges_to_the_uninterrupted_rows(void **state) {
     (void)state;
     /* long enough to be killed in the middle: ten turns, 60 decode steps each; one unit per shard */
@@ -460,6 +484,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_n_runs_every_unit_exactly_once_and_balanced),
         cmocka_unit_test(two_shards_under_gnu_parallel_merge_to_the_unsharded_rows),
+        cmocka_unit_test(shard_refuses_a_spec_with_a_probe_run),
         cmocka_unit_test(more_shards_than_units_merge_to_the_unsharded_rows),
         cmocka_unit_test(same_rows_catches_a_planted_difference),
         cmocka_unit_test(merge_refuses_another_git_revision),
