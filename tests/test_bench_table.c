@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "runcli.h"
 
 static char g_dir[64];
@@ -46,15 +47,12 @@ static char *table(int *status, const char *redirect) {
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvr_btab_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return fx_dir(g_dir, "kvr_btab");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return fx_rm(g_dir);
 }
 
 static void goals_met_missed_and_absent_are_told_apart(void **state) {
