@@ -96,10 +96,40 @@ static void a_file_that_is_not_json_is_named(void **state) {
     unlink(path);
 }
 
+/* The FMA peak is the machine's limit: a file whose sustained sgemm is above
+ * it (the FMA samples were disturbed) gets its /FMA ratios marked, not
+ * judged, and named on stderr; its sgemm ratio is still judged. */
+static void an_fma_peak_below_the_sgemm_peak_is_not_trusted(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    put("prefill-t2.json", "{\"peak_gflops\": 145.1, \"fma_peak_gflops\": 128.9, \"runs\": [{\"kernel\": \"ref\","
+                           " \"ratio\": 0.73, \"ratio_fma\": 0.823, \"prefill_tok_s\": 358}]}");
+    put("prefill-t1.json", "{\"peak_gflops\": 78.7, \"fma_peak_gflops\": 99.6, \"runs\": [{\"kernel\": \"ref\","
+                           " \"ratio\": 0.776, \"ratio_fma\": 0.613, \"prefill_tok_s\": 206}]}");
+    int st;
+    char *out = table(&st, "2>/dev/null");
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "| ref / FMA peak, base, C = 64, 2 threads | >= 0.80 | 0.823 | untrusted |"));
+    assert_non_null(strstr(out, "| ref / sgemm peak, base, C = 64, 2 threads | >= 0.85 | 0.730 | **no** |"));
+    assert_non_null(strstr(out, "| ref / FMA peak, base, C = 64, 1 thread | >= 0.80 | 0.613 | **no** |"));
+    assert_non_null(strstr(out, "1 untrusted: a ratio to an FMA peak below"));
+    free(out);
+    out = table(&st, "2>&1 >/dev/null");
+    assert_non_null(strstr(out, "prefill-t2.json: FMA peak 128.9 GFLOP/s below the sustained sgemm 145.1"));
+    assert_null(strstr(out, "prefill-t1.json"));
+    free(out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/prefill-t2.json", g_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/prefill-t1.json", g_dir);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(goals_met_missed_and_absent_are_told_apart),
         cmocka_unit_test(a_file_that_is_not_json_is_named),
+        cmocka_unit_test(an_fma_peak_below_the_sgemm_peak_is_not_trusted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -169,6 +169,7 @@ int hx_bench_depth(int argc, char **argv) {
         eng_model_free(m);
     }
     const double peak = hx_peak_sgemm(&pk), fma = hx_peak_fma(&pk);
+    hx_peak_warn("bench --depth", peak, fma);
     const int per = a.depths.n + 1;
     if (a.json) {
         json_t *o = hx_bench_json_head(a.model, a.num.n_threads, a.chunk, a.n_tok, a.reps), *arr = json_array();

@@ -2,12 +2,14 @@
 #include "bench_engine.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_peak.h"
 #include "bench_util.h"
@@ -17,6 +19,12 @@
 
 #define PEAK_SAMPLE_S 0.25
 #define FMA_SAMPLE_S  0.1
+#define OPENBLAS_PARK_S 0.3
+
+static void sleep_s(double s) {
+    struct timespec t = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+}
 
 void hx_peak_init(hx_peak *p, int32_t n, int cap, int threads) {
     memset(p, 0, sizeof *p);
@@ -56,6 +64,13 @@ void hx_peak_sample(hx_peak *p) {
         calls++;
     }
     openblas_set_num_threads(1);
+    /* OpenBLAS's worker threads poll for more work for about 2^28 cycles
+     * (its THREAD_TIMEOUT, 0.1 s at 2.5 GHz) after a threaded call before
+     * they sleep: one of them on a core would halve the FMA sample and slow
+     * the prefill measured next (measured on a 2-core Zen 3: the 2-thread
+     * FMA peak read 129 GFLOP/s against 2 x 99.6 at one thread). So wait
+     * until they sleep. */
+    if (p->threads > 1) sleep_s(OPENBLAS_PARK_S);
     if (p->n_samples < p->cap) {
         p->sgemm[p->n_samples] = flops * calls / (t_end - t_start) / 1e9;
         p->fma[p->n_samples] = hx_fma_peak(p->threads, FMA_SAMPLE_S, &p->vector);
@@ -75,6 +90,12 @@ static double median_copy(const double *v, int n) {
 
 double hx_peak_sgemm(hx_peak *p) { return median_copy(p->sgemm, p->n_samples); }
 double hx_peak_fma(hx_peak *p) { return median_copy(p->fma, p->n_samples); }
+
+void hx_peak_warn(const char *what, double sgemm, double fma) {
+    if (!(fma < sgemm)) return;
+    fprintf(stderr, "%s: warning: FMA peak %.1f GFLOP/s below the sustained sgemm %.1f: the FMA samples were "
+            "disturbed (another process on the cores?); ratios to it are not to be trusted\n", what, fma, sgemm);
+}
 
 void *hx_bench_json_head(const char *model, int threads, int chunk, int n_tokens, int reps) {
     json_t *o = json_object();

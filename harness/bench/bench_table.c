@@ -22,7 +22,8 @@
 
 typedef struct tab {
     const char *dir;
-    int         met, missed, absent;
+    int         met, missed, absent, untrusted;
+    bool        distrust;  /* the rows being printed divide by an FMA peak found implausible */
 } tab;
 
 static json_t *load(const tab *t, const char *name) {
@@ -84,6 +85,17 @@ static double llama_ts(const json_t *arr, int n_prompt, int n_gen, int n_depth, 
     return NAN;
 }
 
+/* A file's FMA peak is the machine's limit: a sustained sgemm above it
+ * means the FMA samples were disturbed (another process, or OpenBLAS's
+ * threads still polling), and its /FMA ratios are not judged. */
+static bool fma_plausible(tab *t, const json_t *o, const char *name) {
+    const double fma = num(o, "fma_peak_gflops"), sgemm = num(o, "peak_gflops");
+    if (isnan(fma) || isnan(sgemm) || fma >= sgemm) return true;
+    fprintf(stderr, "bench --table: %s/%s: FMA peak %.1f GFLOP/s below the sustained sgemm %.1f: its samples were "
+            "disturbed; its ratios to the FMA peak are not judged\n", t->dir, name, fma, sgemm);
+    return false;
+}
+
 static void cell(char *buf, size_t n, double v, const char *fmt) {
     if (isnan(v)) snprintf(buf, n, "-");
     else snprintf(buf, n, fmt, v);
@@ -100,7 +112,10 @@ static void row(tab *t, const char *what, double goal, bool up, double value, co
     cell(l, sizeof l, loaded, "%.1f");
     cell(ll, sizeof ll, llama, "%.1f");
     const char *met = "-";
-    if (!isnan(value) && !isnan(goal)) {
+    if (t->distrust && !isnan(value)) {
+        met = "untrusted";
+        t->untrusted++;
+    } else if (!isnan(value) && !isnan(goal)) {
         const bool ok = up ? value >= goal : value <= goal;
         met = ok ? "yes" : "**no**";
         ok ? t->met++ : t->missed++;
@@ -141,11 +156,17 @@ int hx_bench_table(int argc, char **argv) {
     const json_t *ref1 = run_of(p1, "kernel", "ref", NULL, 0), *blas1 = run_of(p1, "kernel", "blas", NULL, 0);
     const char *cp2 = "kvreplay bench -m base.gguf --threads 2 --tokens 512 --compare-kernels";
     const char *cp1 = "kvreplay bench -m base.gguf --threads 1 --tokens 512 --compare-kernels";
+    const bool fma2 = fma_plausible(&t, p2, "prefill-t2.json"), fma1 = fma_plausible(&t, p1, "prefill-t1.json");
+    t.distrust = !fma2;
     row(&t, "ref / FMA peak, base, C = 64, 2 threads", 0.80, true, num(ref2, "ratio_fma"), "%.3f", NAN, NAN, cp2);
+    t.distrust = false;
     row(&t, "ref / sgemm peak, base, C = 64, 2 threads", 0.85, true, num(ref2, "ratio"), "%.3f", NAN, NAN, cp2);
+    t.distrust = !fma1;
     row(&t, "ref / FMA peak, base, C = 64, 1 thread", 0.80, true, num(ref1, "ratio_fma"), "%.3f", NAN, NAN, cp1);
+    t.distrust = !fma2;
     row(&t, "blas / FMA peak, base, C = 64, 2 threads (no goal)", NAN, true, num(blas2, "ratio_fma"), "%.3f", NAN, NAN,
         cp2);
+    t.distrust = false;
     const json_t *cref = run_of(ct, "variant", "ref", NULL, 0), *cblas = run_of(ct, "variant", "blas", NULL, 0);
     for (int th = 2; th >= 1; th--) {
         const json_t *rr = th == 2 ? ref2 : ref1, *bb = th == 2 ? blas2 : blas1;
@@ -231,6 +252,9 @@ int hx_bench_table(int argc, char **argv) {
         "kvreplay bench --memory -m hybrid-small.gguf --threads 2");
     printf("\n%d met, %d missed, %d not measured in this run (\"-\": a file of DIR absent, or no llama.cpp run)\n",
            t.met, t.missed, t.absent);
+    if (t.untrusted)
+        printf("%d untrusted: a ratio to an FMA peak below the same run's sgemm (its samples were disturbed; "
+               "stderr names the file)\n", t.untrusted);
     json_t *all[] = {p2, p1, ct, d1, d2, mem, seed, dec[0][0], dec[0][1], dec[1][0], dec[1][1], lpp, ltg, ldp};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) json_decref(all[i]);
     return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;

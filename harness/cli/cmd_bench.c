@@ -179,6 +179,7 @@ int hx_cmd_bench(int argc, char **argv) {
         for (int k = 0; k < n_kernels; k++)
             hx_measure_prefill(models[k], NULL, 0, toks, (int32_t)n_tok, chunks[c], (int)reps, &pk, &runs[n_runs++]);
     const double peak = hx_peak_sgemm(&pk), fma = hx_peak_fma(&pk);
+    hx_peak_warn("bench", peak, fma);
     for (int r = 0; r < n_runs; r++) {
         runs[r].ratio = runs[r].gflops / peak;
         runs[r].ratio_fma = runs[r].gflops / fma;
