@@ -3,9 +3,10 @@
  * by the harness). Two families of matrix products and one set of shared
  * element-wise ops:
  *
- *   - blas: every product is one cblas_sgemm (OpenBLAS). Its per-row results
- *     depend on the shape (M, N, K) and the thread count: the effect under
- *     study.
+ *   - blas: every product is one cblas_sgemm (OpenBLAS), or one cblas_sgemv
+ *     for a single row (decode), as a serving engine picks its routine by
+ *     batch size. Its per-row results depend on the shape (M, N, K) and the
+ *     thread count: the effect under study.
  *   - ref: fixed reduction order whatever the shape. Each output element is
  *     one float accumulator, starting at +0, taking acc = fma(x[k], w[k], acc)
  *     for k = 0, 1, ..., K-1 in that order: a fused multiply-add rounded
@@ -96,8 +97,9 @@ typedef enum eng_knorm {
  *             columns of a block and their up columns are computed by the
  *             same thread; under ref glu_off is a multiple of ENG_REF_PANEL.
  * blas with n_threads > 1 splits the product into column units (at least
- * 64 columns, up to 4 per thread, fixed by N and the thread count), one
- * single-threaded sgemm each; with one thread it is one sgemm. */
+ * 64 columns, up to 4 per thread, one per thread for a single row: fixed by
+ * M = 1, N and the thread count), one single-threaded sgemm (sgemv for one
+ * row) each; with one thread it is one sgemm (sgemv). */
 typedef struct eng_kfuse {
     eng_knorm    norm;
     const float *norm_w, *norm_b;

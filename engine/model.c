@@ -266,6 +266,9 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
 /* The blas split with more than one thread (kernels.h, eng_k_matmul_fused
  * and eng_k_attention); change the string when the split changes. */
 #define BLAS_SPLIT_SCHEME "blas: column units of >= 64 (x16), 4 per thread; attention KV head x query block; v1"
+/* The blas routine by shape, at every thread count (kernels.c,
+ * blas_product); change the string when the choice changes. */
+#define BLAS_SHAPE_SCHEME "blas: a product of one row is one sgemv per column unit, one unit per thread; v1"
 
 static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
     uint8_t b[44];
@@ -282,9 +285,11 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
      * more than one thread the split is the engine's (column units on the
      * pool, one single-threaded sgemm each: kernels.h), which gives other
      * bits than OpenBLAS's own split of earlier builds: that scheme is
-     * hashed in too, so their checkpoints miss instead of mixing. */
+     * hashed in too, so their checkpoints miss instead of mixing; so is the
+     * choice of routine by shape (one row: sgemv, since this build). */
     uint64_t seed = XXH3_64bits(eng_blas_info(), strlen(eng_blas_info()));
     if (num->n_threads > 1) seed = XXH3_64bits_withSeed(BLAS_SPLIT_SCHEME, strlen(BLAS_SPLIT_SCHEME), seed);
+    seed = XXH3_64bits_withSeed(BLAS_SHAPE_SCHEME, strlen(BLAS_SHAPE_SCHEME), seed);
     return XXH3_64bits_withSeed(b, sizeof b, seed);
 }
 

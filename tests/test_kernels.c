@@ -6,6 +6,8 @@
  *     acc) for k ascending from +0, computed plainly here (memcmp), on every
  *     path the CPU runs (scalar, avx2, avx512), for both weight layouts, at
  *     1, 2 and 3 threads, for every M in 1..256 and row offsets;
+ *   - blas: one row is one sgemv, more rows one sgemm (OpenBLAS's bytes at
+ *     one thread), X . W^T within a tolerance at 1, 2 and 3 threads;
  *   - the ref attention (full and windowed) equals a plain oracle of the
  *     same chains on every path, whatever the chunking; over long contexts
  *     (1,200 keys) every query's output is identical at shifted chunk
@@ -27,6 +29,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +119,62 @@ static void ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_cou
         free(w); free(x); free(want); free(y);
     }
     print_message("%d products checked on %d path(s) (best: %s)\n", checked, np, eng_kpath_name(eng_kpath_best()));
+    eng_pool_free(p2);
+    eng_pool_free(p3);
+}
+
+/* blas: a product of one row is one sgemv, of more rows one sgemm (the
+ * routine a serving engine picks by batch size; OpenBLAS 0.3.21's sgemm
+ * would pack the weights first, which halved decode). At one thread the
+ * rows are OpenBLAS's own bytes (memcmp against the routine called here);
+ * at 1, 2 and 3 threads, for both weight layouts, the product is X . W^T
+ * within a tolerance of the chain (a wrong transpose or unit offset is not
+ * within it). */
+static void blas_products_are_sgemv_for_one_row_and_sgemm_for_more(void **state) {
+    (void)state;
+    static const int32_t shapes[][3] = {{1, 300, 777}, {1, 2816, 1024}, {2, 300, 777}, {7, 100, 64}};
+    eng_pool *p2 = eng_pool_new(2), *p3 = eng_pool_new(3);
+    openblas_set_num_threads(1);  /* as the engine before each forward pass */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int32_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ldx = K + 3, ldy = N + 5;
+        g_rng = 300 + si;
+        float *w = rvec((int64_t)N * K, 1.0f), *x = rvec((int64_t)M * ldx, 1.0f);
+        float *want = malloc(sizeof(float) * (size_t)M * N), *y = malloc(sizeof(float) * (size_t)M * ldy);
+        float *lib = malloc(sizeof(float) * (size_t)M * ldy);
+        oracle_matmul(M, N, K, x, ldx, w, want);
+        eng_kmat Wkn, Wnk;
+        assert_int_equal(eng_kmat_init(&Wkn, w, N, K, false), ENG_OK);
+        eng_kmat_view(&Wnk, w, N, K);
+        for (int lay = 0; lay < 2; lay++) {
+            const eng_kmat *W = lay ? &Wnk : &Wkn;
+            memset(lib, 0, sizeof(float) * (size_t)M * ldy);
+            if (M == 1 && W->kn) cblas_sgemv(CblasRowMajor, CblasTrans, K, N, 1.0f, W->data, W->ld, x, 1, 0.0f, lib, 1);
+            else if (M == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W->data, W->ld, x, 1, 0.0f, lib, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, W->kn ? CblasNoTrans : CblasTrans, M, N, K, 1.0f, x, ldx,
+                            W->data, W->ld, 0.0f, lib, ldy);
+            for (int32_t th = 1; th <= 3; th++) {
+                eng_kctx c = ctx_of(ENG_KPATH_SCALAR, th, th == 2 ? p2 : p3);
+                c.kernel = ENG_KERNEL_BLAS;
+                memset(y, 0xff, sizeof(float) * (size_t)M * ldy);
+                eng_k_matmul(&c, W, M, x, ldx, y, ldy);
+                for (int32_t i = 0; i < M; i++) {
+                    if (th == 1 && memcmp(y + (int64_t)i * ldy, lib + (int64_t)i * ldy, sizeof(float) * (size_t)N))
+                        fail_msg("%s layout, M %d N %d K %d: row %d is not OpenBLAS's %s", lay ? "nk" : "kn", M, N, K,
+                                 i, M == 1 ? "sgemv" : "sgemm");
+                    for (int32_t j = 0; j < N; j++) {
+                        const double d = fabs((double)y[(int64_t)i * ldy + j] - want[(int64_t)i * N + j]);
+                        if (!(d <= 1e-4 * sqrt((double)K)))
+                            fail_msg("%s layout, %d threads, M %d N %d K %d: element (%d, %d) is %g, X . W^T is %g",
+                                     lay ? "nk" : "kn", th, M, N, K, i, j, y[(int64_t)i * ldy + j],
+                                     want[(int64_t)i * N + j]);
+                    }
+                }
+            }
+        }
+        eng_kmat_free(&Wkn);
+        free(w); free(x); free(want); free(y); free(lib);
+    }
     eng_pool_free(p2);
     eng_pool_free(p3);
 }
@@ -498,6 +557,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_count),
         cmocka_unit_test(ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads),
+        cmocka_unit_test(blas_products_are_sgemv_for_one_row_and_sgemm_for_more),
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
         cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
         cmocka_unit_test(ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets),
