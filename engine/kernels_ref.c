@@ -47,10 +47,12 @@
  * chains continued over the block, in ascending position: the keys every
  * row attends go through the register-blocked product, the few that only
  * some rows attend (the causal diagonal, a window's start) through a
- * per-row axpy that continues the same chain. So the packed keys and
- * values of a key block are read once per super block, from cache, and
- * the scores make three passes through memory instead of seven. Nothing
- * depends on the super block, the key block, the chunk or the thread.
+ * per-row axpy that continues the same chain. So a key block's packed
+ * keys and values serve 32 rows from cache, and a row of scores goes
+ * through memory three times (written; exp and sum; read for the values)
+ * instead of six (written, three softmax passes, read twice by 16-column
+ * value blocks). Nothing depends on the super block, the key block, the
+ * chunk or the thread.
  *
  * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
  */
