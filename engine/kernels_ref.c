@@ -37,13 +37,21 @@
  * 32. Work is split over column panels and row blocks, never over k.
  *
  * Attention (eng_k_attention_ref): per KV head, its query heads' rows are
- * cut into blocks of up to 12; a block's scores are one product against the
- * packed keys (fixed-order chains over e), each row's softmax is
- * eng_k_softmax_row over its attended keys, and its outputs are chains over
- * the attended keys in ascending position: the keys every row of the block
- * attends go through the register-blocked product, the few that only some
- * rows attend (the causal diagonal, a window's start) through a per-row
- * axpy that continues the same chain. Nothing depends on the block, the
+ * cut into super blocks of up to 32 rows (register blocks of the path's MR
+ * rows inside), the items of the pool. A super block walks the keys in
+ * blocks of 256: each key block's scores (fixed-order chains over e against
+ * the packed keys) for every register block, then, while they are in
+ * cache, each row's scale and running max; then per row the exponentials
+ * and their sum over all its keys (eng_k_softmax_row's order); then per key
+ * block the probabilities normalised into a small buffer and the outputs'
+ * chains continued over the block, in ascending position: the keys every
+ * row attends go through the register-blocked product, the few that only
+ * some rows attend (the causal diagonal, a window's start) through a
+ * per-row axpy that continues the same chain. So a key block's packed
+ * keys and values serve 32 rows from cache, and a row of scores goes
+ * through memory three times (written; exp and sum; read for the values)
+ * instead of six (written, three softmax passes, read twice by 16-column
+ * value blocks). Nothing depends on the super block, the key block, the
  * chunk or the thread.
  *
  * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
@@ -698,12 +706,154 @@ void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool b
     softmax_rows(path, &s, &n, 1, scale, bf16);
 }
 
+// ----------------------------------------------------------------------------
+// The softmax of a row in three passes the attention interleaves with its
+// key blocks: eng_k_softmax_row's operations element for element (the same
+// bits, tested through the attention's oracle).
+//   sm_scale_max: s = round(s * scale) over any segment of the row, and the
+//     running max. The max of eng_k_softmax_row is taken over 8 lanes then
+//     across them, with `s > m ? s : m`: NaN never wins and the value is the
+//     largest of the others, whatever the order; only the sign of a zero
+//     maximum can depend on it, and s - (+0) and s - (-0) give the same
+//     e = exp(s - max) for every s (exp(+0) = exp(-0) = 1). So the segments
+//     and lanes may come in any order.
+//   sm_exp_sum: e = exp(s - max) over the whole row, and the sum in 8 lanes
+//     (lane j % 8 from the row's first key, ascending j), combined pairwise:
+//     exactly eng_k_softmax_row's order.
+//   sm_norm: p = round(e * (1 / sum)) over any segment.
+// The AVX2 versions serve the avx512 path too (an AVX-512 CPU runs AVX2).
+
+static void sm_scale_max_c(float *s, int32_t n, float scale, bool bf16, float *mx) {
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = s[j] * scale;
+    if (bf16) eng_bf16_round_vec(s, n);
+    float m = *mx;
+    for (int32_t j = 0; j < n; j++) m = s[j] > m ? s[j] : m;
+    *mx = m;
+}
+
+static float sm_exp_sum_c(float *s, int32_t n, float mx) {
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) s[j] = eng_expf(s[j] - mx);
+    float a8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const int32_t n8 = n / 8 * 8;
+    for (int32_t j = 0; j < n8; j += 8)
+        for (int c = 0; c < 8; c++) a8[c] += s[j + c];
+    for (int32_t j = n8; j < n; j++) a8[j & 7] += s[j];
+    return ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
+}
+
+static void sm_norm_c(const float *s, float *d, int32_t n, float inv, bool bf16) {
+    #pragma omp simd
+    for (int32_t j = 0; j < n; j++) d[j] = s[j] * inv;
+    if (bf16) eng_bf16_round_vec(d, n);
+}
+
+#if REF_X86
+__attribute__((target("avx2,fma"))) static void sm_scale_max256(float *s, int32_t n, float scale, bool bf16,
+                                                                 float *mx) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    __m256 m0 = _mm256_set1_ps(*mx), m1 = m0;
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256 v0 = _mm256_mul_ps(_mm256_loadu_ps(s + j), vs), v1 = _mm256_mul_ps(_mm256_loadu_ps(s + j + 8), vs);
+        if (bf16) { v0 = bf16_256(v0); v1 = bf16_256(v1); }
+        _mm256_storeu_ps(s + j, v0);
+        _mm256_storeu_ps(s + j + 8, v1);
+        m0 = _mm256_max_ps(v0, m0);
+        m1 = _mm256_max_ps(v1, m1);
+    }
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), vs);
+        if (bf16) v = bf16_256(v);
+        _mm256_storeu_ps(s + j, v);
+        m0 = _mm256_max_ps(v, m0);
+    }
+    float m[16];
+    _mm256_storeu_ps(m, m0);
+    _mm256_storeu_ps(m + 8, m1);
+    float x = *mx;
+    for (int c = 0; c < 16; c++) x = m[c] > x ? m[c] : x;
+    for (; j < n; j++) {
+        s[j] = s[j] * scale;
+        if (bf16) s[j] = eng_bf16_round(s[j]);
+        x = s[j] > x ? s[j] : x;
+    }
+    *mx = x;
+}
+
+__attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t n, float mx) {
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 a8 = _mm256_setzero_ps();
+    const int32_t n8 = n / 8 * 8;
+    for (int32_t j = 0; j < n8; j += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        a8 = _mm256_add_ps(a8, e);
+    }
+    float a[8];
+    _mm256_storeu_ps(a, a8);
+    for (int32_t j = n8; j < n; j++) {
+        s[j] = eng_expf(s[j] - mx);
+        a[j & 7] += s[j];
+    }
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+__attribute__((target("avx2,fma"))) static void sm_norm256(const float *s, float *d, int32_t n, float inv, bool bf16) {
+    const __m256 vi = _mm256_set1_ps(inv);
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), vi);
+        if (bf16) v = bf16_256(v);
+        _mm256_storeu_ps(d + j, v);
+    }
+    for (; j < n; j++) {
+        d[j] = s[j] * inv;
+        if (bf16) d[j] = eng_bf16_round(d[j]);
+    }
+}
+#endif
+
+static void sm_scale_max(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx) {
+    if (n <= 0) return;
+#if REF_X86
+    if (path != ENG_KPATH_SCALAR) { sm_scale_max256(s, n, scale, bf16, mx); return; }
+#endif
+    sm_scale_max_c(s, n, scale, bf16, mx);
+}
+
+static float sm_exp_sum(eng_kpath path, float *s, int32_t n, float mx) {
+#if REF_X86
+    if (path != ENG_KPATH_SCALAR) return sm_exp_sum256(s, n, mx);
+#endif
+    return sm_exp_sum_c(s, n, mx);
+}
+
+/* d = round(s * inv) (d may be s) */
+static void sm_norm(eng_kpath path, const float *s, float *d, int32_t n, float inv, bool bf16) {
+    if (n <= 0) return;
+#if REF_X86
+    if (path != ENG_KPATH_SCALAR) { sm_norm256(s, d, n, inv, bf16); return; }
+#endif
+    sm_norm_c(s, d, n, inv, bf16);
+}
+
 static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
 
-/* Floats of one thread's scratch for P keys of head dim E. */
+/* Rows of a super block: the rows that share one pass over the keys and
+ * values (register blocks of the path's MR rows inside), and keys of a key
+ * block: its packed keys and its values stay in L1/L2 while every row
+ * block of the super block uses them. */
+#define ATTN_RB 32
+#define ATTN_KB 256
+
+/* Floats of one thread's scratch for P keys of head dim E: the head's
+ * packed keys and values, the super block's scores [ATTN_RB][P32], its
+ * outputs and its probabilities of one key block. */
 static int64_t attn_thread_floats(int32_t P, int32_t E) {
     const int64_t P32 = round32(P), E32 = round32(E);
-    return P32 * E + E32 * P32 + (int64_t)MR_MAX * P32 + (int64_t)MR_MAX * E32;
+    return P32 * E + E32 * P32 + (int64_t)ATTN_RB * P32 + (int64_t)ATTN_RB * E32 + (int64_t)ATTN_RB * ATTN_KB;
 }
 
 int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E) {
@@ -815,63 +965,91 @@ static inline void row_band(const attn_args *a, int32_t r, int32_t *lo, int32_t 
     *hi = p - a->kpos0;
 }
 
-/* One row block [r0, r1) of KV head g: scores, softmax, values, output. */
-static void attn_block(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float *Kp, bool packed, const ref_b *Vb,
-                       float *S, float *Ot) {
+/* One super block [r0, r1) of KV head g (at most ATTN_RB rows): scores,
+ * softmax, values, output, key block by key block. Every element is the
+ * same chain as in one pass (a chain continued from its stored float):
+ *   1. per key block: the scores of every row block (chains over e), then
+ *      each row's scale, rounding and running max over its keys there, while
+ *      the block is in cache;
+ *   2. per row: exp and the sum over all its keys, in eng_k_softmax_row's order;
+ *   3. outputs: per row, the keys only some rows attend at the start (a
+ *      window's) by axpy; then per key block of the keys every row attends:
+ *      the probabilities normalised there, and the block's product over the
+ *      register blocks (the accumulators continued from Ot); then the keys
+ *      past the common ones (the causal diagonal) by axpy. */
+static void attn_super(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float *Kp, bool packed, const ref_b *Vb,
+                       float *S, float *Ot, float *Pb) {
     const eng_kpath path = a->path;
-    const int32_t E = a->E, MR = r1 - r0, P32 = round32(a->P), E32 = round32(E);
+    const int32_t E = a->E, R = r1 - r0, P32 = round32(a->P), E32 = round32(E), mr = mr_max(path);
     const int32_t WV = E % PW ? E32 : E;  /* value columns computed */
-    int32_t lo[MR_MAX], hi[MR_MAX], lo_min = INT32_MAX, lo_max = 0, hi_min = INT32_MAX, hi_max = 0;
-    for (int32_t i = 0; i < MR; i++) {
+    int32_t lo[ATTN_RB], hi[ATTN_RB], lo_min = INT32_MAX, lo_max = 0, hi_min = INT32_MAX, hi_max = 0;
+    float mx[ATTN_RB], inv[ATTN_RB];
+    for (int32_t i = 0; i < R; i++) {
         row_band(a, r0 + i, &lo[i], &hi[i]);
         if (lo[i] < lo_min) lo_min = lo[i];
         if (lo[i] > lo_max) lo_max = lo[i];
         if (hi[i] < hi_min) hi_min = hi[i];
         if (hi[i] > hi_max) hi_max = hi[i];
+        mx[i] = -INFINITY;
     }
-    /* scores of the key panels the block touches (extra scores are never read) */
+    /* 1. scores of the key panels the super block touches (extra scores are never read) */
     const float *q = a->qg + ((int64_t)g * a->GR * a->T + r0) * E;
     const ref_b KB = {.b = Kp, .ps = (int64_t)E * PW, .ldb = PW, .nread = P32};
-    const int32_t qa = lo_min / PW, qb = hi_max / PW + 1;
-    const int32_t wmax = tile_w(path, MR);
-    int32_t q_next = qa;  /* streamed keys: the next panel to pack */
-    for (int32_t c = qa * PW; c < qb * PW; c += wmax) {
-        const int32_t ce = c + wmax < qb * PW ? c + wmax : qb * PW;
+    const int32_t nb = (R + mr - 1) / mr;
+    const int32_t ka = lo_min / PW * PW, kz = (hi_max / PW + 1) * PW;
+    int32_t q_next = ka / PW;  /* streamed keys: the next panel to pack */
+    for (int32_t c = ka; c < kz; c += ATTN_KB) {
+        const int32_t ce = c + ATTN_KB < kz ? c + ATTN_KB : kz;
         if (!packed)
-            for (; q_next < (ce + PW - 1) / PW; q_next++) pack_keys(a, g, q_next, Kp);
-        gemm_rows(path, MR, E, q, E, &KB, c, ce, P32, S, P32, 0, wmax, NULL, 0);
+            for (; q_next < ce / PW; q_next++) pack_keys(a, g, q_next, Kp);
+        for (int32_t ib = 0; ib < nb; ib++) {
+            int32_t b0, b1;
+            row_block(R, nb, ib, &b0, &b1);
+            gemm_rows(path, b1 - b0, E, q + (int64_t)b0 * E, E, &KB, c, ce, P32, S + (int64_t)b0 * P32, P32, 0,
+                      tile_w(path, b1 - b0), NULL, 0);
+        }
+        for (int32_t i = 0; i < R; i++) {
+            const int32_t j0 = lo[i] > c ? lo[i] : c, j1 = hi[i] < ce - 1 ? hi[i] : ce - 1;
+            sm_scale_max(path, S + (int64_t)i * P32 + j0, j1 - j0 + 1, a->scale, a->bf16, &mx[i]);
+        }
     }
-    float *rows[MR_MAX];
-    int32_t nk[MR_MAX];
-    for (int32_t i = 0; i < MR; i++) {
-        rows[i] = S + (int64_t)i * P32 + lo[i];
-        nk[i] = hi[i] - lo[i] + 1;
-    }
-    softmax_rows(path, rows, nk, MR, a->scale, a->bf16);
-    /* values: per row the chain over its keys lo..hi ascending */
+    /* 2. exponentials and sums */
+    for (int32_t i = 0; i < R; i++)
+        inv[i] = 1.0f / sm_exp_sum(path, S + (int64_t)i * P32 + lo[i], hi[i] - lo[i] + 1, mx[i]);
+    /* 3. values: per row the chain over its keys lo..hi ascending */
     if (lo_max > hi_min) {  /* no key common to every row: each row on its own */
-        for (int32_t i = 0; i < MR; i++) {
-            float *o = Ot + (int64_t)i * E32;
+        for (int32_t i = 0; i < R; i++) {
+            float *o = Ot + (int64_t)i * E32, *p = S + (int64_t)i * P32;
+            sm_norm(path, p + lo[i], p + lo[i], hi[i] - lo[i] + 1, inv[i], a->bf16);
             memset(o, 0, sizeof(float) * (size_t)E32);
-            for (int32_t j = lo[i]; j <= hi[i]; j++)
-                axpy_row(path, WV, S[(int64_t)i * P32 + j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
+            for (int32_t j = lo[i]; j <= hi[i]; j++) axpy_row(path, WV, p[j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
         }
     } else {
         const bool heads = lo_min < lo_max;
         if (heads)
-            for (int32_t i = 0; i < MR; i++) {
-                float *o = Ot + (int64_t)i * E32;
+            for (int32_t i = 0; i < R; i++) {
+                float *o = Ot + (int64_t)i * E32, *p = S + (int64_t)i * P32;
+                sm_norm(path, p + lo[i], p + lo[i], lo_max - lo[i], inv[i], a->bf16);
                 memset(o, 0, sizeof(float) * (size_t)E32);
                 for (int32_t j = lo[i]; j < lo_max; j++)
-                    axpy_row(path, WV, S[(int64_t)i * P32 + j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
+                    axpy_row(path, WV, p[j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
             }
-        const ref_b VS = {.b = Vb->b + (int64_t)lo_max * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
-        gemm_region(path, 0, MR, 0, WV, WV, hi_min - lo_max + 1, S + lo_max, P32, &VS, Ot, E32, heads);
-        for (int32_t i = 0; i < MR; i++)
+        for (int32_t c = lo_max; c <= hi_min; c += ATTN_KB) {
+            const int32_t n = hi_min + 1 - c < ATTN_KB ? hi_min + 1 - c : ATTN_KB;
+            for (int32_t i = 0; i < R; i++) {  /* normalised into Pb: S is only read */
+                sm_norm(path, S + (int64_t)i * P32 + c, Pb + (int64_t)i * ATTN_KB, n, inv[i], a->bf16);
+            }
+            const ref_b VS = {.b = Vb->b + (int64_t)c * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
+            gemm_region(path, 0, R, 0, WV, WV, n, Pb, ATTN_KB, &VS, Ot, E32, heads || c > lo_max);
+        }
+        for (int32_t i = 0; i < R; i++) {
+            float *p = S + (int64_t)i * P32;
+            sm_norm(path, p + hi_min + 1, p + hi_min + 1, hi[i] - hi_min, inv[i], a->bf16);
             for (int32_t j = hi_min + 1; j <= hi[i]; j++)
-                axpy_row(path, WV, S[(int64_t)i * P32 + j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, Ot + (int64_t)i * E32);
+                axpy_row(path, WV, p[j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, Ot + (int64_t)i * E32);
+        }
     }
-    for (int32_t i = 0; i < MR; i++) {
+    for (int32_t i = 0; i < R; i++) {
         const int32_t r = r0 + i, t = r % a->T, h = g * a->GR + r / a->T;
         float *o = a->O + (int64_t)t * a->ldo + (int64_t)h * E;
         memcpy(o, Ot + (int64_t)i * E32, sizeof(float) * (size_t)E);
@@ -887,7 +1065,8 @@ static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
     float *Kp = a->ws + (int64_t)ith * attn_thread_floats(a->P, E);
     float *Vp = Kp + (int64_t)P32 * E;
     float *S = Vp + (int64_t)E32 * P32;
-    float *Ot = S + (int64_t)MR_MAX * P32;
+    float *Ot = S + (int64_t)ATTN_RB * P32;
+    float *Pb = Ot + (int64_t)ATTN_RB * E32;
     int32_t g_packed = -1;
     for (int32_t it = it0; it < it1; it++) {
         const int32_t g = it / a->nb_g, b = it % a->nb_g;
@@ -909,7 +1088,7 @@ static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
         const int32_t s = b / a->nb_seg, bs = b % a->nb_seg;
         int32_t r0, r1;
         row_block(a->seg_rows, a->nb_seg, bs, &r0, &r1);
-        attn_block(a, g, s * a->seg_rows + r0, s * a->seg_rows + r1, Kp, pack_all, &Vb, S, Ot);
+        attn_super(a, g, s * a->seg_rows + r0, s * a->seg_rows + r1, Kp, pack_all, &Vb, S, Ot, Pb);
     }
 }
 
@@ -927,7 +1106,14 @@ void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W
      * else all together (decode: the GR rows of one token share a block). */
     if (T >= mr) { a.seg_rows = T; a.n_seg = GR; }
     else { a.seg_rows = GR * T; a.n_seg = 1; }
-    a.nb_seg = (a.seg_rows + mr - 1) / mr;
+    /* super blocks of at most ATTN_RB rows; more (down to one register block
+     * each) when they would be too few for the threads */
+    a.nb_seg = (a.seg_rows + ATTN_RB - 1) / ATTN_RB;
+    const int32_t want = (2 * ctx->n_threads + G * a.n_seg - 1) / (G * a.n_seg);
+    if (ctx->n_threads > 1 && a.nb_seg < want) {
+        const int32_t most = (a.seg_rows + mr - 1) / mr;
+        a.nb_seg = want < most ? want : most;
+    }
     a.nb_g = a.n_seg * a.nb_seg;
     eng_k_parallel_ith(ctx, G * a.nb_g, (int64_t)(a.seg_rows / a.nb_seg + 1) * P * E * 4, attn_items, &a);
 }

@@ -174,10 +174,11 @@ static void window_covering_the_sequence_is_full_attention(void **state) {
             memcpy(V + (int64_t)p * GE, x + (int64_t)p * LD + HE + GE, sizeof(float) * GE);
         }
         float *wq = malloc(sizeof(float) * HE * T), *wo = malloc(sizeof(float) * HE * T);
-        float *sc = malloc(sizeof(float) * (size_t)H * T * n);
+        const int64_t cap = eng_k_attention_ws(&c, T, n, H, G, E);  /* enough for every P <= n */
+        float *sc = malloc(sizeof(float) * (size_t)cap);
         for (int32_t p0 = 0; p0 < n; p0 += T)
             eng_k_attention(&c, T, p0, H, G, E, x + (int64_t)p0 * LD, LD, K, V, GE, b + (int64_t)p0 * HE, HE, wq, wo,
-                            sc, (int64_t)H * T * n);
+                            sc, cap);
         double e = 0;
         for (int64_t i = 0; i < (int64_t)n * HE; i++) e = fmax(e, fabs((double)a[i] - b[i]));
         print_message("kernel %s: W >= n vs eng_k_attention: max |diff| %.3g\n", k ? "ref" : "blas", e);
