@@ -7,7 +7,9 @@
  *   - llama.cpp's side comes from llama-bench's own JSON (n_prompt, n_gen,
  *     n_depth, n_threads, flash_attn, avg_ts) and divides ours;
  *   - an absent file is "-" and counted as not measured, never guessed;
- *   - a file that is not JSON is named on stderr.
+ *   - a file that is not JSON is named on stderr, a DIR that is not there
+ *     is an error (exit 2);
+ *   - a ratio to an FMA peak below its file's sgemm is "untrusted".
  * Figures are never timed here: the files are planted.
  */
 #include <setjmp.h>
@@ -33,6 +35,12 @@ static void put(const char *name, const char *text) {
     assert_non_null(f);
     fputs(text, f);
     fclose(f);
+}
+
+static void drop(const char *name) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    unlink(path);
 }
 
 static char *table(int *status, const char *redirect) {
@@ -91,9 +99,7 @@ static void a_file_that_is_not_json_is_named(void **state) {
     char *out = table(&st, "2>&1 >/dev/null");
     assert_non_null(strstr(out, "depth-t2.json: line 1"));
     free(out);
-    char path[128];
-    snprintf(path, sizeof path, "%s/depth-t2.json", g_dir);
-    unlink(path);
+    drop("depth-t2.json");
 }
 
 /* The FMA peak is the machine's limit: a file whose sustained sgemm is above
@@ -118,11 +124,22 @@ static void an_fma_peak_below_the_sgemm_peak_is_not_trusted(void **state) {
     assert_non_null(strstr(out, "prefill-t2.json: FMA peak 128.9 GFLOP/s below the sustained sgemm 145.1"));
     assert_null(strstr(out, "prefill-t1.json"));
     free(out);
-    char path[128];
-    snprintf(path, sizeof path, "%s/prefill-t2.json", g_dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/prefill-t1.json", g_dir);
-    unlink(path);
+    drop("prefill-t2.json");
+    drop("prefill-t1.json");
+}
+
+/* A mistyped DIR is an error naming it (exit 2), not a table of "-". */
+static void a_directory_that_is_not_there_is_named(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    char cmd[256], *out = NULL;
+    size_t n = 0;
+    snprintf(cmd, sizeof cmd, "%s bench --table %s/absent 2>&1", kvr_bin(), g_dir);
+    const int st = kvr_run(cmd, &out, &n);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(out, "/absent: not a directory"));
+    assert_null(strstr(out, "| target |"));
+    free(out);
 }
 
 int main(void) {
@@ -130,6 +147,7 @@ int main(void) {
         cmocka_unit_test(goals_met_missed_and_absent_are_told_apart),
         cmocka_unit_test(a_file_that_is_not_json_is_named),
         cmocka_unit_test(an_fma_peak_below_the_sgemm_peak_is_not_trusted),
+        cmocka_unit_test(a_directory_that_is_not_there_is_named),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -91,8 +91,10 @@ static double median_copy(const double *v, int n) {
 double hx_peak_sgemm(hx_peak *p) { return median_copy(p->sgemm, p->n_samples); }
 double hx_peak_fma(hx_peak *p) { return median_copy(p->fma, p->n_samples); }
 
+bool hx_peak_plausible(double sgemm, double fma) { return !(fma < sgemm); }
+
 void hx_peak_warn(const char *what, double sgemm, double fma) {
-    if (!(fma < sgemm)) return;
+    if (hx_peak_plausible(sgemm, fma)) return;
     fprintf(stderr, "%s: warning: FMA peak %.1f GFLOP/s below the sustained sgemm %.1f: the FMA samples were "
             "disturbed (another process on the cores?); ratios to it are not to be trusted\n", what, fma, sgemm);
 }

@@ -32,9 +32,10 @@ void   hx_peak_free(hx_peak *p);
 void   hx_peak_sample(hx_peak *p);
 double hx_peak_sgemm(hx_peak *p);  /* median of the samples */
 double hx_peak_fma(hx_peak *p);
-/* Warns on stderr (prefixed `what`) when the FMA peak is below the
- * sustained sgemm: the machine's limit cannot be, so its samples were
- * disturbed. */
+/* False when the FMA peak is below the sustained sgemm: the machine's
+ * limit cannot be, so its samples were disturbed (NAN: nothing to say,
+ * true). hx_peak_warn says so on stderr, prefixed `what`. */
+bool   hx_peak_plausible(double sgemm, double fma);
 void   hx_peak_warn(const char *what, double sgemm, double fma);
 
 /* One measurement: medians of timed repetitions. */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bench.h"
 #include "bench_engine.h"
@@ -90,10 +91,16 @@ static double llama_ts(const json_t *arr, int n_prompt, int n_gen, int n_depth, 
  * threads still polling), and its /FMA ratios are not judged. */
 static bool fma_plausible(tab *t, const json_t *o, const char *name) {
     const double fma = num(o, "fma_peak_gflops"), sgemm = num(o, "peak_gflops");
-    if (isnan(fma) || isnan(sgemm) || fma >= sgemm) return true;
+    if (hx_peak_plausible(sgemm, fma)) return true;
     fprintf(stderr, "bench --table: %s/%s: FMA peak %.1f GFLOP/s below the sustained sgemm %.1f: its samples were "
             "disturbed; its ratios to the FMA peak are not judged\n", t->dir, name, fma, sgemm);
     return false;
+}
+
+/* A count of thousands for a row's label: "?" when its file is absent. */
+static void thousands(char *buf, size_t n, double v) {
+    if (isnan(v)) snprintf(buf, n, "?");
+    else snprintf(buf, n, "%.0f", v);
 }
 
 static void cell(char *buf, size_t n, double v, const char *fmt) {
@@ -131,11 +138,15 @@ int hx_bench_table(int argc, char **argv) {
         if (!strcmp(argv[i], "--table") && i + 1 < argc) t.dir = argv[++i];
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: kvreplay bench --table DIR\n\nThe targets of issue 23 in one markdown table, from the JSON "
-                   "files of a make bench run in DIR\n(and DIR/llama-*.json from llama-bench -o json).\n");
+                   "files of a make bench run in DIR\n(and DIR/llama-*.json from llama-bench -o json). A ratio to an FMA peak "
+                   "below the same file's\nsustained sgemm is \"untrusted\" (its samples were disturbed), not judged.\n");
             return HX_EXIT_OK;
         } else hx_bad_arg("bench --table", argv[i]);
     }
     if (!t.dir) hx_die(HX_EXIT_USAGE, "bench --table: a directory is required");
+    struct stat st;
+    if (stat(t.dir, &st) != 0 || !S_ISDIR(st.st_mode))  /* a table of "-" for a mistyped DIR would say nothing */
+        hx_die(HX_EXIT_USAGE, "bench --table: %s: not a directory", t.dir);
     json_t *p2 = load(&t, "prefill-t2.json"), *p1 = load(&t, "prefill-t1.json"), *ct = load(&t, "contention.json");
     json_t *d1 = load(&t, "depth-t1.json"), *d2 = load(&t, "depth-t2.json"), *mem = load(&t, "memory.json");
     json_t *seed = load(&t, "seed003-contention.json");
@@ -240,14 +251,16 @@ int hx_bench_table(int argc, char **argv) {
     /* memory */
     const double MiB = 1024.0 * 1024.0;
     char what[128];
-    snprintf(what, sizeof what, "KV + state of a %.0fK-token hybrid small prompt, MiB (computed)",
-             num(mem, "full_tokens") / 1000);
+    char full_k[16], meas_k[16];  /* "258", "32"; "?" without memory.json */
+    thousands(full_k, sizeof full_k, num(mem, "full_tokens") / 1000);
+    thousands(meas_k, sizeof meas_k, num(mem, "n_tokens") / 1024);
+    snprintf(what, sizeof what, "KV + state of a %sK-token hybrid small prompt, MiB (computed)", full_k);
     row(&t, what, NAN, true, num(mem, "full_kv_state_bytes") / MiB, "%.1f", NAN, NAN,
         "kvreplay bench --memory -m hybrid-small.gguf --threads 2");
-    snprintf(what, sizeof what, "peak RSS of one %.0fK-token prefill, MiB (measured)", num(mem, "n_tokens") / 1024);
+    snprintf(what, sizeof what, "peak RSS of one %sK-token prefill, MiB (measured)", meas_k);
     row(&t, what, NAN, true, num(mem, "rss_peak") / MiB, "%.1f", NAN, NAN,
         "kvreplay bench --memory -m hybrid-small.gguf --threads 2");
-    snprintf(what, sizeof what, "peak RSS of one %.0fK-token prefill, MiB (computed from it)", num(mem, "full_tokens") / 1000);
+    snprintf(what, sizeof what, "peak RSS of one %sK-token prefill, MiB (computed from it)", full_k);
     row(&t, what, NAN, true, num(mem, "full_rss_peak_computed") / MiB, "%.1f", NAN, NAN,
         "kvreplay bench --memory -m hybrid-small.gguf --threads 2");
     printf("\n%d met, %d missed, %d not measured in this run (\"-\": a file of DIR absent, or no llama.cpp run)\n",
