@@ -39,20 +39,21 @@
  * Attention (eng_k_attention_ref): per KV head, its query heads' rows are
  * cut into super blocks of up to 32 rows (register blocks of the path's MR
  * rows inside), the items of the pool. A super block walks the keys in
- * blocks of 256: each key block's scores (fixed-order chains over e against
- * the packed keys) for every register block, then, while they are in
- * cache, each row's scale and running max; then per row the exponentials
- * and their sum over all its keys (eng_k_softmax_row's order); then per key
- * block the probabilities normalised into a small buffer and the outputs'
- * chains continued over the block, in ascending position: the keys every
- * row attends go through the register-blocked product, the few that only
- * some rows attend (the causal diagonal, a window's start) through a
- * per-row axpy that continues the same chain. So a key block's packed
- * keys and values serve 32 rows from cache, and a row of scores goes
- * through memory three times (written; exp and sum; read for the values)
- * instead of six (written, three softmax passes, read twice by 16-column
- * value blocks). Nothing depends on the super block, the key block, the
- * chunk or the thread.
+ * blocks of ENG_REF_ATTN_KB = 256 absolute positions with an online
+ * softmax: each block's scores (fixed-order chains over e against the
+ * packed keys) for every register block into a small buffer that stays in
+ * cache; per row its scale, the block's max, the rescale of the row's
+ * outputs and sum when the max grows, the exponentials and their sum (8
+ * lanes from the row's first key in the block); then the block's values:
+ * the keys every row attends through the register-blocked product (the
+ * exponentials times the values, continuing the outputs' chains), the few
+ * that only some rows attend (the causal diagonal, a window's start)
+ * through a per-row axpy that continues the same chains. At the end each
+ * output is multiplied by 1 / sum. The block boundaries are absolute
+ * positions and every step a row sees depends only on its own keys, so
+ * nothing depends on the super block, the chunk, the thread or the path;
+ * the scores never leave the cache and the scratch does not grow with the
+ * context beyond the packed keys and values.
  *
  * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
  */
@@ -707,20 +708,18 @@ void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool b
 }
 
 // ----------------------------------------------------------------------------
-// The softmax of a row in three passes the attention interleaves with its
-// key blocks: eng_k_softmax_row's operations element for element (the same
-// bits, tested through the attention's oracle).
-//   sm_scale_max: s = round(s * scale) over any segment of the row, and the
-//     running max. The max of eng_k_softmax_row is taken over 8 lanes then
-//     across them, with `s > m ? s : m`: NaN never wins and the value is the
-//     largest of the others, whatever the order; only the sign of a zero
-//     maximum can depend on it, and s - (+0) and s - (-0) give the same
-//     e = exp(s - max) for every s (exp(+0) = exp(-0) = 1). So the segments
-//     and lanes may come in any order.
-//   sm_exp_sum: e = exp(s - max) over the whole row, and the sum in 8 lanes
-//     (lane j % 8 from the row's first key, ascending j), combined pairwise:
-//     exactly eng_k_softmax_row's order.
-//   sm_norm: p = round(e * (1 / sum)) over any segment.
+// The steps of the attention's online softmax over one key block of a row
+// (attn_super), the same bits on every path:
+//   sm_scale_max: s = round(s * scale) over the row's keys in the block, and
+//     the running max. The max is taken over 8 lanes then across them, with
+//     `s > m ? s : m`: NaN never wins and the value is the largest of the
+//     others, whatever the order; only the sign of a zero maximum can depend
+//     on it, and s - (+0) and s - (-0) give the same e = exp(s - max) for
+//     every s (exp(+0) = exp(-0) = 1), as +0 > -0 is false (no rescale).
+//   sm_exp_sum: e = round(exp(s - max)) over the row's keys in the block, and
+//     the sum in 8 lanes (lane j % 8 from the row's first key there,
+//     ascending j), combined pairwise.
+//   sm_norm: d = round(s * f) (the outputs' rescale, and the final 1 / sum).
 // The AVX2 versions serve the avx512 path too (an AVX-512 CPU runs AVX2).
 
 static void sm_scale_max_c(float *s, int32_t n, float scale, bool bf16, float *mx) {
@@ -732,9 +731,10 @@ static void sm_scale_max_c(float *s, int32_t n, float scale, bool bf16, float *m
     *mx = m;
 }
 
-static float sm_exp_sum_c(float *s, int32_t n, float mx) {
+static float sm_exp_sum_c(float *s, int32_t n, float mx, bool bf16) {
     #pragma omp simd
     for (int32_t j = 0; j < n; j++) s[j] = eng_expf(s[j] - mx);
+    if (bf16) eng_bf16_round_vec(s, n);
     float a8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     const int32_t n8 = n / 8 * 8;
     for (int32_t j = 0; j < n8; j += 8)
@@ -782,12 +782,13 @@ __attribute__((target("avx2,fma"))) static void sm_scale_max256(float *s, int32_
     *mx = x;
 }
 
-__attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t n, float mx) {
+__attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t n, float mx, bool bf16) {
     const __m256 vm = _mm256_set1_ps(mx);
     __m256 a8 = _mm256_setzero_ps();
     const int32_t n8 = n / 8 * 8;
     for (int32_t j = 0; j < n8; j += 8) {
-        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        if (bf16) e = bf16_256(e);
         _mm256_storeu_ps(s + j, e);
         a8 = _mm256_add_ps(a8, e);
     }
@@ -795,6 +796,7 @@ __attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t
     _mm256_storeu_ps(a, a8);
     for (int32_t j = n8; j < n; j++) {
         s[j] = eng_expf(s[j] - mx);
+        if (bf16) s[j] = eng_bf16_round(s[j]);
         a[j & 7] += s[j];
     }
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
@@ -823,11 +825,11 @@ static void sm_scale_max(eng_kpath path, float *s, int32_t n, float scale, bool 
     sm_scale_max_c(s, n, scale, bf16, mx);
 }
 
-static float sm_exp_sum(eng_kpath path, float *s, int32_t n, float mx) {
+static float sm_exp_sum(eng_kpath path, float *s, int32_t n, float mx, bool bf16) {
 #if REF_X86
-    if (path != ENG_KPATH_SCALAR) return sm_exp_sum256(s, n, mx);
+    if (path != ENG_KPATH_SCALAR) return sm_exp_sum256(s, n, mx, bf16);
 #endif
-    return sm_exp_sum_c(s, n, mx);
+    return sm_exp_sum_c(s, n, mx, bf16);
 }
 
 /* d = round(s * inv) (d may be s) */
@@ -842,18 +844,20 @@ static void sm_norm(eng_kpath path, const float *s, float *d, int32_t n, float i
 static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
 
 /* Rows of a super block: the rows that share one pass over the keys and
- * values (register blocks of the path's MR rows inside), and keys of a key
- * block: its packed keys and its values stay in L1/L2 while every row
- * block of the super block uses them. */
+ * values (register blocks of the path's MR rows inside). Key blocks: the
+ * online softmax's blocks, ATTN_KB keys on absolute positions [ATTN_KB*b,
+ * ATTN_KB*(b+1)); a block's scores take up to ATTN_SW columns of whole key
+ * panels (one more panel when the gathered keys are not panel-aligned). */
 #define ATTN_RB 32
-#define ATTN_KB 256
+#define ATTN_KB ENG_REF_ATTN_KB
+#define ATTN_SW (ATTN_KB + PW)
 
 /* Floats of one thread's scratch for P keys of head dim E: the head's
- * packed keys and values, the super block's scores [ATTN_RB][P32], its
- * outputs and its probabilities of one key block. */
+ * packed keys and values, the super block's scores of one key block and
+ * its outputs. */
 static int64_t attn_thread_floats(int32_t P, int32_t E) {
     const int64_t P32 = round32(P), E32 = round32(E);
-    return P32 * E + E32 * P32 + (int64_t)ATTN_RB * P32 + (int64_t)ATTN_RB * E32 + (int64_t)ATTN_RB * ATTN_KB;
+    return P32 * E + E32 * P32 + (int64_t)ATTN_RB * ATTN_SW + (int64_t)ATTN_RB * E32;
 }
 
 int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E) {
@@ -965,96 +969,100 @@ static inline void row_band(const attn_args *a, int32_t r, int32_t *lo, int32_t 
     *hi = p - a->kpos0;
 }
 
-/* One super block [r0, r1) of KV head g (at most ATTN_RB rows): scores,
- * softmax, values, output, key block by key block. Every element is the
- * same chain as in one pass (a chain continued from its stored float):
- *   1. per key block: the scores of every row block (chains over e), then
- *      each row's scale, rounding and running max over its keys there, while
- *      the block is in cache;
- *   2. per row: exp and the sum over all its keys, in eng_k_softmax_row's order;
- *   3. outputs: per row, the keys only some rows attend at the start (a
- *      window's) by axpy; then per key block of the keys every row attends:
- *      the probabilities normalised there, and the block's product over the
- *      register blocks (the accumulators continued from Ot); then the keys
- *      past the common ones (the causal diagonal) by axpy. */
+/* One super block [r0, r1) of KV head g (at most ATTN_RB rows), key block
+ * by key block (absolute positions [ATTN_KB*b, ATTN_KB*(b+1)), cut to the
+ * rows' keys), each row with its running max m, sum l and outputs o:
+ *   1. the block's scores for every register block (chains over e against
+ *      the packed keys), into S;
+ *   2. per row attending keys [j0, j1] of the block: s = round(s * scale)
+ *      and the block's max; when it is above m (after the row's first
+ *      block), o = o * a and l = l * a with a = exp(m - max), and m = max;
+ *      then e = exp(s - m) (rounded when bf16) in place, and l = l + the
+ *      sum of the e in 8 lanes (lane (j - j0) % 8), combined pairwise;
+ *   3. the block's values: the keys every attending row attends through
+ *      the register-blocked product over those rows (chains continued from
+ *      o), the rest (a window's start, the causal diagonal) by per-row axpy
+ *      continuing the same chains, in ascending position.
+ * Then out = round(o * (1 / l)). Every operation a row sees depends on its
+ * keys and the absolute block boundaries only: not on the super block, the
+ * chunk, the thread or the path. */
 static void attn_super(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float *Kp, bool packed, const ref_b *Vb,
-                       float *S, float *Ot, float *Pb) {
+                       float *S, float *Ot) {
     const eng_kpath path = a->path;
     const int32_t E = a->E, R = r1 - r0, P32 = round32(a->P), E32 = round32(E), mr = mr_max(path);
     const int32_t WV = E % PW ? E32 : E;  /* value columns computed */
-    int32_t lo[ATTN_RB], hi[ATTN_RB], lo_min = INT32_MAX, lo_max = 0, hi_min = INT32_MAX, hi_max = 0;
-    float mx[ATTN_RB], inv[ATTN_RB];
+    int32_t lo[ATTN_RB], hi[ATTN_RB], j0[ATTN_RB], j1[ATTN_RB], lo_min = INT32_MAX, hi_max = 0;
+    float mx[ATTN_RB], l[ATTN_RB];
+    bool on[ATTN_RB];
     for (int32_t i = 0; i < R; i++) {
         row_band(a, r0 + i, &lo[i], &hi[i]);
         if (lo[i] < lo_min) lo_min = lo[i];
-        if (lo[i] > lo_max) lo_max = lo[i];
-        if (hi[i] < hi_min) hi_min = hi[i];
         if (hi[i] > hi_max) hi_max = hi[i];
         mx[i] = -INFINITY;
+        l[i] = 0.0f;
+        on[i] = false;
     }
-    /* 1. scores of the key panels the super block touches (extra scores are never read) */
+    memset(Ot, 0, sizeof(float) * (size_t)R * (size_t)E32);
     const float *q = a->qg + ((int64_t)g * a->GR * a->T + r0) * E;
-    const ref_b KB = {.b = Kp, .ps = (int64_t)E * PW, .ldb = PW, .nread = P32};
     const int32_t nb = (R + mr - 1) / mr;
-    const int32_t ka = lo_min / PW * PW, kz = (hi_max / PW + 1) * PW;
-    int32_t q_next = ka / PW;  /* streamed keys: the next panel to pack */
-    for (int32_t c = ka; c < kz; c += ATTN_KB) {
-        const int32_t ce = c + ATTN_KB < kz ? c + ATTN_KB : kz;
+    int32_t q_next = lo_min / PW;  /* streamed keys: the next panel to pack */
+    for (int32_t js = lo_min, je; js <= hi_max; js = je + 1) {
+        je = (int32_t)(((int64_t)a->kpos0 + js) / ATTN_KB * ATTN_KB + ATTN_KB - a->kpos0 - 1);
+        if (je > hi_max) je = hi_max;
+        /* 1. scores of the key panels [cs, ce) (extra scores are never read) */
+        const int32_t cs = js / PW * PW, ce = (je / PW + 1) * PW;
         if (!packed)
             for (; q_next < ce / PW; q_next++) pack_keys(a, g, q_next, Kp);
+        const ref_b KB = {.b = Kp + (int64_t)(cs / PW) * E * PW, .ps = (int64_t)E * PW, .ldb = PW, .nread = P32 - cs};
         for (int32_t ib = 0; ib < nb; ib++) {
             int32_t b0, b1;
             row_block(R, nb, ib, &b0, &b1);
-            gemm_rows(path, b1 - b0, E, q + (int64_t)b0 * E, E, &KB, c, ce, P32, S + (int64_t)b0 * P32, P32, 0,
-                      tile_w(path, b1 - b0), NULL, 0);
+            gemm_rows(path, b1 - b0, E, q + (int64_t)b0 * E, E, &KB, 0, ce - cs, P32 - cs, S + (int64_t)b0 * ATTN_SW,
+                      ATTN_SW, 0, tile_w(path, b1 - b0), NULL, 0);
         }
+        /* 2. per row: max, rescale, exponentials and sum */
+        int32_t i0 = -1, i1 = -1, A = 0, B = INT32_MAX;
+        bool together = true;
         for (int32_t i = 0; i < R; i++) {
-            const int32_t j0 = lo[i] > c ? lo[i] : c, j1 = hi[i] < ce - 1 ? hi[i] : ce - 1;
-            sm_scale_max(path, S + (int64_t)i * P32 + j0, j1 - j0 + 1, a->scale, a->bf16, &mx[i]);
-        }
-    }
-    /* 2. exponentials and sums */
-    for (int32_t i = 0; i < R; i++)
-        inv[i] = 1.0f / sm_exp_sum(path, S + (int64_t)i * P32 + lo[i], hi[i] - lo[i] + 1, mx[i]);
-    /* 3. values: per row the chain over its keys lo..hi ascending */
-    if (lo_max > hi_min) {  /* no key common to every row: each row on its own */
-        for (int32_t i = 0; i < R; i++) {
-            float *o = Ot + (int64_t)i * E32, *p = S + (int64_t)i * P32;
-            sm_norm(path, p + lo[i], p + lo[i], hi[i] - lo[i] + 1, inv[i], a->bf16);
-            memset(o, 0, sizeof(float) * (size_t)E32);
-            for (int32_t j = lo[i]; j <= hi[i]; j++) axpy_row(path, WV, p[j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
-        }
-    } else {
-        const bool heads = lo_min < lo_max;
-        if (heads)
-            for (int32_t i = 0; i < R; i++) {
-                float *o = Ot + (int64_t)i * E32, *p = S + (int64_t)i * P32;
-                sm_norm(path, p + lo[i], p + lo[i], lo_max - lo[i], inv[i], a->bf16);
-                memset(o, 0, sizeof(float) * (size_t)E32);
-                for (int32_t j = lo[i]; j < lo_max; j++)
-                    axpy_row(path, WV, p[j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, o);
+            j0[i] = lo[i] > js ? lo[i] : js;
+            j1[i] = hi[i] < je ? hi[i] : je;
+            if (j0[i] > j1[i]) continue;
+            if (i0 < 0) i0 = i;
+            else if (i1 != i) together = false;
+            i1 = i + 1;
+            if (j0[i] > A) A = j0[i];
+            if (j1[i] < B) B = j1[i];
+            float *sr = S + (int64_t)i * ATTN_SW + (j0[i] - cs), m = mx[i];
+            const int32_t n = j1[i] - j0[i] + 1;
+            sm_scale_max(path, sr, n, a->scale, a->bf16, &m);
+            if (on[i] && m > mx[i]) {
+                const float al = eng_expf(mx[i] - m);
+                sm_norm(path, Ot + (int64_t)i * E32, Ot + (int64_t)i * E32, WV, al, false);
+                l[i] = l[i] * al;
             }
-        for (int32_t c = lo_max; c <= hi_min; c += ATTN_KB) {
-            const int32_t n = hi_min + 1 - c < ATTN_KB ? hi_min + 1 - c : ATTN_KB;
-            for (int32_t i = 0; i < R; i++) {  /* normalised into Pb: S is only read */
-                sm_norm(path, S + (int64_t)i * P32 + c, Pb + (int64_t)i * ATTN_KB, n, inv[i], a->bf16);
-            }
-            const ref_b VS = {.b = Vb->b + (int64_t)c * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
-            gemm_region(path, 0, R, 0, WV, WV, n, Pb, ATTN_KB, &VS, Ot, E32, heads || c > lo_max);
+            mx[i] = m;
+            on[i] = true;
+            l[i] = l[i] + sm_exp_sum(path, sr, n, m, a->bf16);
         }
-        for (int32_t i = 0; i < R; i++) {
-            float *p = S + (int64_t)i * P32;
-            sm_norm(path, p + hi_min + 1, p + hi_min + 1, hi[i] - hi_min, inv[i], a->bf16);
-            for (int32_t j = hi_min + 1; j <= hi[i]; j++)
-                axpy_row(path, WV, p[j], Vb->b + (int64_t)j * Vb->ldb, Vb->ps, Ot + (int64_t)i * E32);
+        /* 3. values */
+        if (i0 < 0) continue;
+        if (!together || A > B) A = INT32_MAX;  /* no keys common to the attending rows: each row on its own */
+        for (int32_t i = i0; i < i1; i++)
+            for (int32_t j = j0[i]; j < A && j <= j1[i]; j++)
+                axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)j * Vb->ldb, Vb->ps,
+                         Ot + (int64_t)i * E32);
+        if (A != INT32_MAX) {
+            const ref_b VS = {.b = Vb->b + (int64_t)A * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
+            gemm_region(path, i0, i1, 0, WV, WV, B - A + 1, S + (A - cs), ATTN_SW, &VS, Ot, E32, 1);
+            for (int32_t i = i0; i < i1; i++)
+                for (int32_t j = B + 1; j <= j1[i]; j++)
+                    axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)j * Vb->ldb, Vb->ps,
+                             Ot + (int64_t)i * E32);
         }
     }
     for (int32_t i = 0; i < R; i++) {
         const int32_t r = r0 + i, t = r % a->T, h = g * a->GR + r / a->T;
-        float *o = a->O + (int64_t)t * a->ldo + (int64_t)h * E;
-        memcpy(o, Ot + (int64_t)i * E32, sizeof(float) * (size_t)E);
-        if (a->bf16)
-            for (int32_t e = 0; e < E; e++) o[e] = eng_bf16_round(o[e]);
+        sm_norm(path, Ot + (int64_t)i * E32, a->O + (int64_t)t * a->ldo + (int64_t)h * E, E, 1.0f / l[i], a->bf16);
     }
 }
 
@@ -1065,8 +1073,7 @@ static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
     float *Kp = a->ws + (int64_t)ith * attn_thread_floats(a->P, E);
     float *Vp = Kp + (int64_t)P32 * E;
     float *S = Vp + (int64_t)E32 * P32;
-    float *Ot = S + (int64_t)ATTN_RB * P32;
-    float *Pb = Ot + (int64_t)ATTN_RB * E32;
+    float *Ot = S + (int64_t)ATTN_RB * ATTN_SW;
     int32_t g_packed = -1;
     for (int32_t it = it0; it < it1; it++) {
         const int32_t g = it / a->nb_g, b = it % a->nb_g;
@@ -1088,7 +1095,7 @@ static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
         const int32_t s = b / a->nb_seg, bs = b % a->nb_seg;
         int32_t r0, r1;
         row_block(a->seg_rows, a->nb_seg, bs, &r0, &r1);
-        attn_super(a, g, s * a->seg_rows + r0, s * a->seg_rows + r1, Kp, pack_all, &Vb, S, Ot, Pb);
+        attn_super(a, g, s * a->seg_rows + r0, s * a->seg_rows + r1, Kp, pack_all, &Vb, S, Ot);
     }
 }
 

@@ -23,15 +23,21 @@ void    eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, in
  * boundary), on the calling thread, not rounded. */
 void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
                             const float *X, int32_t ldx, float *Y, int32_t ldy);
+/* Keys per block of the ref attention's online softmax: blocks start at the
+ * absolute positions that are multiples of it, whatever the chunk. */
+#define ENG_REF_ATTN_KB 256
+
 /* The ref attention of one chunk (kernels_ref.c), full causal (W == 0) or
  * with a window of W keys (a query at p attends the positions (p - W, p]):
  * qg [H*T, E] the queries regrouped by KV head (query head h's T rows at
  * qg + h*T*E), K and V [P, G*E] (row stride ldkv) holding the positions
  * [kpos0, pos0 + T), P = pos0 + T - kpos0 -> O [T, H*E] (row stride ldo),
- * scale 1/sqrt(E), rounded when bf16. Scores are chains over e, the softmax
- * is eng_k_softmax_row over each row's attended keys, outputs are chains
- * over the attended keys in ascending position. ws: at least
- * eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
+ * scale 1/sqrt(E), rounded when bf16. Scores are chains over e; the
+ * softmax is online over key blocks of ENG_REF_ATTN_KB absolute positions
+ * (a running max and sum per row, the outputs rescaled when the max grows);
+ * outputs are chains over the attended keys in ascending position,
+ * multiplied by 1 / sum at the end (kernels_ref.c, attn_super, has every
+ * step). ws: at least eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
 void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G,
                          int32_t E, const float *qg, const float *K, const float *V, int32_t ldkv, float *O,
                          int32_t ldo, float *ws, int64_t ws_cap);
@@ -43,7 +49,7 @@ int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E);
  * partial sums (lane j % 8, ascending j), combined as
  * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Rounded when bf16. */
 void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16);
-/* The same on one of the ref kernel's paths (the ref attention's softmax;
+/* The same on one of the ref kernel's paths (blas's attention softmax;
  * identical bits on every path, which the tests check through this). */
 void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16);
 

@@ -270,6 +270,12 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
  * blas_product); change the string when the choice changes. */
 #define BLAS_SHAPE_SCHEME "blas: a product of one row is one sgemv per column unit, one unit per thread; v1"
 
+/* The ref attention's softmax (kernels_ref.c, attn_super): online over key
+ * blocks of absolute positions since this build, where earlier builds took
+ * eng_k_softmax_row over all of a row's keys; change the string when the
+ * ref kernel's operations change. */
+#define REF_SCHEME "ref: attention softmax online over blocks of 256 absolute positions; v1"
+
 static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
     uint8_t b[44];
     memcpy(b, sha, 32);
@@ -279,7 +285,8 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
         b[36 + i] = (uint8_t)(pv >> (8 * i));
         b[40 + i] = (uint8_t)(tv >> (8 * i));
     }
-    if (num->kernel != ENG_KERNEL_BLAS) return XXH3_64bits(b, 40);
+    if (num->kernel != ENG_KERNEL_BLAS)  /* ref: its scheme hashed in, so earlier builds' checkpoints miss */
+        return XXH3_64bits_withSeed(b, 40, XXH3_64bits(REF_SCHEME, strlen(REF_SCHEME)));
     /* blas: OpenBLAS's per-row results depend on how the product is split
      * (thread count) and on its build and core kernel (config string). With
      * more than one thread the split is the engine's (column units on the

@@ -248,35 +248,63 @@ static void softmax_paths_give_the_bits_of_the_shared_softmax(void **state) {
 
 /* The ref attention's chains, plainly: for query head h, token t at
  * position p = pos0 + t, keys j in [lo, p] (lo = max(p - W + 1, kpos0),
- * W == 0: 0): s_j = fmaf chain over e of q[e]*k_j[e]; eng_k_softmax_row;
- * o[e] = fmaf chain over j ascending of p_j * v_j[e]; rounded when bf16. */
+ * W == 0: 0), s_j = fmaf chain over e of q[e]*k_j[e]; then the online
+ * softmax over key blocks of 256 absolute positions, each cut to [lo, p]:
+ * s = round(s * scale), the block max; when it is above the running max m
+ * (after the first block), o = o * a and l = l * a with a = exp(m - max),
+ * m = max; e = round(exp(s - m)); l = l + the block's sum in 8 lanes (lane
+ * (j - first key of the block) % 8) combined pairwise; o[e] = fmaf chain
+ * over the block's keys ascending of e_j * v_j[e]. Then o * (1 / l),
+ * rounded when bf16. */
 static void oracle_attention(int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G, int32_t E,
                              const float *Q, int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O,
                              int32_t ldo, bool bf16) {
-    const int32_t GR = H / G;
-    float *s = malloc(sizeof(float) * (size_t)(pos0 + T + 1));
+    const int32_t GR = H / G, KB = ENG_REF_ATTN_KB;
+    const float scale = 1.0f / sqrtf((float)E);
+    float *s = malloc(sizeof(float) * KB), *o = malloc(sizeof(float) * (size_t)E);
     for (int32_t h = 0; h < H; h++)
         for (int32_t t = 0; t < T; t++) {
             const int32_t p = pos0 + t, g = h / GR;
             int32_t lo = W > 0 ? p - W + 1 : 0;
             if (lo < kpos0) lo = kpos0;
             const float *q = Q + (int64_t)t * ldq + (int64_t)h * E;
-            for (int32_t j = lo; j <= p; j++) {
-                const float *k = K + (int64_t)(j - kpos0) * ldkv + (int64_t)g * E;
-                float acc = 0.0f;
-                for (int32_t e = 0; e < E; e++) acc = fmaf(q[e], k[e], acc);
-                s[j - lo] = acc;
+            float m = -INFINITY, l = 0.0f;
+            for (int32_t e = 0; e < E; e++) o[e] = 0.0f;
+            for (int32_t b0 = lo; b0 <= p;) {
+                const int32_t b1 = (b0 / KB + 1) * KB - 1 < p ? (b0 / KB + 1) * KB - 1 : p, n = b1 - b0 + 1;
+                float bm = m;
+                for (int32_t j = b0; j <= b1; j++) {
+                    const float *k = K + (int64_t)(j - kpos0) * ldkv + (int64_t)g * E;
+                    float acc = 0.0f;
+                    for (int32_t e = 0; e < E; e++) acc = fmaf(q[e], k[e], acc);
+                    acc = acc * scale;
+                    s[j - b0] = bf16 ? eng_bf16_round(acc) : acc;
+                    bm = s[j - b0] > bm ? s[j - b0] : bm;
+                }
+                if (b0 > lo && bm > m) {
+                    const float al = eng_expf(m - bm);
+                    for (int32_t e = 0; e < E; e++) o[e] = o[e] * al;
+                    l = l * al;
+                }
+                m = bm;
+                float a8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (int32_t j = 0; j < n; j++) {
+                    s[j] = eng_expf(s[j] - m);
+                    if (bf16) s[j] = eng_bf16_round(s[j]);
+                    a8[j % 8] += s[j];
+                }
+                l = l + (((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7])));
+                for (int32_t e = 0; e < E; e++)
+                    for (int32_t j = b0; j <= b1; j++)
+                        o[e] = fmaf(s[j - b0], V[(int64_t)(j - kpos0) * ldkv + (int64_t)g * E + e], o[e]);
+                b0 = b1 + 1;
             }
-            eng_k_softmax_row(s, p - lo + 1, 1.0f / sqrtf((float)E), bf16);
-            float *o = O + (int64_t)t * ldo + (int64_t)h * E;
-            for (int32_t e = 0; e < E; e++) {
-                float acc = 0.0f;
-                for (int32_t j = lo; j <= p; j++)
-                    acc = fmaf(s[j - lo], V[(int64_t)(j - kpos0) * ldkv + (int64_t)g * E + e], acc);
-                o[e] = bf16 ? eng_bf16_round(acc) : acc;
-            }
+            float *out = O + (int64_t)t * ldo + (int64_t)h * E;
+            const float inv = 1.0f / l;
+            for (int32_t e = 0; e < E; e++) out[e] = bf16 ? eng_bf16_round(o[e] * inv) : o[e] * inv;
         }
     free(s);
+    free(o);
 }
 
 static void ref_attention_equals_its_chains_on_every_path_and_chunking(void **state) {
@@ -362,15 +390,18 @@ static void attention_chunked(const eng_kctx *c, int32_t n, int32_t head, int32_
     free(qg);
 }
 
-/* Long contexts (1,200 keys, and a 500-key window over them): every query's
- * output is memcmp-identical whatever the chunk it sits in (64 from 0; a
- * first chunk of 37 then 64; 256 from an offset of 100; 1,000), at 1 and 2
- * threads, on every path, and equals the plain oracle of its chains (fixed
- * order over the keys, whatever the key blocks and row blocks the kernel
- * uses). */
+/* Long contexts (1,200 keys: five blocks of the online softmax, and a
+ * 500-key window over them, which starts blocks off the key panels): every
+ * query's output is memcmp-identical whatever the chunk it sits in (64 from
+ * 0; a first chunk of 37 then 64; 256 from an offset of 100; 1,000), at 1
+ * and 2 threads, on every path, in fp32 and bf16, and equals the plain
+ * oracle of its chains (the key blocks on absolute positions, whatever the
+ * chunk, row blocks and super blocks the kernel uses). */
 static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets(void **state) {
     (void)state;
-    static const struct { int32_t H, G, E, W; } cfg[] = {{2, 1, 32, 0}, {4, 2, 64, 0}, {2, 1, 32, 500}};
+    static const struct { int32_t H, G, E, W; bool bf16; } cfg[] = {
+        {2, 1, 32, 0, false}, {4, 2, 64, 0, false}, {2, 1, 32, 500, false}, {4, 2, 40, 300, true}, {2, 1, 32, 0, true},
+    };
     static const struct { int32_t head, chunk; } split[] = {{0, 64}, {37, 64}, {100, 256}, {0, 1000}};
     const int32_t n = 1200;
     eng_kpath ps[3];
@@ -380,30 +411,30 @@ static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offse
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
         const int32_t H = cfg[ci].H, G = cfg[ci].G, E = cfg[ci].E, W = cfg[ci].W;
         const int32_t HE = H * E, GE = G * E, LD = HE + 2 * GE;
+        const bool bf = cfg[ci].bf16;
         g_rng = 900 + ci;
         float *x = rvec((int64_t)n * LD, 2.0f);
+        if (bf)
+            for (int64_t i = 0; i < (int64_t)n * LD; i++) x[i] = eng_bf16_round(x[i]);
         float *want = malloc(sizeof(float) * (size_t)n * HE), *got = malloc(sizeof(float) * (size_t)n * HE);
-        if (ci == 0) {  /* the oracle, once: the kernel's chains exactly */
-            for (int32_t p0 = 0; p0 < n; p0 += 64) {
-                const int32_t T = n - p0 < 64 ? n - p0 : 64;
-                oracle_attention(T, p0, W, 0, H, G, E, x + (int64_t)p0 * LD, LD, x + HE, x + HE + GE, LD,
-                                 want + (int64_t)p0 * HE, HE, false);
-            }
-        } else {  /* the reference: scalar path, one thread, chunks of 64 */
-            const eng_kctx c = ctx_of(ENG_KPATH_SCALAR, 1, NULL);
-            attention_chunked(&c, n, 0, 64, H, G, E, W, x, want);
+        /* the oracle: the kernel's chains exactly, from the whole context */
+        for (int32_t p = 0; p < n; p++) {
+            const int32_t kpos0 = W > 0 && p - W + 1 > 0 ? p - W + 1 : 0;
+            oracle_attention(1, p, W, kpos0, H, G, E, x + (int64_t)p * LD, LD, x + (int64_t)kpos0 * LD + HE,
+                             x + (int64_t)kpos0 * LD + HE + GE, LD, want + (int64_t)p * HE, HE, bf);
         }
         for (int pi = 0; pi < np; pi++)
             for (size_t si = 0; si < sizeof split / sizeof split[0]; si++)
                 for (int32_t th = 1; th <= 2; th++) {
-                    const eng_kctx c = ctx_of(ps[pi], th, p2);
+                    eng_kctx c = ctx_of(ps[pi], th, p2);
+                    c.bf16 = bf;
                     memset(got, 0xff, sizeof(float) * (size_t)n * HE);
                     attention_chunked(&c, n, split[si].head, split[si].chunk, H, G, E, W, x, got);
                     for (int32_t t = 0; t < n; t++)
                         if (memcmp(got + (int64_t)t * HE, want + (int64_t)t * HE, sizeof(float) * (size_t)HE))
-                            fail_msg("long attention H %d G %d E %d W %d, path %s, first chunk %d then %d, %d thread(s): "
-                                     "token %d differs", H, G, E, W, eng_kpath_name(ps[pi]), split[si].head,
-                                     split[si].chunk, th, t);
+                            fail_msg("long attention H %d G %d E %d W %d bf16 %d, path %s, first chunk %d then %d, "
+                                     "%d thread(s): token %d differs", H, G, E, W, bf, eng_kpath_name(ps[pi]),
+                                     split[si].head, split[si].chunk, th, t);
                     cases++;
                 }
         free(x); free(want); free(got);
