@@ -133,14 +133,19 @@ static inline float eng_expf(float x) {
 
 /* A weight matrix W [N, K] (N outputs, K inputs: GGUF ne = [K, N]), in the
  * layout its kernel reads:
- *   kn (eng_kmat_init, both kernels): W^T row-major [K, ld], ld = N rounded
- *     up to 16, padding columns zero (blas calls sgemm NoTrans/NoTrans,
- *     which OpenBLAS packs faster than NoTrans/Trans);
+ *   kn (eng_kmat_init; blas at one thread): W^T row-major [K, ld], ld = N
+ *     rounded up to 16, padding columns zero (blas calls sgemm
+ *     NoTrans/NoTrans, which OpenBLAS packs faster than NoTrans/Trans, and
+ *     its one-row sgemv on it is 1.13x as fast on one thread);
  *   panels (eng_kmat_init_for with ENG_KERNEL_REF): W^T cut into panels of
  *     ENG_REF_PANEL columns, each contiguous [K][32], ld = N rounded up to
  *     32, padding columns zero: packed once at load, so the ref kernel's
  *     register blocks stream one panel sequentially;
- *   !kn (eng_kmat_view, blas only): W itself, row-major [N, ld = K]. */
+ *   !kn (blas only: eng_kmat_init_for with more than one thread, copied;
+ *     eng_kmat_view, not): W itself, row-major [N, ld = K]. A thread's column
+ *     unit is then a contiguous block of rows, which a one-row sgemv streams
+ *     faster at 2 threads than the kn layout's half-rows (decode, base
+ *     preset: 1.05x, six pairs); prefill unchanged (1.03x). */
 typedef struct eng_kmat {
     int32_t n_out;   /* N */
     int32_t n_in;    /* K */

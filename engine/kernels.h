@@ -53,8 +53,11 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n);
 /* Builds W's kn layout from w [N, K] (copied; rounded to bf16 when bf16).
  * Returns ENG_OK or ENG_ERR_NOMEM. */
 int  eng_kmat_init(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16);
-/* The layout that kernel reads fastest (panels for ref, kn for blas). */
-int  eng_kmat_init_for(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, eng_kernel kernel, bool bf16);
+/* The layout that kernel reads fastest at that thread count: panels for
+ * ref; for blas kn at one thread, W itself [N, K] (rows) with more, so that
+ * each thread's column unit is a contiguous block of rows (kbase.h). */
+int  eng_kmat_init_for(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, eng_kernel kernel, int32_t n_threads,
+                       bool bf16);
 /* A view of w [N, K] (not copied, not owned): w must already be in its final
  * precision and outlive m. Only for ENG_KERNEL_BLAS (a tied output head). */
 void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in);

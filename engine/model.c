@@ -228,7 +228,8 @@ int eng_ld_fused_pad(eng_loader *ld, const eng_model *m, const char *const *name
         row += (n_outs[i] + pad - 1) / pad * pad;
     }
     if (rc == ENG_OK)
-        rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->kctx.bf16);
+        rc = eng_kmat_init_for(out, w, (int32_t)n_out, (int32_t)n_in, m->num.kernel, m->num.n_threads,
+                               m->kctx.bf16);
     free(w);
     return rc;
 }
@@ -265,7 +266,9 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
 
 /* The blas split with more than one thread (kernels.h, eng_k_matmul_fused
  * and eng_k_attention); change the string when the split changes. */
-#define BLAS_SPLIT_SCHEME "blas: column units of >= 64 (x16), 4 per thread; attention KV head x query block; v1"
+#define BLAS_SPLIT_SCHEME                                                                                  \
+    "blas: column units of >= 64 (x16), 4 per thread; attention KV head x query block; weights as W [N, K] " \
+    "(rows); v2"
 /* The blas routine by shape, at every thread count (kernels.c,
  * blas_product); change the string when the choice changes. */
 #define BLAS_SHAPE_SCHEME "blas: a product of one row is one sgemv per column unit, one unit per thread; v1"
@@ -346,7 +349,8 @@ static int load_embd_and_head(eng_loader *ld, eng_model *m) {
     float *ow = NULL;
     rc = m->tie_output ? ENG_ERR_NOT_FOUND : eng_ld_tensor(ld, "output.weight", D, V, true, &ow);
     if (rc == ENG_OK) {
-        rc = eng_kmat_init_for(&m->output, ow, (int32_t)V, (int32_t)D, m->num.kernel, m->kctx.bf16);
+        rc = eng_kmat_init_for(&m->output, ow, (int32_t)V, (int32_t)D, m->num.kernel, m->num.n_threads,
+                               m->kctx.bf16);
         free(ow);
     } else if (rc == ENG_ERR_NOT_FOUND) {
         m->output_tied = true;
@@ -354,7 +358,8 @@ static int load_embd_and_head(eng_loader *ld, eng_model *m) {
             eng_kmat_view(&m->output, m->tok_embd, (int32_t)V, (int32_t)D);
             rc = ENG_OK;
         } else {
-            rc = eng_kmat_init_for(&m->output, m->tok_embd, (int32_t)V, (int32_t)D, m->num.kernel, false);
+            rc = eng_kmat_init_for(&m->output, m->tok_embd, (int32_t)V, (int32_t)D, m->num.kernel,
+                                   m->num.n_threads, false);
         }
     }
     return rc;

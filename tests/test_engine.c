@@ -441,7 +441,7 @@ static void ref_matmul_rows_do_not_depend_on_the_number_of_rows(void **state) {
     for (int i = 0; i < M * K; i++) { s = s * 6364136223846793005ull + 1; x[i] = (float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23); }
     eng_kmat W, Wp;  /* the kn layout and the ref kernel's panels */
     assert_int_equal(eng_kmat_init(&W, w, N, K, false), ENG_OK);
-    assert_int_equal(eng_kmat_init_for(&Wp, w, N, K, ENG_KERNEL_REF, false), ENG_OK);
+    assert_int_equal(eng_kmat_init_for(&Wp, w, N, K, ENG_KERNEL_REF, 1, false), ENG_OK);
     assert_true(Wp.panels);
     eng_pool *pool = eng_pool_new(2);
     assert_non_null(pool);

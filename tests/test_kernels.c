@@ -99,7 +99,7 @@ static void ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_cou
         float *want = malloc(sizeof(float) * (size_t)M * N), *y = malloc(sizeof(float) * (size_t)M * (N + 5));
         oracle_matmul(M, N, K, x, ldx, w, want);
         eng_kmat Wp, Wkn;
-        assert_int_equal(eng_kmat_init_for(&Wp, w, N, K, ENG_KERNEL_REF, false), ENG_OK);
+        assert_int_equal(eng_kmat_init_for(&Wp, w, N, K, ENG_KERNEL_REF, 1, false), ENG_OK);
         assert_int_equal(eng_kmat_init(&Wkn, w, N, K, false), ENG_OK);
         assert_true(Wp.panels && Wp.ld % ENG_REF_PANEL == 0);
         for (int pi = 0; pi < np; pi++)
@@ -121,6 +121,41 @@ static void ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_cou
     print_message("%d products checked on %d path(s) (best: %s)\n", checked, np, eng_kpath_name(eng_kpath_best()));
     eng_pool_free(p2);
     eng_pool_free(p3);
+}
+
+/* The weights' layout by kernel and thread count: ref's panels; blas's
+ * W^T (kn) at one thread and W itself (rows, a copy of w) with more, so a
+ * thread's column unit is a block of whole rows; bf16 rounds the copy. */
+static void blas_weights_are_whole_rows_with_more_than_one_thread(void **state) {
+    (void)state;
+    const int32_t N = 100, K = 70;
+    g_rng = 77;
+    float *w = rvec((int64_t)N * K, 1.0f);
+    for (int bf = 0; bf < 2; bf++)
+        for (int32_t th = 1; th <= 3; th++) {
+            eng_kmat B, R;
+            assert_int_equal(eng_kmat_init_for(&B, w, N, K, ENG_KERNEL_BLAS, th, bf), ENG_OK);
+            assert_int_equal(eng_kmat_init_for(&R, w, N, K, ENG_KERNEL_REF, th, bf), ENG_OK);
+            assert_true(R.panels && R.kn);
+            assert_true(B.owned && !B.panels);
+            if (th == 1) {
+                assert_true(B.kn);
+                assert_int_equal(B.ld, 112);  /* N rounded up to 16 */
+            } else {
+                assert_false(B.kn);
+                assert_int_equal(B.ld, K);
+            }
+            for (int32_t j = 0; j < N; j++)
+                for (int32_t k = 0; k < K; k++) {
+                    const float want = bf ? eng_bf16_round(w[(int64_t)j * K + k]) : w[(int64_t)j * K + k];
+                    const float got = B.kn ? B.data[(int64_t)k * B.ld + j] : B.data[(int64_t)j * B.ld + k];
+                    if (memcmp(&got, &want, sizeof got))
+                        fail_msg("blas, %d thread(s), bf16 %d: W(%d, %d) is %g, want %g", th, bf, j, k, got, want);
+                }
+            eng_kmat_free(&B);
+            eng_kmat_free(&R);
+        }
+    free(w);
 }
 
 /* blas: a product of one row is one sgemv, of more rows one sgemm (the
@@ -188,7 +223,7 @@ static void ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads(void *
     float *w = rvec((int64_t)N * K, 1.0f), *x = rvec((int64_t)MAX * K, 1.0f);
     float *full = malloc(sizeof(float) * (size_t)MAX * N), *y = malloc(sizeof(float) * (size_t)MAX * N);
     eng_kmat W;
-    assert_int_equal(eng_kmat_init_for(&W, w, N, K, ENG_KERNEL_REF, false), ENG_OK);
+    assert_int_equal(eng_kmat_init_for(&W, w, N, K, ENG_KERNEL_REF, 1, false), ENG_OK);
     eng_pool *p2 = eng_pool_new(2);
     eng_kpath ps[3];
     const int np = paths(ps);
@@ -589,6 +624,7 @@ int main(void) {
         cmocka_unit_test(ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_count),
         cmocka_unit_test(ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads),
         cmocka_unit_test(blas_products_are_sgemv_for_one_row_and_sgemm_for_more),
+        cmocka_unit_test(blas_weights_are_whole_rows_with_more_than_one_thread),
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
         cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
         cmocka_unit_test(ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets),
