@@ -68,26 +68,6 @@ int eng_kmat_init(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool
     return kmat_build(m, w, n_out, n_in, false, bf16);
 }
 
-/* W itself, row-major [N, ld = K], copied (and rounded when bf16). */
-static int kmat_rows(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16) {
-    memset(m, 0, sizeof *m);
-    m->n_out = n_out;
-    m->n_in = n_in;
-    m->ld = n_in;
-    m->data = malloc(sizeof(float) * (size_t)n_out * (size_t)n_in);
-    if (!m->data) return ENG_ERR_NOMEM;
-    const int64_t n = (int64_t)n_out * n_in;
-    for (int64_t i = 0; i < n; i++) m->data[i] = bf16 ? eng_bf16_round(w[i]) : w[i];
-    m->owned = true;
-    return ENG_OK;
-}
-
-int eng_kmat_init_for(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, eng_kernel kernel, int32_t n_threads,
-                      bool bf16) {
-    if (kernel == ENG_KERNEL_BLAS && n_threads > 1) return kmat_rows(m, w, n_out, n_in, bf16);
-    return kmat_build(m, w, n_out, n_in, kernel == ENG_KERNEL_REF, bf16);
-}
-
 void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in) {
     m->n_out = n_out;
     m->n_in = n_in;
@@ -96,6 +76,25 @@ void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in) {
     m->panels = false;
     m->owned = false;
     m->data = w;
+}
+
+/* W itself, row-major [N, ld = K], copied (and rounded when bf16): the
+ * view's layout over an owned copy. */
+static int kmat_rows(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16) {
+    const int64_t n = (int64_t)n_out * n_in;
+    float *d = malloc(sizeof(float) * (size_t)n);
+    if (!d) return ENG_ERR_NOMEM;
+    memcpy(d, w, sizeof(float) * (size_t)n);
+    if (bf16) round_vec(d, n);
+    eng_kmat_view(m, d, n_out, n_in);
+    m->owned = true;
+    return ENG_OK;
+}
+
+int eng_kmat_init_for(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, eng_kernel kernel, int32_t n_threads,
+                      bool bf16) {
+    if (kernel == ENG_KERNEL_BLAS && n_threads > 1) return kmat_rows(m, w, n_out, n_in, bf16);
+    return kmat_build(m, w, n_out, n_in, kernel == ENG_KERNEL_REF, bf16);
 }
 
 void eng_kmat_free(eng_kmat *m) {
