@@ -78,6 +78,22 @@ typedef struct depth_run {
     double  attn_gflops;  /* marginal, against depth 0 */
 } depth_run;
 
+/* The context fill's progress on a terminal (a 128K fill takes minutes),
+ * at most once a second: eng_prefill calls it after each chunk. */
+typedef struct fill_progress {
+    const char *kernel;
+    int32_t     to;
+    double      t0, last;
+} fill_progress;
+
+static void fill_on_chunk(void *ud, eng_seq *s, int32_t n_tokens) {
+    fill_progress *f = ud;
+    const double now = eng_now_s();
+    if (now - f->last < 1.0) return;
+    f->last = now;
+    fprintf(stderr, "\rbench --depth: %s context %d/%d tokens, %.0f s   ", f->kernel, n_tokens, f->to, now - f->t0);
+}
+
 /* One kernel: depth 0, then each depth ascending, in one sequence. */
 static void depth_kernel(const eng_model *m, const depth_args *a, const int32_t *ctx_toks, const int32_t *toks,
                          hx_peak *pk, depth_run *out) {
@@ -98,7 +114,12 @@ static void depth_kernel(const eng_model *m, const depth_args *a, const int32_t 
         int rc = eng_seq_restore(s, ck);
         const int32_t at = eng_seq_n_tokens(s);
         double t0 = eng_now_s();
-        if (rc == ENG_OK && d > at) rc = eng_prefill(s, ctx_toks + at, d - at, &pp, NULL);
+        if (rc == ENG_OK && d > at) {
+            eng_prefill_params fp = pp;
+            fill_progress fpr = {.kernel = eng_kernel_name(num->kernel), .to = d, .t0 = t0, .last = t0};
+            if (eng_stderr_is_tty()) { fp.on_chunk = fill_on_chunk; fp.ud = &fpr; }
+            rc = eng_prefill(s, ctx_toks + at, d - at, &fp, NULL);
+        }
         if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench --depth: context prefill failed: %s", eng_status_str(rc));
         depth_run *o = &out[di + 1];
         o->fill_s = eng_now_s() - t0;
