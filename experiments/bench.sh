@@ -58,7 +58,10 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
     echo "== llama.cpp ($LLAMA_BENCH): pp512, tg128, p512 at depth, on the same GGUF files"
     "$LLAMA_BENCH" -m "$BASE" -p 512 -n 0 -t "1,$T" -r 3 -o json > "$OUT/llama-pp.json"
     "$LLAMA_BENCH" -m "$BASE" -m "$STORIES" -p 0 -n 128 -t "1,$T" -r 3 -o json > "$OUT/llama-tg.json"
-    "$LLAMA_BENCH" -m "$SMALL" -p 512 -n 0 -d "$DEPTHS" -fa 0,1 -t "1,$T" -r 2 -o json > "$OUT/llama-depth.json"
+    # $T threads first: llama-bench fills each depth once per -fa setting (its saved state
+    # restores across thread counts and repetitions, not across -fa: V is transposed without
+    # flash attention), in the first configuration that needs it
+    "$LLAMA_BENCH" -m "$SMALL" -p 512 -n 0 -d "$DEPTHS" -fa 0,1 -t "$T,1" -r 2 -o json > "$OUT/llama-depth.json"
 fi
 echo "== issue 23 targets (results/bench/*.json; \"loaded\": tok/s beside two busy competitors)"
 "$KVR" bench --table "$OUT"
