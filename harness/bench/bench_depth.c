@@ -119,6 +119,7 @@ static void depth_kernel(const eng_model *m, const depth_args *a, const int32_t 
             fill_progress fpr = {.kernel = eng_kernel_name(num->kernel), .to = d, .t0 = t0, .last = t0};
             if (eng_stderr_is_tty()) { fp.on_chunk = fill_on_chunk; fp.ud = &fpr; }
             rc = eng_prefill(s, ctx_toks + at, d - at, &fp, NULL);
+            if (fpr.last > t0) fprintf(stderr, "\r%70s\r", "");  /* the rep lines are shorter */
         }
         if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench --depth: context prefill failed: %s", eng_status_str(rc));
         depth_run *o = &out[di + 1];
