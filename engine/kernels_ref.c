@@ -55,6 +55,17 @@
  * the scores never leave the cache and the scratch does not grow with the
  * context beyond the packed keys and values.
  *
+ * Super blocks of 16 rows or more (prefill) take the same steps in another
+ * form (attn_group): the super blocks of a KV head go in step over the key
+ * blocks, each block's keys and values copied once into contiguous scratch
+ * for all of them (the next block's prefetched meanwhile), the scores
+ * computed transposed (keys by rows, against the queries as one panel: no
+ * key packing, and the cache rows, a whole row of every head apart, are
+ * read once per block rather than repacked per chunk), the softmax of a
+ * block every row attends whole taken 8 rows a vector, and the values'
+ * product reading the transposed probabilities in place. Same chains, same
+ * bits.
+ *
  * Dimension letters: M rows, N columns, K the reduction, E head dim, P keys.
  */
 #include "kernels_ref.h"
@@ -116,7 +127,7 @@ typedef void (*ref_ukr)(int32_t K, const float *x, int64_t ldx, const float *b, 
 #define AI512 static inline __attribute__((always_inline, target("avx512f")))
 #define AI2 static inline __attribute__((always_inline, target("avx2,fma")))
 
-AI512 void ukr512(const int MR, const int NV, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
+AI512 void ukr512(const int MR, const int NV, const int XT, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
                   int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
     __m512 acc[MR_MAX][8];
     const float *bv[8];
@@ -129,7 +140,7 @@ AI512 void ukr512(const int MR, const int NV, int32_t K, const float *x, int64_t
         _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) w[v] = _mm512_loadu_ps(bv[v] + k * ldb);
         _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
-            const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+            const __m512 xb = _mm512_set1_ps(XT ? x[r + (int64_t)k * ldx] : x[r * ldx + k]);
             _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(xb, w[v], acc[r][v]);
         }
     }
@@ -137,7 +148,7 @@ AI512 void ukr512(const int MR, const int NV, int32_t K, const float *x, int64_t
         _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
 }
 
-AI2 void ukr256(const int MR, const int NV, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
+AI2 void ukr256(const int MR, const int NV, const int XT, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
                 int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
     __m256 acc[6][8];
     const float *bv[8];
@@ -150,7 +161,7 @@ AI2 void ukr256(const int MR, const int NV, int32_t K, const float *x, int64_t l
         _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(bv[v] + k * ldb);
         _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
-            const __m256 xb = _mm256_broadcast_ss(x + r * ldx + k);
+            const __m256 xb = _mm256_broadcast_ss(XT ? x + r + (int64_t)k * ldx : x + r * ldx + k);
             _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(xb, w[v], acc[r][v]);
         }
     }
@@ -163,15 +174,18 @@ AI2 void ukr256(const int MR, const int NV, int32_t K, const float *x, int64_t l
                                                                      const float *b, int64_t ps, int64_t ldb, \
                                                                      float *y, int64_t ldy, int acc_in,       \
                                                                      const char *pf, int64_t pf_step) {       \
-        ukr512(MR, NV, K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);                                 \
+        ukr512(MR, NV, 0, K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);                                 \
     }
-#define K256(MR, NV)                                                                                          \
-    __attribute__((target("avx2,fma"))) static void k256_##MR##_##NV(int32_t K, const float *x, int64_t ldx, \
-                                                                     const float *b, int64_t ps, int64_t ldb, \
-                                                                     float *y, int64_t ldy, int acc_in,       \
-                                                                     const char *pf, int64_t pf_step) {       \
-        ukr256(MR, NV, K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);                                 \
+/* XT: X transposed, row r and k at x[r + k*ldx] (k256t: the attention's probabilities, keys by rows). */
+#define K256X(NAME, MR, NV, XT)                                                                               \
+    __attribute__((target("avx2,fma"))) static void NAME##MR##_##NV(int32_t K, const float *x, int64_t ldx,  \
+                                                                    const float *b, int64_t ps, int64_t ldb, \
+                                                                    float *y, int64_t ldy, int acc_in,       \
+                                                                    const char *pf, int64_t pf_step) {       \
+        ukr256(MR, NV, XT, K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);                             \
     }
+#define K256(MR, NV) K256X(k256_, MR, NV, 0)
+#define K256T(MR, NV) K256X(k256t_, MR, NV, 1)
 /* avx512: MR x 32 for every MR, MR x 64 for MR <= 6, MR x 128 for MR <= 3 (at most 24 accumulators) */
 K512(1, 2) K512(2, 2) K512(3, 2) K512(4, 2) K512(5, 2) K512(6, 2)
 K512(7, 2) K512(8, 2) K512(9, 2) K512(10, 2) K512(11, 2) K512(12, 2)
@@ -181,6 +195,7 @@ K512(1, 8) K512(2, 8) K512(3, 8)
 K256(1, 2) K256(2, 2) K256(3, 2) K256(4, 2) K256(5, 2) K256(6, 2)
 K256(1, 4) K256(2, 4) K256(3, 4)
 K256(1, 8)
+K256T(1, 2) K256T(2, 2) K256T(3, 2) K256T(4, 2) K256T(5, 2) K256T(6, 2)
 
 static const ref_ukr k512_w32[MR_MAX] = {k512_1_2, k512_2_2, k512_3_2, k512_4_2,  k512_5_2,  k512_6_2,
                                          k512_7_2, k512_8_2, k512_9_2, k512_10_2, k512_11_2, k512_12_2};
@@ -188,12 +203,14 @@ static const ref_ukr k512_w64[6] = {k512_1_4, k512_2_4, k512_3_4, k512_4_4, k512
 static const ref_ukr k512_w128[3] = {k512_1_8, k512_2_8, k512_3_8};
 static const ref_ukr k256_w16[6] = {k256_1_2, k256_2_2, k256_3_2, k256_4_2, k256_5_2, k256_6_2};
 static const ref_ukr k256_w32[3] = {k256_1_4, k256_2_4, k256_3_4};
+static const ref_ukr k256t_w16[6] = {k256t_1_2, k256t_2_2, k256t_3_2, k256t_4_2, k256t_5_2, k256t_6_2};
 #endif
 
 /* The portable block: the same chain per element with fmaf(), any width
- * up to TILE_W (columns w of panel-relative index c at b + (c/32)*ps + c%32). */
-static void ukr_scalar(int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
-                       int64_t ldb, float *y, int64_t ldy, int acc_in) {
+ * up to TILE_W (columns w of panel-relative index c at b + (c/32)*ps + c%32);
+ * xt: X transposed (row r, k at x[r + k*ldx]). */
+static void ukr_scalar(int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, int xt, const float *b,
+                       int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in) {
     for (int32_t r = 0; r < MR; r++)
         for (int32_t c0 = 0; c0 < W; c0 += PW) {
             const int32_t nc = W - c0 < PW ? W - c0 : PW;
@@ -201,7 +218,7 @@ static void ukr_scalar(int32_t MR, int32_t W, int32_t K, const float *x, int64_t
             float acc[PW];
             for (int32_t c = 0; c < nc; c++) acc[c] = acc_in ? y[r * ldy + c0 + c] : 0.0f;
             for (int32_t k = 0; k < K; k++) {
-                const float xr = x[r * ldx + k];
+                const float xr = xt ? x[r + (int64_t)k * ldx] : x[r * ldx + k];
                 const float *bk = bp + k * ldb;
                 for (int32_t c = 0; c < nc; c++) acc[c] = fmaf(xr, bk[c], acc[c]);
             }
@@ -239,7 +256,23 @@ static void ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *
 #endif
     (void)pf;
     (void)pf_step;
-    ukr_scalar(MR, W, K, x, ldx, b, ps, ldb, y, ldy, acc_in);
+    ukr_scalar(MR, W, K, x, ldx, 0, b, ps, ldb, y, ldy, acc_in);
+}
+
+/* ukr_run with X transposed (row r, k at x[r + k*ldx]), W <= 32 columns of
+ * panel 0 (16 or 32 on avx2: MR x 16 blocks, as MR x 32 would spill
+ * accumulators), all readable; not on the avx512 path. */
+static void ukr_run_t(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, const float *b,
+                      int64_t ldb, float *y, int64_t ldy, int acc_in) {
+    ENG_ASSERT(p != ENG_KPATH_AVX512 && W <= PW);
+#if REF_X86
+    if (p == ENG_KPATH_AVX2) {
+        for (int32_t c = 0; c < W; c += 16)
+            k256t_w16[MR - 1](K, x, ldx, b + c, 0, ldb, y + c, ldy, acc_in, (const char *)b, 0);
+        return;
+    }
+#endif
+    ukr_scalar(MR, W, K, x, ldx, 1, b, 0, ldb, y, ldy, acc_in);
 }
 
 // ----------------------------------------------------------------------------
@@ -284,7 +317,7 @@ static void gemm_rows(eng_kpath p, int32_t MR, int32_t K, const float *X, int64_
             if (acc_in)
                 for (int32_t r = 0; r < MR; r++) memcpy(t + r * w, Y + r * ldy + c, sizeof(float) * (size_t)nc);
             if (c + w <= B->nread) ukr_run(p, MR, w, K, X, ldx, bb, B->ps, B->ldb, t, w, acc_in, pf, step);
-            else ukr_scalar(MR, nc, K, X, ldx, bb, B->ps, B->ldb, t, w, acc_in);
+            else ukr_scalar(MR, nc, K, X, ldx, 0, bb, B->ps, B->ldb, t, w, acc_in);
             for (int32_t r = 0; r < MR; r++) memcpy(Y + r * ldy + c, t + r * w, sizeof(float) * (size_t)nc);
         }
         pf += step * K;
@@ -855,9 +888,13 @@ static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
 /* Floats of one thread's scratch for P keys of head dim E: the head's
  * packed keys and values, the super block's scores of one key block and
  * its outputs. */
+#define ATTN_GRP 8  /* super blocks of a group (transposed scores) */
 static int64_t attn_thread_floats(int32_t P, int32_t E) {
     const int64_t P32 = round32(P), E32 = round32(E);
-    return P32 * E + E32 * P32 + (int64_t)ATTN_RB * ATTN_SW + (int64_t)ATTN_RB * E32;
+    const int64_t packed = P32 * E + E32 * P32 + (int64_t)ATTN_RB * ATTN_SW + (int64_t)ATTN_RB * E32;
+    const int64_t tr = (int64_t)ATTN_KB * (E + E32 + PW) + (int64_t)ATTN_RB * ATTN_SW + (int64_t)ATTN_GRP * E * PW +
+                       (int64_t)ATTN_GRP * ATTN_RB * E32;
+    return packed > tr ? packed : tr;
 }
 
 int64_t eng_k_attention_ref_ws(int32_t n_threads, int32_t P, int32_t E) {
@@ -869,6 +906,8 @@ typedef struct attn_args {
     bool         bf16;
     int32_t      T, pos0, W, kpos0, GR, E, P, ldkv, ldo;
     int32_t      seg_rows, nb_seg, n_seg, nb_g;  /* row blocks: n_seg segments of seg_rows rows per KV head */
+    bool         tr;     /* scores transposed: keys by rows (super blocks of at least ATTN_TR_MIN rows) */
+    int32_t      n_grp;  /* tr: groups of super blocks per KV head (the items) */
     float        scale;
     const float *qg, *K, *V;
     float       *O, *ws;
@@ -969,6 +1008,226 @@ static inline void row_band(const attn_args *a, int32_t r, int32_t *lo, int32_t 
     *hi = p - a->kpos0;
 }
 
+// ----------------------------------------------------------------------------
+// Transposed scores (super blocks of ATTN_TR_MIN rows or more; not yet on
+// the avx512 path, which has no X-transposed blocks): ST[j - js][c] = the
+// chain over e of k_j[e] * q_c[e], the block's keys as the rows of the
+// product and the super block's queries as one panel of its columns, so the
+// keys are never transposed into panels. The chains are the same fmaf steps
+// as q_c . k_j (a product's operands commute), so the bits are those of the
+// packed form. A block that every row attends whole (all but a window's
+// start and the causal diagonal) then takes its softmax across rows, 8 rows
+// a vector (avx2; each row's steps exactly), and its values through
+// X-transposed register blocks reading ST itself; any other block is copied
+// back to the row-major S and takes attn_super's per-row steps.
+
+#define ATTN_TR_MIN 16
+
+/* Qt[e][c] = q[c][e] for rows c < R, 0 for c in [R, w). */
+static void pack_q_t(const float *q, int32_t R, int32_t E, int32_t w, float *Qt) {
+    for (int32_t e = 0; e < E; e++)
+        for (int32_t c = 0; c < w; c++) Qt[(int64_t)e * PW + c] = c < R ? q[(int64_t)c * E + e] : 0.0f;
+}
+
+/* ST[jj][0, w) = the scores of keys jj < nk (rows of k0, ld apart) (row stride PW). */
+static void scores_t(const attn_args *a, const float *k0, int32_t ld, int32_t nk, const float *Qt, int32_t w,
+                     float *ST) {
+    const int32_t mr = mr_max(a->path);  /* avx2: 6 x 16 blocks (6 x 32 in halves) */
+    for (int32_t i = 0; i < nk; i += mr) {
+        const int32_t n = nk - i < mr ? nk - i : mr;
+        ukr_run(a->path, n, w, a->E, k0 + (int64_t)i * ld, ld, Qt, 0, PW, ST + (int64_t)i * PW, PW, 0,
+                (const char *)Qt, 0);
+    }
+}
+
+/* S[c][off + jj] = ST[jj][c] (the per-row steps' layout). */
+static void st_to_s(const float *ST, int32_t nk, int32_t R, float *S, int32_t off) {
+    for (int32_t c = 0; c < R; c++)
+        for (int32_t jj = 0; jj < nk; jj++) S[(int64_t)c * ATTN_SW + off + jj] = ST[(int64_t)jj * PW + c];
+}
+
+/* Ot[c][0, WV) (+)= the chains over the block's keys of e[c][jj] * v_{js+jj}, e in ST (rows: keys), in
+ * passes of PV_KS keys (each chain continued through Ot: a stored float is exact). */
+#define PV_KS 32  /* keys per pass of the value product: the values and the ST rows it reads stay in L1 */
+static void pv_t(eng_kpath path, int32_t R, int32_t nk, const float *ST, const ref_b *Vb, int32_t js, float *Ot,
+                 int32_t E32, int32_t WV) {
+    const int32_t mr = mr_max(path), nb = (R + mr - 1) / mr;
+    for (int32_t k0 = 0; k0 < nk; k0 += PV_KS) {
+        const int32_t kn = nk - k0 < PV_KS ? nk - k0 : PV_KS;
+        for (int32_t ib = 0; ib < nb; ib++) {
+            int32_t b0, b1;
+            row_block(R, nb, ib, &b0, &b1);
+            for (int32_t c = 0; c < WV; c += PW)
+                ukr_run_t(path, b1 - b0, PW, kn, ST + (int64_t)k0 * PW + b0, PW,
+                          Vb->b + (int64_t)(js + k0) * Vb->ldb + (c / PW) * Vb->ps + c % PW, Vb->ldb,
+                          Ot + (int64_t)b0 * E32 + c, E32, 1);
+        }
+    }
+}
+
+#if REF_X86
+/* The per-row steps of a block every row c < R attends whole (keys [0, nk)
+ * of ST), 8 rows a vector: s = round(s * scale) and the max with the
+ * running max mx[c] (the same value in any order); the rescale of Ot[c]
+ * and l[c] when it grew; e = round(exp(s - m)) in place, and l[c] = l[c] +
+ * the sum of its 8 lanes (lane jj % 8, ascending jj), combined pairwise. */
+__attribute__((target("avx2,fma"))) static void sm_block_t256(float *ST, int32_t nk, int32_t R, float scale,
+                                                               bool bf16, float *mx, bool *on, float *l, float *Ot,
+                                                               int32_t E32, int32_t WV) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    const int32_t ng = (R + 7) / 8;  /* groups of 8 rows */
+    float mb[PW];
+    for (int32_t c = 0; c < ng * 8; c++) mb[c] = c < R ? mx[c] : 0.0f;
+    __m256 mv[PW / 8];
+    for (int32_t t = 0; t < ng; t++) mv[t] = _mm256_loadu_ps(mb + 8 * t);
+    for (int32_t jj = 0; jj < nk; jj++)
+        for (int32_t t = 0; t < ng; t++) {
+            float *p = ST + (int64_t)jj * PW + 8 * t;
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p), vs);
+            if (bf16) v = bf16_256(v);
+            _mm256_storeu_ps(p, v);
+            mv[t] = _mm256_max_ps(v, mv[t]);
+        }
+    for (int32_t t = 0; t < ng; t++) _mm256_storeu_ps(mb + 8 * t, mv[t]);
+    for (int32_t i = 0; i < R; i++) {
+        if (on[i] && mb[i] > mx[i]) {
+            const float al = eng_expf(mx[i] - mb[i]);
+            sm_norm256(Ot + (int64_t)i * E32, Ot + (int64_t)i * E32, WV, al, false);
+            l[i] = l[i] * al;
+        }
+        mx[i] = mb[i];
+        on[i] = true;
+    }
+    /* exponentials, every group of a key at once (independent chains) */
+    for (int32_t t = 0; t < ng; t++) mv[t] = _mm256_loadu_ps(mb + 8 * t);
+    for (int32_t jj = 0; jj < nk; jj++)
+        for (int32_t t = 0; t < ng; t++) {
+            float *p = ST + (int64_t)jj * PW + 8 * t;
+            __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p), mv[t]));
+            if (bf16) e = bf16_256(e);
+            _mm256_storeu_ps(p, e);
+        }
+    /* the sums: lane jj % 8 of each row, ascending jj, combined pairwise */
+    for (int32_t c0 = 0; c0 < R; c0 += 8) {
+        const float *p = ST + c0;
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        int32_t jj = 0;
+        for (; jj + 8 <= nk; jj += 8, p += 8 * PW) {
+            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p));
+            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p + PW));
+            s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p + 2 * PW));
+            s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p + 3 * PW));
+            s4 = _mm256_add_ps(s4, _mm256_loadu_ps(p + 4 * PW));
+            s5 = _mm256_add_ps(s5, _mm256_loadu_ps(p + 5 * PW));
+            s6 = _mm256_add_ps(s6, _mm256_loadu_ps(p + 6 * PW));
+            s7 = _mm256_add_ps(s7, _mm256_loadu_ps(p + 7 * PW));
+        }
+        __m256 s8[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+        for (int c = 0; jj < nk; jj++, c++, p += PW) s8[c] = _mm256_add_ps(s8[c], _mm256_loadu_ps(p));
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s8[0], s8[1]), _mm256_add_ps(s8[2], s8[3])),
+                                         _mm256_add_ps(_mm256_add_ps(s8[4], s8[5]), _mm256_add_ps(s8[6], s8[7])));
+        float sb[8];
+        _mm256_storeu_ps(sb, sum);
+        const int32_t nc = R - c0 < 8 ? R - c0 : 8;
+        for (int32_t c = 0; c < nc; c++) l[c0 + c] = l[c0 + c] + sb[c];
+    }
+}
+#endif
+
+/* A super block of KV head g: rows [r0, r0 + R) of the head's stack (at
+ * most ATTN_RB), each with its keys [lo, hi], running max mx, sum l and
+ * outputs Ot (R rows of E32). */
+typedef struct attn_sb {
+    int32_t      r0, R, lo_min, hi_max;
+    int32_t      lo[ATTN_RB], hi[ATTN_RB];
+    float        mx[ATTN_RB], l[ATTN_RB];
+    bool         on[ATTN_RB];
+    const float *q;   /* its query rows [R][E] */
+    float       *Ot;
+} attn_sb;
+
+static void sb_init(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float *Ot, attn_sb *sb) {
+    sb->r0 = r0;
+    sb->R = r1 - r0;
+    sb->lo_min = INT32_MAX;
+    sb->hi_max = 0;
+    for (int32_t i = 0; i < sb->R; i++) {
+        row_band(a, r0 + i, &sb->lo[i], &sb->hi[i]);
+        if (sb->lo[i] < sb->lo_min) sb->lo_min = sb->lo[i];
+        if (sb->hi[i] > sb->hi_max) sb->hi_max = sb->hi[i];
+        sb->mx[i] = -INFINITY;
+        sb->l[i] = 0.0f;
+        sb->on[i] = false;
+    }
+    sb->q = a->qg + ((int64_t)g * a->GR * a->T + r0) * a->E;
+    sb->Ot = Ot;
+    memset(Ot, 0, sizeof(float) * (size_t)sb->R * (size_t)round32(a->E));
+}
+
+/* The last key block of a block that starts at absolute position kpos0 + js. */
+static inline int32_t block_end(const attn_args *a, int32_t js) {
+    return (int32_t)(((int64_t)a->kpos0 + js) / ATTN_KB * ATTN_KB + ATTN_KB - a->kpos0 - 1);
+}
+
+/* Steps 2 and 3 of attn_super for key block [js, je] of a super block,
+ * row by row: the scores of row i at S + i*ATTN_SW, key j in column j - cs;
+ * the values of key j at Vb->b + (j - jb)*Vb->ldb. */
+static void block_rows(const attn_args *a, attn_sb *sb, int32_t js, int32_t je, int32_t cs, float *S, const ref_b *Vb,
+                       int32_t jb) {
+    const eng_kpath path = a->path;
+    const int32_t E32 = round32(a->E), WV = a->E % PW ? E32 : a->E, R = sb->R;
+    int32_t j0[ATTN_RB], j1[ATTN_RB];
+    float *Ot = sb->Ot;
+    /* 2. per row: max, rescale, exponentials and sum */
+    int32_t i0 = -1, i1 = -1, A = 0, B = INT32_MAX;
+    bool together = true;
+    for (int32_t i = 0; i < R; i++) {
+        j0[i] = sb->lo[i] > js ? sb->lo[i] : js;
+        j1[i] = sb->hi[i] < je ? sb->hi[i] : je;
+        if (j0[i] > j1[i]) continue;
+        if (i0 < 0) i0 = i;
+        else if (i1 != i) together = false;
+        i1 = i + 1;
+        if (j0[i] > A) A = j0[i];
+        if (j1[i] < B) B = j1[i];
+        float *sr = S + (int64_t)i * ATTN_SW + (j0[i] - cs), m = sb->mx[i];
+        const int32_t n = j1[i] - j0[i] + 1;
+        sm_scale_max(path, sr, n, a->scale, a->bf16, &m);
+        if (sb->on[i] && m > sb->mx[i]) {
+            const float al = eng_expf(sb->mx[i] - m);
+            sm_norm(path, Ot + (int64_t)i * E32, Ot + (int64_t)i * E32, WV, al, false);
+            sb->l[i] = sb->l[i] * al;
+        }
+        sb->mx[i] = m;
+        sb->on[i] = true;
+        sb->l[i] = sb->l[i] + sm_exp_sum(path, sr, n, m, a->bf16);
+    }
+    /* 3. values */
+    if (i0 < 0) return;
+    if (!together || A > B) A = INT32_MAX;  /* no keys common to the attending rows: each row on its own */
+    for (int32_t i = i0; i < i1; i++)
+        for (int32_t j = j0[i]; j < A && j <= j1[i]; j++)
+            axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)(j - jb) * Vb->ldb, Vb->ps,
+                     Ot + (int64_t)i * E32);
+    if (A != INT32_MAX) {
+        const ref_b VS = {.b = Vb->b + (int64_t)(A - jb) * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
+        gemm_region(path, i0, i1, 0, WV, WV, B - A + 1, S + (A - cs), ATTN_SW, &VS, Ot, E32, 1);
+        for (int32_t i = i0; i < i1; i++)
+            for (int32_t j = B + 1; j <= j1[i]; j++)
+                axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)(j - jb) * Vb->ldb, Vb->ps,
+                         Ot + (int64_t)i * E32);
+    }
+}
+
+/* out = round(o * (1 / l)) for every row of a super block. */
+static void sb_finish(const attn_args *a, int32_t g, const attn_sb *sb) {
+    for (int32_t i = 0; i < sb->R; i++) {
+        const int32_t r = sb->r0 + i, t = r % a->T, h = g * a->GR + r / a->T;
+        sm_norm(a->path, sb->Ot + (int64_t)i * round32(a->E), a->O + (int64_t)t * a->ldo + (int64_t)h * a->E, a->E,
+                1.0f / sb->l[i], a->bf16);
+    }
+}
+
 /* One super block [r0, r1) of KV head g (at most ATTN_RB rows), key block
  * by key block (absolute positions [ATTN_KB*b, ATTN_KB*(b+1)), cut to the
  * rows' keys), each row with its running max m, sum l and outputs o:
@@ -989,26 +1248,14 @@ static inline void row_band(const attn_args *a, int32_t r, int32_t *lo, int32_t 
 static void attn_super(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float *Kp, bool packed, const ref_b *Vb,
                        float *S, float *Ot) {
     const eng_kpath path = a->path;
-    const int32_t E = a->E, R = r1 - r0, P32 = round32(a->P), E32 = round32(E), mr = mr_max(path);
-    const int32_t WV = E % PW ? E32 : E;  /* value columns computed */
-    int32_t lo[ATTN_RB], hi[ATTN_RB], j0[ATTN_RB], j1[ATTN_RB], lo_min = INT32_MAX, hi_max = 0;
-    float mx[ATTN_RB], l[ATTN_RB];
-    bool on[ATTN_RB];
-    for (int32_t i = 0; i < R; i++) {
-        row_band(a, r0 + i, &lo[i], &hi[i]);
-        if (lo[i] < lo_min) lo_min = lo[i];
-        if (hi[i] > hi_max) hi_max = hi[i];
-        mx[i] = -INFINITY;
-        l[i] = 0.0f;
-        on[i] = false;
-    }
-    memset(Ot, 0, sizeof(float) * (size_t)R * (size_t)E32);
-    const float *q = a->qg + ((int64_t)g * a->GR * a->T + r0) * E;
-    const int32_t nb = (R + mr - 1) / mr;
-    int32_t q_next = lo_min / PW;  /* streamed keys: the next panel to pack */
-    for (int32_t js = lo_min, je; js <= hi_max; js = je + 1) {
-        je = (int32_t)(((int64_t)a->kpos0 + js) / ATTN_KB * ATTN_KB + ATTN_KB - a->kpos0 - 1);
-        if (je > hi_max) je = hi_max;
+    const int32_t E = a->E, P32 = round32(a->P), mr = mr_max(path);
+    attn_sb sb;
+    sb_init(a, g, r0, r1, Ot, &sb);
+    const int32_t nb = (sb.R + mr - 1) / mr;
+    int32_t q_next = sb.lo_min / PW;  /* streamed keys: the next panel to pack */
+    for (int32_t js = sb.lo_min, je; js <= sb.hi_max; js = je + 1) {
+        je = block_end(a, js);
+        if (je > sb.hi_max) je = sb.hi_max;
         /* 1. scores of the key panels [cs, ce) (extra scores are never read) */
         const int32_t cs = js / PW * PW, ce = (je / PW + 1) * PW;
         if (!packed)
@@ -1016,61 +1263,126 @@ static void attn_super(const attn_args *a, int32_t g, int32_t r0, int32_t r1, fl
         const ref_b KB = {.b = Kp + (int64_t)(cs / PW) * E * PW, .ps = (int64_t)E * PW, .ldb = PW, .nread = P32 - cs};
         for (int32_t ib = 0; ib < nb; ib++) {
             int32_t b0, b1;
-            row_block(R, nb, ib, &b0, &b1);
-            gemm_rows(path, b1 - b0, E, q + (int64_t)b0 * E, E, &KB, 0, ce - cs, P32 - cs, S + (int64_t)b0 * ATTN_SW,
-                      ATTN_SW, 0, tile_w(path, b1 - b0), NULL, 0);
+            row_block(sb.R, nb, ib, &b0, &b1);
+            gemm_rows(path, b1 - b0, E, sb.q + (int64_t)b0 * E, E, &KB, 0, ce - cs, P32 - cs,
+                      S + (int64_t)b0 * ATTN_SW, ATTN_SW, 0, tile_w(path, b1 - b0), NULL, 0);
         }
-        /* 2. per row: max, rescale, exponentials and sum */
-        int32_t i0 = -1, i1 = -1, A = 0, B = INT32_MAX;
-        bool together = true;
-        for (int32_t i = 0; i < R; i++) {
-            j0[i] = lo[i] > js ? lo[i] : js;
-            j1[i] = hi[i] < je ? hi[i] : je;
-            if (j0[i] > j1[i]) continue;
-            if (i0 < 0) i0 = i;
-            else if (i1 != i) together = false;
-            i1 = i + 1;
-            if (j0[i] > A) A = j0[i];
-            if (j1[i] < B) B = j1[i];
-            float *sr = S + (int64_t)i * ATTN_SW + (j0[i] - cs), m = mx[i];
-            const int32_t n = j1[i] - j0[i] + 1;
-            sm_scale_max(path, sr, n, a->scale, a->bf16, &m);
-            if (on[i] && m > mx[i]) {
-                const float al = eng_expf(mx[i] - m);
-                sm_norm(path, Ot + (int64_t)i * E32, Ot + (int64_t)i * E32, WV, al, false);
-                l[i] = l[i] * al;
-            }
-            mx[i] = m;
-            on[i] = true;
-            l[i] = l[i] + sm_exp_sum(path, sr, n, m, a->bf16);
-        }
-        /* 3. values */
-        if (i0 < 0) continue;
-        if (!together || A > B) A = INT32_MAX;  /* no keys common to the attending rows: each row on its own */
-        for (int32_t i = i0; i < i1; i++)
-            for (int32_t j = j0[i]; j < A && j <= j1[i]; j++)
-                axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)j * Vb->ldb, Vb->ps,
-                         Ot + (int64_t)i * E32);
-        if (A != INT32_MAX) {
-            const ref_b VS = {.b = Vb->b + (int64_t)A * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
-            gemm_region(path, i0, i1, 0, WV, WV, B - A + 1, S + (A - cs), ATTN_SW, &VS, Ot, E32, 1);
-            for (int32_t i = i0; i < i1; i++)
-                for (int32_t j = B + 1; j <= j1[i]; j++)
-                    axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)j * Vb->ldb, Vb->ps,
-                             Ot + (int64_t)i * E32);
-        }
+        block_rows(a, &sb, js, je, cs, S, Vb, 0);
     }
-    for (int32_t i = 0; i < R; i++) {
-        const int32_t r = r0 + i, t = r % a->T, h = g * a->GR + r / a->T;
-        sm_norm(path, Ot + (int64_t)i * E32, a->O + (int64_t)t * a->ldo + (int64_t)h * E, E, 1.0f / l[i], a->bf16);
+    sb_finish(a, g, &sb);
+}
+
+/* dst[jj][0, E) = src[jj * ld][0, E) for jj < n. */
+#if REF_X86
+__attribute__((target("avx2"))) static void copy_rows8(const float *src, int64_t ld, int32_t n, int32_t E, float *dst,
+                                                        int32_t ldd) {
+    for (int32_t jj = 0; jj < n; jj++)
+        for (int32_t e = 0; e < E; e += 8)
+            _mm256_storeu_ps(dst + (int64_t)jj * ldd + e, _mm256_loadu_ps(src + (int64_t)jj * ld + e));
+}
+#endif
+static void copy_rows(eng_kpath path, const float *src, int64_t ld, int32_t n, int32_t E, float *dst, int32_t ldd) {
+#if REF_X86
+    if (E % 8 == 0 && path != ENG_KPATH_SCALAR) { copy_rows8(src, ld, n, E, dst, ldd); return; }
+#endif
+    for (int32_t jj = 0; jj < n; jj++) {
+        const float *a = src + (int64_t)jj * ld;
+        float *d = dst + (int64_t)jj * ldd;
+        for (int32_t e = 0; e < E; e++) d[e] = a[e];
     }
 }
 
-/* Items [it0, it1) of thread ith: item = KV head * nb_g + row block. */
+/* Prefetches rows [j0, j1) of src (ld apart, E floats each) into L2. */
+static void prefetch_rows(const float *src, int64_t ld, int32_t j0, int32_t j1, int32_t E) {
+#if REF_X86
+    for (int32_t j = j0; j < j1; j++)
+        for (int32_t e = 0; e < E; e += 16) _mm_prefetch((const char *)(src + (int64_t)j * ld + e), _MM_HINT_T1);
+#else
+    (void)src, (void)ld, (void)j0, (void)j1, (void)E;
+#endif
+}
+
+/* Super blocks [b0, b1) of KV head g (at most ATTN_GRP), in step over the
+ * key blocks: each block's keys and values are copied once into contiguous
+ * Kc [nk][E] and Vc ([nk][E], or panels [E32/32][nk][32] zero-padded when E
+ * is not a multiple of 32) and serve every super block, with transposed
+ * scores (above). Each super block takes exactly attn_super's steps. */
+static void attn_group(const attn_args *a, int32_t g, int32_t b0, int32_t b1, float *w) {
+    const eng_kpath path = a->path;
+    const int32_t E = a->E, E32 = round32(E), WV = E % PW ? E32 : E, n = b1 - b0;
+    float *Kc = w, *Vc = Kc + (int64_t)ATTN_KB * E, *ST = Vc + (int64_t)ATTN_KB * E32;
+    float *S = ST + (int64_t)ATTN_KB * PW, *Qt = S + (int64_t)ATTN_RB * ATTN_SW;
+    float *Ob = Qt + (int64_t)ATTN_GRP * E * PW;
+    attn_sb sb[ATTN_GRP];
+    int32_t wt[ATTN_GRP], lo_min = INT32_MAX, hi_max = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t b = b0 + k, s = b / a->nb_seg;
+        int32_t r0, r1;
+        row_block(a->seg_rows, a->nb_seg, b % a->nb_seg, &r0, &r1);
+        sb_init(a, g, s * a->seg_rows + r0, s * a->seg_rows + r1, Ob + (int64_t)k * ATTN_RB * E32, &sb[k]);
+        wt[k] = sb[k].R <= 16 ? 16 : PW;
+        pack_q_t(sb[k].q, sb[k].R, E, wt[k], Qt + (int64_t)k * E * PW);
+        if (sb[k].lo_min < lo_min) lo_min = sb[k].lo_min;
+        if (sb[k].hi_max > hi_max) hi_max = sb[k].hi_max;
+    }
+    const ref_b Vb = E % PW ? (ref_b){.b = Vc, .ps = (int64_t)ATTN_KB * PW, .ldb = PW, .nread = E32}
+                            : (ref_b){.b = Vc, .ps = PW, .ldb = E, .nread = E};
+    for (int32_t js = lo_min, je; js <= hi_max; js = je + 1) {
+        je = block_end(a, js);
+        if (je > hi_max) je = hi_max;
+        const int32_t nk = je - js + 1;
+        const float *k0 = a->K + (int64_t)js * a->ldkv + (int64_t)g * E, *v0 = a->V + (int64_t)js * a->ldkv + (int64_t)g * E;
+        copy_rows(path, k0, a->ldkv, nk, E, Kc, E);
+        if (E % PW)
+            for (int32_t qe = 0; qe < E32 / PW; qe++) {
+                const int32_t nc = E - qe * PW < PW ? E - qe * PW : PW;
+                float *dst = Vc + (int64_t)qe * ATTN_KB * PW;
+                copy_rows(path, v0 + qe * PW, a->ldkv, nk, nc, dst, PW);
+                for (int32_t jj = 0; jj < nk; jj++)
+                    for (int32_t c = nc; c < PW; c++) dst[(int64_t)jj * PW + c] = 0.0f;
+            }
+        else copy_rows(path, v0, a->ldkv, nk, E, Vc, E);
+        /* the next block's keys and values, into L2 while this one is computed (a share per super block) */
+        const int32_t nn = je < hi_max ? (block_end(a, je + 1) < hi_max ? block_end(a, je + 1) : hi_max) - je : 0;
+        for (int32_t k = 0; k < n; k++) {
+            attn_sb *s = &sb[k];
+            prefetch_rows(k0 + (int64_t)nk * a->ldkv, a->ldkv, nn * k / n, nn * (k + 1) / n, E);
+            prefetch_rows(v0 + (int64_t)nk * a->ldkv, a->ldkv, nn * k / n, nn * (k + 1) / n, E);
+            const int32_t bs = js > s->lo_min ? js : s->lo_min, be = je < s->hi_max ? je : s->hi_max;
+            if (bs > be) continue;
+            const int32_t nkk = be - bs + 1;
+            scores_t(a, Kc + (int64_t)(bs - js) * E, E, nkk, Qt + (int64_t)k * E * PW, wt[k], ST);
+            bool whole = true;  /* every row attends the whole block */
+            for (int32_t i = 0; i < s->R && whole; i++) whole = s->lo[i] <= bs && s->hi[i] >= be;
+#if REF_X86
+            if (whole && path == ENG_KPATH_AVX2) {
+                sm_block_t256(ST, nkk, s->R, a->scale, a->bf16, s->mx, s->on, s->l, s->Ot, E32, WV);
+                pv_t(path, s->R, nkk, ST, &Vb, bs - js, s->Ot, E32, WV);
+                continue;
+            }
+#endif
+            const int32_t cs = bs / PW * PW;
+            st_to_s(ST, nkk, s->R, S, bs - cs);
+            block_rows(a, s, bs, be, cs, S, &Vb, js);
+        }
+    }
+    for (int32_t k = 0; k < n; k++) sb_finish(a, g, &sb[k]);
+}
+
+/* Items [it0, it1) of thread ith: item = KV head * nb_g + row block, or
+ * with transposed scores KV head * n_grp + group of super blocks. */
 static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
     const attn_args *a = v;
     const int32_t E = a->E, P32 = round32(a->P), E32 = round32(E);
     float *Kp = a->ws + (int64_t)ith * attn_thread_floats(a->P, E);
+    if (a->tr) {
+        for (int32_t it = it0; it < it1; it++) {
+            const int32_t g = it / a->n_grp, k = it % a->n_grp;
+            attn_group(a, g, (int32_t)((int64_t)a->nb_g * k / a->n_grp), (int32_t)((int64_t)a->nb_g * (k + 1) / a->n_grp),
+                       Kp);
+        }
+        return;
+    }
     float *Vp = Kp + (int64_t)P32 * E;
     float *S = Vp + (int64_t)E32 * P32;
     float *Ot = S + (int64_t)ATTN_RB * ATTN_SW;
@@ -1122,5 +1434,11 @@ void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W
         a.nb_seg = want < most ? want : most;
     }
     a.nb_g = a.n_seg * a.nb_seg;
-    eng_k_parallel_ith(ctx, G * a.nb_g, (int64_t)(a.seg_rows / a.nb_seg + 1) * P * E * 4, attn_items, &a);
+    a.tr = ctx->path != ENG_KPATH_AVX512 && a.seg_rows / a.nb_seg >= ATTN_TR_MIN;
+    /* transposed: a head's super blocks in groups of at most ATTN_GRP, more when the heads are too few for the threads */
+    const int32_t want_g = (2 * ctx->n_threads + G - 1) / G;
+    a.n_grp = (a.nb_g + ATTN_GRP - 1) / ATTN_GRP;
+    if (a.n_grp < want_g) a.n_grp = want_g < a.nb_g ? want_g : a.nb_g;
+    const int32_t items = a.tr ? G * a.n_grp : G * a.nb_g;
+    eng_k_parallel_ith(ctx, items, (int64_t)a.n_seg * a.seg_rows * P * E * 4 * G / items + 1, attn_items, &a);
 }

@@ -428,16 +428,19 @@ static void attention_chunked(const eng_kctx *c, int32_t n, int32_t head, int32_
 /* Long contexts (1,200 keys: five blocks of the online softmax, and a
  * 500-key window over them, which starts blocks off the key panels): every
  * query's output is memcmp-identical whatever the chunk it sits in (64 from
- * 0; a first chunk of 37 then 64; 256 from an offset of 100; 1,000), at 1
- * and 2 threads, on every path, in fp32 and bf16, and equals the plain
+ * 0; a first chunk of 37 then 64; 256 from an offset of 100; 1,000; 16), at
+ * 1 and 2 threads, on every path, in fp32 and bf16, and equals the plain
  * oracle of its chains (the key blocks on absolute positions, whatever the
- * chunk, row blocks and super blocks the kernel uses). */
+ * chunk, row blocks and super blocks the kernel uses). The chunks give
+ * super blocks of 16 to 32 rows (transposed scores, 16 and 32 columns; the
+ * blocks every row attends whole take the across-rows softmax) and, at 2
+ * threads with chunks of 16, of 8 (packed keys). */
 static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets(void **state) {
     (void)state;
     static const struct { int32_t H, G, E, W; bool bf16; } cfg[] = {
         {2, 1, 32, 0, false}, {4, 2, 64, 0, false}, {2, 1, 32, 500, false}, {4, 2, 40, 300, true}, {2, 1, 32, 0, true},
     };
-    static const struct { int32_t head, chunk; } split[] = {{0, 64}, {37, 64}, {100, 256}, {0, 1000}};
+    static const struct { int32_t head, chunk; } split[] = {{0, 64}, {37, 64}, {100, 256}, {0, 1000}, {0, 16}};
     const int32_t n = 1200;
     eng_kpath ps[3];
     const int np = paths(ps);
