@@ -127,8 +127,8 @@ typedef void (*ref_ukr)(int32_t K, const float *x, int64_t ldx, const float *b, 
 #define AI512 static inline __attribute__((always_inline, target("avx512f")))
 #define AI2 static inline __attribute__((always_inline, target("avx2,fma")))
 
-AI512 void ukr512(const int MR, const int NV, const int XT, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
-                  int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
+AI512 void ukr512(const int MR, const int NV, const int XT, int32_t K, const float *x, int64_t ldx, const float *b,
+                  int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
     __m512 acc[MR_MAX][8];
     const float *bv[8];
     _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) bv[v] = b + (v / 2) * ps + (v % 2) * 16;
@@ -148,8 +148,8 @@ AI512 void ukr512(const int MR, const int NV, const int XT, int32_t K, const flo
         _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) _mm512_storeu_ps(y + r * ldy + 16 * v, acc[r][v]);
 }
 
-AI2 void ukr256(const int MR, const int NV, const int XT, int32_t K, const float *x, int64_t ldx, const float *b, int64_t ps,
-                int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
+AI2 void ukr256(const int MR, const int NV, const int XT, int32_t K, const float *x, int64_t ldx, const float *b,
+                int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
     __m256 acc[6][8];
     const float *bv[8];
     _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) bv[v] = b + (v / 4) * ps + (v % 4) * 8;
@@ -885,10 +885,13 @@ static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
 #define ATTN_KB ENG_REF_ATTN_KB
 #define ATTN_SW (ATTN_KB + PW)
 
-/* Floats of one thread's scratch for P keys of head dim E: the head's
- * packed keys and values, the super block's scores of one key block and
- * its outputs. */
 #define ATTN_GRP 8  /* super blocks of a group (transposed scores) */
+
+/* Floats of one thread's scratch for P keys of head dim E, the larger of
+ * the two forms': packed, the head's packed keys and values, the super
+ * block's scores of one key block and its outputs; grouped (attn_group),
+ * one key block's keys, values and transposed scores, the row-major scores,
+ * and the group's transposed queries and outputs. */
 static int64_t attn_thread_floats(int32_t P, int32_t E) {
     const int64_t P32 = round32(P), E32 = round32(E);
     const int64_t packed = P32 * E + E32 * P32 + (int64_t)ATTN_RB * ATTN_SW + (int64_t)ATTN_RB * E32;
@@ -984,13 +987,13 @@ static void pack_keys(const attn_args *a, int32_t g, int32_t q, float *Kp) {
         for (int32_t e = 0; e < E; e++) dst[e * PW + c] = 0.0f;
 }
 
-/* Packs the values of KV head g when E is not a multiple of 32:
- * Vp[qe][j][c] = V[j][g*E + 32qe + c] (0 past E). */
-static void pack_values(const attn_args *a, int32_t g, float *Vp, int32_t P32) {
+/* Packs the values of keys [j0, j0 + n) of KV head g into panels of ldp
+ * rows: Vp[qe][j - j0][c] = V[j][g*E + 32qe + c] (0 past E). */
+static void pack_values(const attn_args *a, int32_t g, int32_t j0, int32_t n_keys, float *Vp, int32_t ldp) {
     const int32_t E = a->E, E32 = round32(E);
     for (int32_t qe = 0; qe < E32 / PW; qe++)
-        for (int32_t j = 0; j < a->P; j++) {
-            float *dst = Vp + ((int64_t)qe * P32 + j) * PW;
+        for (int32_t j = j0; j < j0 + n_keys; j++) {
+            float *dst = Vp + ((int64_t)qe * ldp + (j - j0)) * PW;
             const float *v = a->V + (int64_t)j * a->ldkv + (int64_t)g * E + qe * PW;
             const int32_t n = E - qe * PW < PW ? E - qe * PW : PW;
             memcpy(dst, v, sizeof(float) * (size_t)n);
@@ -1046,8 +1049,8 @@ static void st_to_s(const float *ST, int32_t nk, int32_t R, float *S, int32_t of
         for (int32_t jj = 0; jj < nk; jj++) S[(int64_t)c * ATTN_SW + off + jj] = ST[(int64_t)jj * PW + c];
 }
 
-/* Ot[c][0, WV) (+)= the chains over the block's keys of e[c][jj] * v_{js+jj}, e in ST (rows: keys), in
- * passes of PV_KS keys (each chain continued through Ot: a stored float is exact). */
+/* Ot[c][0, WV) (+)= the chains over keys jj < nk of e[c][jj] * (value row js + jj of Vb), e in ST
+ * (rows: keys), in passes of PV_KS keys (each chain continued through Ot: a stored float is exact). */
 #define PV_KS 32  /* keys per pass of the value product: the values and the ST rows it reads stay in L1 */
 static void pv_t(eng_kpath path, int32_t R, int32_t nk, const float *ST, const ref_b *Vb, int32_t js, float *Ot,
                  int32_t E32, int32_t WV) {
@@ -1098,8 +1101,7 @@ __attribute__((target("avx2,fma"))) static void sm_block_t256(float *ST, int32_t
         mx[i] = mb[i];
         on[i] = true;
     }
-    /* exponentials, every group of a key at once (independent chains) */
-    for (int32_t t = 0; t < ng; t++) mv[t] = _mm256_loadu_ps(mb + 8 * t);
+    /* exponentials, every group of a key at once (independent chains); mv holds the new maxima */
     for (int32_t jj = 0; jj < nk; jj++)
         for (int32_t t = 0; t < ng; t++) {
             float *p = ST + (int64_t)jj * PW + 8 * t;
@@ -1331,16 +1333,10 @@ static void attn_group(const attn_args *a, int32_t g, int32_t b0, int32_t b1, fl
         je = block_end(a, js);
         if (je > hi_max) je = hi_max;
         const int32_t nk = je - js + 1;
-        const float *k0 = a->K + (int64_t)js * a->ldkv + (int64_t)g * E, *v0 = a->V + (int64_t)js * a->ldkv + (int64_t)g * E;
+        const float *k0 = a->K + (int64_t)js * a->ldkv + (int64_t)g * E;
+        const float *v0 = a->V + (int64_t)js * a->ldkv + (int64_t)g * E;
         copy_rows(path, k0, a->ldkv, nk, E, Kc, E);
-        if (E % PW)
-            for (int32_t qe = 0; qe < E32 / PW; qe++) {
-                const int32_t nc = E - qe * PW < PW ? E - qe * PW : PW;
-                float *dst = Vc + (int64_t)qe * ATTN_KB * PW;
-                copy_rows(path, v0 + qe * PW, a->ldkv, nk, nc, dst, PW);
-                for (int32_t jj = 0; jj < nk; jj++)
-                    for (int32_t c = nc; c < PW; c++) dst[(int64_t)jj * PW + c] = 0.0f;
-            }
+        if (E % PW) pack_values(a, g, js, nk, Vc, ATTN_KB);
         else copy_rows(path, v0, a->ldkv, nk, E, Vc, E);
         /* the next block's keys and values, into L2 while this one is computed (a share per super block) */
         const int32_t nn = je < hi_max ? (block_end(a, je + 1) < hi_max ? block_end(a, je + 1) : hi_max) - je : 0;
@@ -1378,8 +1374,9 @@ static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
     if (a->tr) {
         for (int32_t it = it0; it < it1; it++) {
             const int32_t g = it / a->n_grp, k = it % a->n_grp;
-            attn_group(a, g, (int32_t)((int64_t)a->nb_g * k / a->n_grp), (int32_t)((int64_t)a->nb_g * (k + 1) / a->n_grp),
-                       Kp);
+            int32_t b0, b1;
+            row_block(a->nb_g, a->n_grp, k, &b0, &b1);  /* the same balanced split as rows */
+            attn_group(a, g, b0, b1, Kp);
         }
         return;
     }
@@ -1399,7 +1396,7 @@ static void attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
         if (g != g_packed) {
             if (pack_all)
                 for (int32_t q = 0; q < P32 / PW; q++) pack_keys(a, g, q, Kp);
-            if (pack_v) pack_values(a, g, Vp, P32);
+            if (pack_v) pack_values(a, g, 0, a->P, Vp, P32);
             g_packed = g;
         }
         if (pack_v) Vb = (ref_b){.b = Vp, .ps = (int64_t)P32 * PW, .ldb = PW, .nread = E32};
@@ -1435,7 +1432,8 @@ void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W
     }
     a.nb_g = a.n_seg * a.nb_seg;
     a.tr = ctx->path != ENG_KPATH_AVX512 && a.seg_rows / a.nb_seg >= ATTN_TR_MIN;
-    /* transposed: a head's super blocks in groups of at most ATTN_GRP, more when the heads are too few for the threads */
+    /* transposed: a head's super blocks in groups of at most ATTN_GRP, more when the heads are too few for
+     * the threads */
     const int32_t want_g = (2 * ctx->n_threads + G - 1) / G;
     a.n_grp = (a.nb_g + ATTN_GRP - 1) / ATTN_GRP;
     if (a.n_grp < want_g) a.n_grp = want_g < a.nb_g ? want_g : a.nb_g;

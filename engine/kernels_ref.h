@@ -36,8 +36,9 @@ void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, 
  * softmax is online over key blocks of ENG_REF_ATTN_KB absolute positions
  * (a running max and sum per row, the outputs rescaled when the max grows);
  * outputs are chains over the attended keys in ascending position,
- * multiplied by 1 / sum at the end (kernels_ref.c, attn_super, has every
- * step). ws: at least eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
+ * multiplied by 1 / sum at the end (kernels_ref.c: attn_super and
+ * block_rows have every step, attn_group the same steps for prefill).
+ * ws: at least eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
 void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G,
                          int32_t E, const float *qg, const float *K, const float *V, int32_t ldkv, float *O,
                          int32_t ldo, float *ws, int64_t ws_cap);
