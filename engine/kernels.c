@@ -30,11 +30,6 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n) {
     if (ctx->bf16) round_vec(x, n);
 }
 
-static void round_rows(const eng_kctx *ctx, float *Y, int32_t M, int32_t N, int32_t ldy) {
-    if (!ctx->bf16) return;
-    for (int32_t i = 0; i < M; i++) round_vec(Y + (int64_t)i * ldy, N);
-}
-
 // ----------------------------------------------------------------------------
 // Weight layouts
 
@@ -117,39 +112,83 @@ void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float
 /* blas: items = KV head x query block, on the pool; each item's products are
  * single-threaded sgemms whose shapes depend on T, P and the thread count
  * only (the query blocks: qb per head, one with one thread), so the bits do
- * not depend on which thread runs an item. */
+ * not depend on which thread runs an item. An item goes through the keys in
+ * blocks of kb positions ([0, kb), [kb, 2 kb), ...) with an online softmax:
+ * per block the scores S = Q K^T (one sgemm), each row's step
+ * (eng_k_softmax_step_path: running max and sum, its outputs so far
+ * rescaled when the max grows), and O += S V (one sgemm); at the end
+ * O = O / sum. kb is fixed by the query block's rows: the block of scores
+ * stays within 128 Ki floats (512 KiB, an L2), where the whole rectangle
+ * of keys (8 MiB for 64 rows at 32K) went through memory three times. */
+#define BLAS_ATTN_S_MAX (128 * 1024)
+#define BLAS_ATTN_KB_MIN 256
+#define BLAS_ATTN_KB_MAX 2048
+
 typedef struct blas_attn_args {
     const eng_kctx *ctx;
-    int32_t         T, pos0, E, P, R, qb, rb_max, ldkv, ldo, GR;
+    int32_t         T, pos0, E, P, R, qb, rb_max, kb, ldkv, ldo, GR;
     float           scale;
     const float    *wq, *K, *V;
     float          *O, *wo, *ws;
 } blas_attn_args;
 
+/* Keys per block for query blocks of at most rb rows: a multiple of 256. */
+static int32_t blas_attn_kb(int32_t rb) {
+    int32_t kb = BLAS_ATTN_S_MAX / rb / BLAS_ATTN_KB_MIN * BLAS_ATTN_KB_MIN;
+    return kb < BLAS_ATTN_KB_MIN ? BLAS_ATTN_KB_MIN : kb > BLAS_ATTN_KB_MAX ? BLAS_ATTN_KB_MAX : kb;
+}
+
+/* Floats of one thread's scratch when a KV head has R query rows: a block of
+ * scores and each row's running max and sum, for query blocks of any
+ * rb <= R rows (rb kb <= max(BLAS_ATTN_S_MAX, rb BLAS_ATTN_KB_MIN)); a bound
+ * that grows with R, since the query blocks' rows do not (blas_attn_qb). */
+static int64_t blas_attn_thread_floats(int32_t R) {
+    const int64_t s = (int64_t)R * BLAS_ATTN_KB_MIN > BLAS_ATTN_S_MAX ? (int64_t)R * BLAS_ATTN_KB_MIN : BLAS_ATTN_S_MAX;
+    return s + 2 * (int64_t)R;
+}
+
 static void blas_attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
     const blas_attn_args *a = v;
-    const int32_t T = a->T, E = a->E, P = a->P, R = a->R;
-    float *S = a->ws + (int64_t)ith * a->rb_max * P;
+    const int32_t T = a->T, E = a->E, P = a->P, R = a->R, KB = a->kb;
+    const eng_kpath path = a->ctx->path;
+    const bool bf16 = a->ctx->bf16;
+    float *S = a->ws + (int64_t)ith * blas_attn_thread_floats(R);
+    float *mx = S + (int64_t)a->rb_max * KB, *l = mx + a->rb_max;
     for (int32_t it = it0; it < it1; it++) {
         const int32_t g = it / a->qb, b = it % a->qb;
         const int32_t r0 = (int32_t)((int64_t)R * b / a->qb), r1 = (int32_t)((int64_t)R * (b + 1) / a->qb), n = r1 - r0;
-        /* scores over the full rectangle of keys [0, P), not scaled, not rounded */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, P, E, 1.0f, a->wq + ((int64_t)g * R + r0) * E, E,
-                    a->K + (int64_t)g * E, a->ldkv, 0.0f, S, P);
-        for (int32_t r = r0; r < r1; r++) {
-            float *s = S + (int64_t)(r - r0) * P;
-            const int32_t nk = a->pos0 + r % T + 1;  /* keys attended */
-            eng_k_softmax_path(a->ctx->path, s, nk, a->scale, a->ctx->bf16);  /* eng_k_softmax_row's bits */
-            for (int32_t j = nk; j < P; j++) s[j] = 0.0f;
-        }
-        /* outputs: masked probabilities are exactly 0 */
+        const float *q = a->wq + ((int64_t)g * R + r0) * E;
         float *og = a->wo + ((int64_t)g * R + r0) * E;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, E, P, 1.0f, S, P, a->V + (int64_t)g * E, a->ldkv,
-                    0.0f, og, E);
-        round_rows(a->ctx, og, n, E, E);
-        for (int32_t r = r0; r < r1; r++) {  /* back to [T, H*E]: row r is query head g*GR + r/T, token r%T */
-            const int32_t h = g * a->GR + r / T, t = r % T;
-            memcpy(a->O + (int64_t)t * a->ldo + (int64_t)h * E, og + (int64_t)(r - r0) * E, sizeof(float) * (size_t)E);
+        for (int32_t i = 0; i < n; i++) {
+            mx[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+        for (int32_t j0 = 0; j0 < P; j0 += KB) {
+            const int32_t kb = P - j0 < KB ? P - j0 : KB;
+            /* scores of the block, not scaled, not rounded */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, kb, E, 1.0f, q, E,
+                        a->K + (int64_t)j0 * a->ldkv + (int64_t)g * E, a->ldkv, 0.0f, S, KB);
+            for (int32_t i = 0; i < n; i++) {
+                float *s = S + (int64_t)i * KB;
+                int32_t na = a->pos0 + (r0 + i) % T + 1 - j0;  /* keys of the block the row attends */
+                if (na > kb) na = kb;
+                if (na < 0) na = 0;
+                if (na > 0) {
+                    const float al = eng_k_softmax_step_path(path, s, na, a->scale, bf16, &mx[i], &l[i]);
+                    if (j0 > 0 && al != 1.0f)
+                        for (int32_t e = 0; e < E; e++) og[(int64_t)i * E + e] *= al;
+                }
+                for (int32_t j = na; j < kb; j++) s[j] = 0.0f;  /* masked: exactly 0 */
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, E, kb, 1.0f, S, KB,
+                        a->V + (int64_t)j0 * a->ldkv + (int64_t)g * E, a->ldkv, j0 > 0 ? 1.0f : 0.0f, og, E);
+        }
+        for (int32_t i = 0; i < n; i++) {  /* back to [T, H*E]: row r is query head g*GR + r/T, token r%T */
+            const int32_t r = r0 + i, h = g * a->GR + r / T, t = r % T;
+            const float inv = 1.0f / l[i];
+            float *o = a->O + (int64_t)t * a->ldo + (int64_t)h * E;
+            for (int32_t e = 0; e < E; e++) o[e] = og[(int64_t)i * E + e] * inv;
+            if (bf16) round_vec(o, E);
         }
     }
 }
@@ -166,8 +205,8 @@ static int32_t blas_attn_qb(const eng_kctx *ctx, int32_t R, int32_t G) {
 
 int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E) {
     if (ctx->kernel == ENG_KERNEL_REF) return eng_k_attention_ref_ws(ctx->n_threads, P, E);
-    const int32_t R = (H / G) * T, qb = blas_attn_qb(ctx, R, G);
-    return (int64_t)(ctx->n_threads > 1 ? ctx->n_threads : 1) * ((R + qb - 1) / qb) * P;
+    const int32_t R = (H / G) * T;
+    return (int64_t)(ctx->n_threads > 1 ? ctx->n_threads : 1) * blas_attn_thread_floats(R);
 }
 
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
@@ -187,6 +226,7 @@ void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, in
                         .scale = 1.0f / sqrtf((float)E), .wq = wq, .K = K, .V = V, .O = O, .wo = wo, .ws = ws};
     a.qb = blas_attn_qb(ctx, R, G);
     a.rb_max = (R + a.qb - 1) / a.qb;
+    a.kb = blas_attn_kb(a.rb_max);
     eng_k_parallel_ith(ctx, G * a.qb, (int64_t)a.rb_max * P * E * 4, blas_attn_items, &a);
 }
 

@@ -133,17 +133,21 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
  * blas: per KV head g, its H/G query heads stacked into R = (H/G)*T rows,
  * cut into qb query blocks (one with one thread; with n threads, enough for
  * 2 items per thread, blocks of at least 16 rows: fixed by T, H, G and the
- * thread count); per (KV head, block), on the pool: one single-threaded
- * sgemm for the scores over the full rectangle of keys [0, P), each row's
- * eng_k_softmax_path over its attended keys (the rest 0), one sgemm for P V
- * (masked probabilities are exactly 0); wo [H*T, E] holds the outputs, ws
- * each thread's scores. ref: eng_k_attention_ref (W = 0). */
+ * thread count); per (KV head, block), on the pool, the keys in blocks of
+ * kb positions from 0 (kb fixed by the block's rows: 128 Ki floats of
+ * scores at most, 256 to 2,048 keys), each block: one single-threaded
+ * sgemm for the scores, each row's eng_k_softmax_step_path over its
+ * attended keys there (the rest 0; its outputs so far rescaled when its max
+ * grows), one sgemm adding P V to the outputs (masked probabilities are
+ * exactly 0); at the end the outputs times 1 / the row's sum, rounded when
+ * bf16. wo [H*T, E] holds the outputs, ws each thread's block of scores.
+ * ref: eng_k_attention_ref (W = 0). */
 void eng_k_attention(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t H, int32_t G, int32_t E, const float *Q,
                      int32_t ldq, const float *K, const float *V, int32_t ldkv, float *O, int32_t ldo, float *wq,
                      float *wo, float *ws, int64_t ws_cap);
 /* Floats of ws eng_k_attention needs at least for P keys: each thread's
- * scores of one query block for blas, the ref kernel's per-thread scratch
- * for ref. */
+ * block of scores (not P-dependent) for blas, the ref kernel's per-thread
+ * scratch for ref. */
 int64_t eng_k_attention_ws(const eng_kctx *ctx, int32_t T, int32_t P, int32_t H, int32_t G, int32_t E);
 
 // ----------------------------------------------------------------------------

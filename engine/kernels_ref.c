@@ -876,6 +876,21 @@ static void sm_norm(eng_kpath path, const float *s, float *d, int32_t n, float i
 
 static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
 
+/* One key block of a row's online softmax, the steps above (blas's blocked
+ * attention, kernels.c): s = round(s * scale); m = max(*mx, max s);
+ * a = exp(*mx - m) when m > *mx, else 1; e = round(exp(s - m)) in place;
+ * *l = *l * a + the sum of the e in 8 lanes; *mx = m. Returns a, the factor
+ * the row's outputs so far take. */
+float eng_k_softmax_step_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx, float *l) {
+    float m = *mx, al = 1.0f;
+    sm_scale_max(path, s, n, scale, bf16, &m);
+    if (m > *mx) al = eng_expf(*mx - m);
+    *l = *l * al + sm_exp_sum(path, s, n, m, bf16);
+    *mx = m;
+    return al;
+}
+
+
 /* Rows of a super block: the rows that share one pass over the keys and
  * values (register blocks of the path's MR rows inside). Key blocks: the
  * online softmax's blocks, ATTN_KB keys on absolute positions [ATTN_KB*b,

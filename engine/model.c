@@ -272,6 +272,9 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
 /* The blas routine by shape, at every thread count (kernels.c,
  * blas_product); change the string when the choice changes. */
 #define BLAS_SHAPE_SCHEME "blas: a product of one row is one sgemv per column unit, one unit per thread; v1"
+/* The blas attention's form, at every thread count (kernels.c,
+ * blas_attn_items); change the string when it changes. */
+#define BLAS_ATTN_SCHEME "blas: attention online over key blocks of kb(rows) positions, one sgemm pair per block; v1"
 
 /* The ref attention's softmax (kernels_ref.c, attn_super): online over key
  * blocks of absolute positions since this build, where earlier builds took
@@ -296,10 +299,12 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
      * pool, one single-threaded sgemm each: kernels.h), which gives other
      * bits than OpenBLAS's own split of earlier builds: that scheme is
      * hashed in too, so their checkpoints miss instead of mixing; so is the
-     * choice of routine by shape (one row: sgemv, since this build). */
+     * choice of routine by shape (one row: sgemv), and the attention's form
+     * (online over key blocks, since this build). */
     uint64_t seed = XXH3_64bits(eng_blas_info(), strlen(eng_blas_info()));
     if (num->n_threads > 1) seed = XXH3_64bits_withSeed(BLAS_SPLIT_SCHEME, strlen(BLAS_SPLIT_SCHEME), seed);
     seed = XXH3_64bits_withSeed(BLAS_SHAPE_SCHEME, strlen(BLAS_SHAPE_SCHEME), seed);
+    seed = XXH3_64bits_withSeed(BLAS_ATTN_SCHEME, strlen(BLAS_ATTN_SCHEME), seed);
     return XXH3_64bits_withSeed(b, sizeof b, seed);
 }
 

@@ -481,6 +481,81 @@ static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offse
     eng_pool_free(p2);
 }
 
+/* The blas attention over long contexts (2,600 keys): it goes through the
+ * keys in blocks of 1,024 or 2,048 positions (by its query blocks' rows),
+ * the last one partial, with an online softmax. The keys grow along the
+ * context (k_p scaled by 1 + p/400), so later blocks raise the rows'
+ * maxima and the outputs so far must be rescaled. Per chunking (64 from 0,
+ * 1 at a time as in decode, 256 from an offset of 100) and thread count (1
+ * and 2): the outputs are memcmp-identical on every path (the softmax steps
+ * have the same bits on every path, the sgemms are the same calls), and
+ * within a tolerance of the ref oracle (a cross-implementation check:
+ * 1e-5 of the largest |output| in fp32, 2e-2 in bf16). */
+static void blas_attention_over_long_contexts_matches_the_oracle_on_every_path(void **state) {
+    (void)state;
+    static const struct { int32_t H, G, E; bool bf16; } cfg[] = {{4, 2, 32, false}, {4, 1, 40, true}};
+    static const struct { int32_t head, chunk; } split[] = {{0, 64}, {0, 1}, {100, 256}};
+    const int32_t n = 2600;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    eng_pool *p2 = eng_pool_new(2);
+    openblas_set_num_threads(1);  /* as the engine before each forward pass */
+    int cases = 0;
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        const int32_t H = cfg[ci].H, G = cfg[ci].G, E = cfg[ci].E;
+        const int32_t HE = H * E, GE = G * E, LD = HE + 2 * GE;
+        const bool bf = cfg[ci].bf16;
+        g_rng = 1700 + ci;
+        float *x = rvec((int64_t)n * LD, 2.0f);
+        for (int32_t p = 0; p < n; p++)
+            for (int32_t e = 0; e < GE; e++) x[(int64_t)p * LD + HE + e] *= 1.0f + (float)p / 400.0f;
+        if (bf)
+            for (int64_t i = 0; i < (int64_t)n * LD; i++) x[i] = eng_bf16_round(x[i]);
+        float *want = malloc(sizeof(float) * (size_t)n * HE), *got = malloc(sizeof(float) * (size_t)n * HE);
+        float *first = malloc(sizeof(float) * (size_t)n * HE);
+        for (int32_t p = 0; p < n; p++)
+            oracle_attention(1, p, 0, 0, H, G, E, x + (int64_t)p * LD, LD, x + HE, x + HE + GE, LD,
+                             want + (int64_t)p * HE, HE, bf);
+        double omax = 0;
+        for (int64_t i = 0; i < (int64_t)n * HE; i++) omax = fmax(omax, fabs((double)want[i]));
+        const double tol = (bf ? 2e-2 : 1e-5) * omax;
+        for (size_t si = 0; si < sizeof split / sizeof split[0]; si++)
+            for (int32_t th = 1; th <= 2; th++)
+                for (int pi = 0; pi < np; pi++) {
+                    eng_kctx c = ctx_of(ps[pi], th, p2);
+                    c.kernel = ENG_KERNEL_BLAS;
+                    c.bf16 = bf;
+                    const int32_t Tmax = split[si].chunk > split[si].head ? split[si].chunk : split[si].head;
+                    const int64_t cap = eng_k_attention_ws(&c, Tmax, n, H, G, E);
+                    float *ws = malloc(sizeof(float) * (size_t)cap);
+                    float *wq = malloc(sizeof(float) * (size_t)HE * Tmax), *wo = malloc(sizeof(float) * (size_t)HE * Tmax);
+                    memset(got, 0xff, sizeof(float) * (size_t)n * HE);
+                    for (int32_t p0 = 0; p0 < n;) {
+                        const int32_t want_T = p0 == 0 && split[si].head > 0 ? split[si].head : split[si].chunk;
+                        const int32_t T = n - p0 < want_T ? n - p0 : want_T;
+                        eng_k_attention(&c, T, p0, H, G, E, x + (int64_t)p0 * LD, LD, x + HE, x + HE + GE, LD,
+                                        got + (int64_t)p0 * HE, HE, wq, wo, ws, cap);
+                        p0 += T;
+                    }
+                    double md = 0;
+                    for (int64_t i = 0; i < (int64_t)n * HE; i++) md = fmax(md, fabs((double)got[i] - want[i]));
+                    if (!(md <= tol))
+                        fail_msg("blas attention H %d G %d E %d bf16 %d, path %s, first chunk %d then %d, %d thread(s): "
+                                 "max |diff| %.3g from the oracle, over %.3g", H, G, E, bf, eng_kpath_name(ps[pi]),
+                                 split[si].head, split[si].chunk, th, md, tol);
+                    if (pi == 0) memcpy(first, got, sizeof(float) * (size_t)n * HE);
+                    else if (memcmp(first, got, sizeof(float) * (size_t)n * HE))
+                        fail_msg("blas attention H %d G %d E %d bf16 %d, chunk %d, %d thread(s): path %s differs from %s",
+                                 H, G, E, bf, split[si].chunk, th, eng_kpath_name(ps[pi]), eng_kpath_name(ps[0]));
+                    free(ws); free(wq); free(wo);
+                    cases++;
+                }
+        free(x); free(want); free(got); free(first);
+    }
+    print_message("%d blas attention runs (2,600 keys) within the tolerance, the same bits on every path\n", cases);
+    eng_pool_free(p2);
+}
+
 // ----------------------------------------------------------------------------
 // Through the public API: every chunk length, row offset and thread count
 
@@ -631,6 +706,7 @@ int main(void) {
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
         cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
         cmocka_unit_test(ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets),
+        cmocka_unit_test(blas_attention_over_long_contexts_matches_the_oracle_on_every_path),
         cmocka_unit_test(ref_logits_kv_and_state_are_identical_for_every_m_offset_and_thread_count),
         cmocka_unit_test(model_logits_are_the_same_on_every_path),
     };

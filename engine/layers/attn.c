@@ -140,7 +140,6 @@ int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t p
     const eng_model_info *in = &m->info;
     const int64_t D = in->n_embd, HE = (int64_t)in->n_head * in->head_dim;
     const int64_t QKV = HE + 2 * (int64_t)in->n_head_kv * in->head_dim;
-    const int64_t GR = in->n_head / in->n_head_kv;  /* query heads per KV head */
     if (T > w->cap_T) {
         free(w->qkv); free(w->att); free(w->ffo); free(w->qg); free(w->og);
         free(w->rope_c); free(w->rope_s); free(w->scores);
@@ -163,10 +162,7 @@ int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t p
     if (P > w->cap_P) {
         int32_t cap = w->cap_P * 2 > P ? w->cap_P * 2 : P;
         if (cap > n_ctx) cap = n_ctx;
-        /* blas: each thread's scores of one KV head's GR*T rows (at most), over cap keys */
-        const int64_t nth = m->kctx.n_threads > 1 ? m->kctx.n_threads : 1;
-        int64_t n = nth * GR * w->cap_T * cap;
-        if (m->kctx.kernel == ENG_KERNEL_REF) n = eng_k_attention_ws(&m->kctx, w->cap_T, cap, in->n_head, in->n_head_kv, in->head_dim);
+        const int64_t n = eng_k_attention_ws(&m->kctx, w->cap_T, cap, in->n_head, in->n_head_kv, in->head_dim);
         free(w->scores);
         w->scores = zalloc(n);
         if (!w->scores) { w->cap_P = 0; w->scores_cap = 0; return ENG_ERR_NOMEM; }
