@@ -2,7 +2,8 @@
  * engine/kernels_ref.h: the ref kernel (internal): batch-invariant products
  * and attention, fixed-order fused multiply-add chains on three code paths
  * with the same bits (kernels_ref.c; the contract is in kernels.h), and the
- * softmax row both kernels use (its vector copies live with the paths).
+ * softmax row and the online-softmax step both kernels use (their vector
+ * copies live with the paths).
  */
 #ifndef ENG_KERNELS_REF_H
 #define ENG_KERNELS_REF_H

@@ -12,6 +12,9 @@
  *     same chains on every path, whatever the chunking; over long contexts
  *     (1,200 keys) every query's output is identical at shifted chunk
  *     offsets, at 1 and 2 threads, on every path;
+ *   - the blas attention over long contexts (2,600 keys, in several of its
+ *     key blocks) has the same bits on every path and stays within a
+ *     tolerance of that oracle;
  *   - the softmax of every path gives eng_k_softmax_row's bits, on scores
  *     that reach exp's clamps, infinities and NaN;
  *   - through the public API, on llama, sliding-window, hybrid (Mamba-2) and
