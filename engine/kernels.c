@@ -173,11 +173,9 @@ static void blas_attn_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
                 int32_t na = a->pos0 + (r0 + i) % T + 1 - j0;  /* keys of the block the row attends */
                 if (na > kb) na = kb;
                 if (na < 0) na = 0;
-                if (na > 0) {
-                    const float al = eng_k_softmax_step_path(path, s, na, a->scale, bf16, &mx[i], &l[i]);
-                    if (j0 > 0 && al != 1.0f)
-                        for (int32_t e = 0; e < E; e++) og[(int64_t)i * E + e] *= al;
-                }
+                if (na > 0)  /* the outputs exist from the first block's P V on */
+                    eng_k_softmax_step_path(path, s, na, a->scale, bf16, &mx[i], &l[i], og + (int64_t)i * E,
+                                            j0 > 0 ? E : 0);
                 for (int32_t j = na; j < kb; j++) s[j] = 0.0f;  /* masked: exactly 0 */
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, E, kb, 1.0f, S, KB,

@@ -876,20 +876,24 @@ static void sm_norm(eng_kpath path, const float *s, float *d, int32_t n, float i
 
 static inline int32_t round32(int32_t n) { return (n + PW - 1) / PW * PW; }
 
-/* One key block of a row's online softmax, the steps above (blas's blocked
- * attention, kernels.c): s = round(s * scale); m = max(*mx, max s);
- * a = exp(*mx - m) when m > *mx, else 1; e = round(exp(s - m)) in place;
- * *l = *l * a + the sum of the e in 8 lanes; *mx = m. Returns a, the factor
- * the row's outputs so far take. */
-float eng_k_softmax_step_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx, float *l) {
-    float m = *mx, al = 1.0f;
+/* One key block of a row's online softmax, the steps above (attn_super's
+ * step 2, and blas's blocked attention in kernels.c): s = round(s * scale)
+ * and m = max(*mx, max s); when m > *mx, a = exp(*mx - m), the row's
+ * outputs so far o[0, no) = o * a and *l = *l * a (a = 0 on the row's first
+ * block, whose *mx is -inf: o and *l are still 0); *mx = m; then
+ * e = round(exp(s - m)) in place and *l = *l + the sum of the e in 8 lanes. */
+void eng_k_softmax_step_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx, float *l,
+                             float *o, int32_t no) {
+    float m = *mx;
     sm_scale_max(path, s, n, scale, bf16, &m);
-    if (m > *mx) al = eng_expf(*mx - m);
-    *l = *l * al + sm_exp_sum(path, s, n, m, bf16);
+    if (m > *mx) {
+        const float al = eng_expf(*mx - m);
+        sm_norm(path, o, o, no, al, false);
+        *l = *l * al;
+    }
     *mx = m;
-    return al;
+    *l = *l + sm_exp_sum(path, s, n, m, bf16);
 }
-
 
 /* Rows of a super block: the rows that share one pass over the keys and
  * values (register blocks of the path's MR rows inside). Key blocks: the
@@ -1090,7 +1094,7 @@ static void pv_t(eng_kpath path, int32_t R, int32_t nk, const float *ST, const r
  * and l[c] when it grew; e = round(exp(s - m)) in place, and l[c] = l[c] +
  * the sum of its 8 lanes (lane jj % 8, ascending jj), combined pairwise. */
 __attribute__((target("avx2,fma"))) static void sm_block_t256(float *ST, int32_t nk, int32_t R, float scale,
-                                                               bool bf16, float *mx, bool *on, float *l, float *Ot,
+                                                               bool bf16, float *mx, float *l, float *Ot,
                                                                int32_t E32, int32_t WV) {
     const __m256 vs = _mm256_set1_ps(scale);
     const int32_t ng = (R + 7) / 8;  /* groups of 8 rows */
@@ -1108,13 +1112,12 @@ __attribute__((target("avx2,fma"))) static void sm_block_t256(float *ST, int32_t
         }
     for (int32_t t = 0; t < ng; t++) _mm256_storeu_ps(mb + 8 * t, mv[t]);
     for (int32_t i = 0; i < R; i++) {
-        if (on[i] && mb[i] > mx[i]) {
+        if (mb[i] > mx[i]) {  /* on a row's first block mx is -inf: a = 0, and Ot and l are still 0 */
             const float al = eng_expf(mx[i] - mb[i]);
             sm_norm256(Ot + (int64_t)i * E32, Ot + (int64_t)i * E32, WV, al, false);
             l[i] = l[i] * al;
         }
         mx[i] = mb[i];
-        on[i] = true;
     }
     /* exponentials, every group of a key at once (independent chains); mv holds the new maxima */
     for (int32_t jj = 0; jj < nk; jj++)
@@ -1158,7 +1161,6 @@ typedef struct attn_sb {
     int32_t      r0, R, lo_min, hi_max;
     int32_t      lo[ATTN_RB], hi[ATTN_RB];
     float        mx[ATTN_RB], l[ATTN_RB];
-    bool         on[ATTN_RB];
     const float *q;   /* its query rows [R][E] */
     float       *Ot;
 } attn_sb;
@@ -1174,7 +1176,6 @@ static void sb_init(const attn_args *a, int32_t g, int32_t r0, int32_t r1, float
         if (sb->hi[i] > sb->hi_max) sb->hi_max = sb->hi[i];
         sb->mx[i] = -INFINITY;
         sb->l[i] = 0.0f;
-        sb->on[i] = false;
     }
     sb->q = a->qg + ((int64_t)g * a->GR * a->T + r0) * a->E;
     sb->Ot = Ot;
@@ -1207,17 +1208,8 @@ static void block_rows(const attn_args *a, attn_sb *sb, int32_t js, int32_t je, 
         i1 = i + 1;
         if (j0[i] > A) A = j0[i];
         if (j1[i] < B) B = j1[i];
-        float *sr = S + (int64_t)i * ATTN_SW + (j0[i] - cs), m = sb->mx[i];
-        const int32_t n = j1[i] - j0[i] + 1;
-        sm_scale_max(path, sr, n, a->scale, a->bf16, &m);
-        if (sb->on[i] && m > sb->mx[i]) {
-            const float al = eng_expf(sb->mx[i] - m);
-            sm_norm(path, Ot + (int64_t)i * E32, Ot + (int64_t)i * E32, WV, al, false);
-            sb->l[i] = sb->l[i] * al;
-        }
-        sb->mx[i] = m;
-        sb->on[i] = true;
-        sb->l[i] = sb->l[i] + sm_exp_sum(path, sr, n, m, a->bf16);
+        eng_k_softmax_step_path(path, S + (int64_t)i * ATTN_SW + (j0[i] - cs), j1[i] - j0[i] + 1, a->scale, a->bf16,
+                                &sb->mx[i], &sb->l[i], Ot + (int64_t)i * E32, WV);
     }
     /* 3. values */
     if (i0 < 0) return;
@@ -1367,7 +1359,7 @@ static void attn_group(const attn_args *a, int32_t g, int32_t b0, int32_t b1, fl
             for (int32_t i = 0; i < s->R && whole; i++) whole = s->lo[i] <= bs && s->hi[i] >= be;
 #if REF_X86
             if (whole && path == ENG_KPATH_AVX2) {
-                sm_block_t256(ST, nkk, s->R, a->scale, a->bf16, s->mx, s->on, s->l, s->Ot, E32, WV);
+                sm_block_t256(ST, nkk, s->R, a->scale, a->bf16, s->mx, s->l, s->Ot, E32, WV);
                 pv_t(path, s->R, nkk, ST, &Vb, bs - js, s->Ot, E32, WV);
                 continue;
             }

@@ -54,11 +54,14 @@ void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16);
 /* The same on one of the ref kernel's paths (blas's attention softmax;
  * identical bits on every path, which the tests check through this). */
 void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16);
-/* One key block of a row's online softmax, on a path (blas's blocked
- * attention; the steps of the ref attention's, kernels_ref.c): s[0, n)
+/* One key block of a row's online softmax, on a path (the ref attention's
+ * steps, kernels_ref.c; blas's blocked attention uses them too): s[0, n)
  * scaled, rounded and exponentiated against the running max *mx, *l the
- * running sum. Returns the factor exp(old max - new max) (1 when the max did
- * not grow) that the row's earlier outputs take. */
-float eng_k_softmax_step_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx, float *l);
+ * running sum; when the max grows, the row's outputs so far o[0, no) and
+ * *l are multiplied by exp(old max - new max) first. Start a row with
+ * *mx = -inf and *l = 0: its first block multiplies o by 0, so o must hold
+ * zeros then, or pass no = 0. */
+void eng_k_softmax_step_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx, float *l,
+                             float *o, int32_t no);
 
 #endif /* ENG_KERNELS_REF_H */
