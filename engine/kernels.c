@@ -17,6 +17,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "status.h"
 
@@ -33,6 +34,21 @@ void eng_k_round(const eng_kctx *ctx, float *x, int64_t n) {
 // ----------------------------------------------------------------------------
 // Weight layouts
 
+/* Memory for n weights (zeroed when zero), freed with free(). From 2 MiB
+ * up it starts on a 2 MiB boundary and its whole 2 MiB pages are advised
+ * as huge pages (MADV_HUGEPAGE; a hint: where transparent huge pages are
+ * off, nothing changes): the products stream their weights from memory,
+ * and a 4 KiB page per 4 KiB of a panel costs a TLB miss each time. */
+static float *weights_alloc(int64_t n, bool zero) {
+    const size_t bytes = sizeof(float) * (size_t)n, huge = (size_t)2 << 20;
+    if (bytes < huge) return zero ? calloc(n, sizeof(float)) : malloc(bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, bytes)) return NULL;
+    (void)madvise(p, bytes / huge * huge, MADV_HUGEPAGE);
+    if (zero) memset(p, 0, bytes);
+    return p;
+}
+
 static int kmat_build(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool panels, bool bf16) {
     memset(m, 0, sizeof *m);
     const int32_t pad = panels ? ENG_REF_PANEL : KN_PAD;
@@ -42,7 +58,7 @@ static int kmat_build(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, 
     m->ld = npad;
     m->kn = true;
     m->panels = panels;
-    m->data = calloc((size_t)n_in * (size_t)npad, sizeof(float));
+    m->data = weights_alloc((int64_t)n_in * npad, true);
     if (!m->data) return ENG_ERR_NOMEM;
     /* W^T element (k, j) lives at k*npad + j (kn) or at panel j/32, row k, column j%32 */
     for (int32_t j0 = 0; j0 < n_out; j0 += 64)
@@ -77,7 +93,7 @@ void eng_kmat_view(eng_kmat *m, float *w, int32_t n_out, int32_t n_in) {
  * view's layout over an owned copy. */
 static int kmat_rows(eng_kmat *m, const float *w, int32_t n_out, int32_t n_in, bool bf16) {
     const int64_t n = (int64_t)n_out * n_in;
-    float *d = malloc(sizeof(float) * (size_t)n);
+    float *d = weights_alloc(n, false);
     if (!d) return ENG_ERR_NOMEM;
     memcpy(d, w, sizeof(float) * (size_t)n);
     if (bf16) round_vec(d, n);
@@ -412,6 +428,8 @@ typedef struct fused_args {
     const float     *X;
     float           *Y;
     uint8_t          normed[ENG_MAX_THREADS];  /* thread ith has its normed rows */
+    float           *xp[ENG_MAX_THREADS];      /* ref: thread ith's packed rows (freed after the region) */
+    int32_t          xp_rg[ENG_MAX_THREADS];   /* ... of row group xp_rg - 1 (0: none) */
 } fused_args;
 
 /* The rows the product reads: X, or thread ith's normed copy of X. */
@@ -458,14 +476,32 @@ static void blas_product(const eng_kmat *W, const float *X, int32_t ldx, int32_t
                 ldx, b, W->ld, 0.0f, y, ldy);
 }
 
+/* ref: rows [r0, r1) of X (row group rg) packed for thread ith's blocks,
+ * once per thread and row group (every thread reads every row of its
+ * groups); NULL when the path reads them in place or memory is short (the
+ * same bits either way). */
+static const float *fused_packed(fused_args *a, int32_t ith, int32_t rg, const float *X, int32_t ldx, int32_t r0,
+                                 int32_t r1) {
+    const int64_t n = eng_k_ref_pack_floats(a->ctx, r1 - r0, a->K);
+    if (n == 0) return NULL;
+    if (a->xp_rg[ith] != rg + 1) {
+        free(a->xp[ith]);  /* another row group's rows, or none */
+        a->xp[ith] = malloc(sizeof(float) * (size_t)n);
+        a->xp_rg[ith] = a->xp[ith] ? rg + 1 : 0;
+        if (a->xp[ith]) eng_k_ref_pack(a->ctx, r1 - r0, a->K, X + (int64_t)r0 * ldx, ldx, a->xp[ith]);
+    }
+    return a->xp[ith];
+}
+
 /* Columns [c0, c1) of the product for rows [r0, r1), on this thread: one
- * ref block, or one blas product per unit (a unit's shape is fixed by N and
- * the thread count, so its bits do not depend on which thread runs it). */
-static void fused_block(const fused_args *a, const float *X, int32_t ldx, int32_t r0, int32_t r1, int32_t c0,
-                        int32_t c1) {
+ * ref block (xp: those rows packed, or NULL), or one blas product per unit
+ * (a unit's shape is fixed by N and the thread count, so its bits do not
+ * depend on which thread runs it). */
+static void fused_block(const fused_args *a, const float *X, int32_t ldx, const float *xp, int32_t r0, int32_t r1,
+                        int32_t c0, int32_t c1) {
     const eng_kmat *W = a->W;
     if (a->ctx->kernel == ENG_KERNEL_REF) {
-        eng_k_matmul_ref_block(a->ctx, W, r0, r1, c0, c1, X, ldx, a->Y, a->ldy);
+        eng_k_matmul_ref_block(a->ctx, W, r0, r1, c0, c1, X, ldx, xp, a->Y, a->ldy);
     } else {
         for (int32_t u0 = c0; u0 < c1; u0 += a->unit)
             blas_product(W, X, ldx, r0, r1, u0, u0 + a->unit < c1 ? u0 + a->unit : c1, a->Y, a->ldy);
@@ -531,9 +567,10 @@ static void fused_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
         int32_t r0 = 0, r1 = a->M;
         if (a->n_rg > 1) eng_k_ref_row_group(a->M, a->n_rg, rg, &r0, &r1);
         const int32_t c0 = u0 * a->unit, c1 = u1 * a->unit < a->ncols ? u1 * a->unit : a->ncols;
-        fused_block(a, X, ldx, r0, r1, c0, c1);
+        const float *xp = a->ctx->kernel == ENG_KERNEL_REF ? fused_packed(a, ith, rg, X, ldx, r0, r1) : NULL;
+        fused_block(a, X, ldx, xp, r0, r1, c0, c1);
         if (fu->glu_cols > 0)  /* the up columns of the same units */
-            fused_block(a, X, ldx, r0, r1, c0 + fu->glu_off, c1 + fu->glu_off);
+            fused_block(a, X, ldx, xp, r0, r1, c0 + fu->glu_off, c1 + fu->glu_off);
         fused_epilogue(a, r0, r1, c0, c1);
         it += u1 - u0;
     }
@@ -596,4 +633,5 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
     }
     const int64_t cost = (int64_t)(M / a.n_rg + 1) * a.unit * K * (glu_pairs ? 2 : 1);
     eng_k_parallel_ith(ctx, a.n_rg * a.n_units, cost, fused_items, &a);
+    for (int32_t i = 0; i < nth; i++) free(a.xp[i]);
 }

@@ -36,6 +36,15 @@
  * are packed per chunk; values are read in place when E is a multiple of
  * 32. Work is split over column panels and row blocks, never over k.
  *
+ * The X operand of a weight product: on avx2, a register block of 4 to 6
+ * rows broadcasts one x per row and k. Read in place, those are 4 to 6
+ * streams a row stride apart, and a stride of a multiple of 4 KiB (K =
+ * 1024 on the base preset) puts all of them in one set of the L1 cache; so
+ * the caller packs X once per thread and product (eng_k_ref_pack: each row
+ * block transposed, one contiguous stream) and the blocks read that copy
+ * with the same chains (ukr_run's xt). Weights are allocated on huge
+ * pages where the kernel allows (kernels.c), since they stream from memory.
+ *
  * Attention (eng_k_attention_ref): per KV head, its query heads' rows are
  * cut into super blocks of up to 32 rows (register blocks of the path's MR
  * rows inside), the items of the pool. A super block walks the keys in
@@ -236,10 +245,19 @@ static int32_t tile_w(eng_kpath p, int32_t MR) {
 /* One block of MR rows x W columns (W a multiple of 16 no wider than
  * tile_w, starting on a panel boundary unless W == 16) whose B columns are
  * all readable. While it runs, the K lines pf + k*pf_step are prefetched
- * into L2 (the next weights; pf_step 0: nothing new). */
-static void ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, const float *b,
-                    int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf, int64_t pf_step) {
+ * into L2 (the next weights; pf_step 0: nothing new). xt: X transposed
+ * (row r, k at x[r + k*ldx]), in MR x 16 blocks, not on the avx512 path. */
+static void ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, int xt,
+                    const float *b, int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf,
+                    int64_t pf_step) {
+    ENG_ASSERT(!xt || p != ENG_KPATH_AVX512);
 #if REF_X86
+    if (xt && p == ENG_KPATH_AVX2) {
+        for (int32_t c = 0; c < W; c += 16)  /* halves of panels */
+            k256t_w16[MR - 1](K, x, ldx, b + (c / PW) * ps + c % PW, ps, ldb, y + c, ldy, acc_in,
+                              pf + (c / 16) * pf_step * K, pf_step);
+        return;
+    }
     if (p == ENG_KPATH_AVX512 && W % 32 == 0) {
         const ref_ukr f = W == 128 ? k512_w128[MR - 1] : W == 64 ? k512_w64[MR - 1] : k512_w32[MR - 1];
         f(K, x, ldx, b, ps, ldb, y, ldy, acc_in, pf, pf_step);
@@ -256,23 +274,7 @@ static void ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *
 #endif
     (void)pf;
     (void)pf_step;
-    ukr_scalar(MR, W, K, x, ldx, 0, b, ps, ldb, y, ldy, acc_in);
-}
-
-/* ukr_run with X transposed (row r, k at x[r + k*ldx]), W <= 32 columns of
- * panel 0 (16 or 32 on avx2: MR x 16 blocks, as MR x 32 would spill
- * accumulators), all readable; not on the avx512 path. */
-static void ukr_run_t(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, const float *b,
-                      int64_t ldb, float *y, int64_t ldy, int acc_in) {
-    ENG_ASSERT(p != ENG_KPATH_AVX512 && W <= PW);
-#if REF_X86
-    if (p == ENG_KPATH_AVX2) {
-        for (int32_t c = 0; c < W; c += 16)
-            k256t_w16[MR - 1](K, x, ldx, b + c, 0, ldb, y + c, ldy, acc_in, (const char *)b, 0);
-        return;
-    }
-#endif
-    ukr_scalar(MR, W, K, x, ldx, 1, b, 0, ldb, y, ldy, acc_in);
+    ukr_scalar(MR, W, K, x, ldx, xt, b, ps, ldb, y, ldy, acc_in);
 }
 
 // ----------------------------------------------------------------------------
@@ -297,9 +299,9 @@ static inline void row_block(int32_t M, int32_t nb, int32_t ib, int32_t *r0, int
  * columns run past N go through a small tile; columns past B's readable
  * width through the portable block (same chains). The pf_bytes at pf are
  * prefetched along the way (0: none). */
-static void gemm_rows(eng_kpath p, int32_t MR, int32_t K, const float *X, int64_t ldx, const ref_b *B, int32_t c0,
-                      int32_t c1, int32_t N, float *Y, int64_t ldy, int acc_in, int32_t wmax, const char *pf,
-                      int64_t pf_bytes) {
+static void gemm_rows(eng_kpath p, int32_t MR, int32_t K, const float *X, int64_t ldx, int xt, const ref_b *B,
+                      int32_t c0, int32_t c1, int32_t N, float *Y, int64_t ldy, int acc_in, int32_t wmax,
+                      const char *pf, int64_t pf_bytes) {
     const int32_t wmin = p == ENG_KPATH_AVX2 ? 16 : PW;
     const int32_t cend = (c1 + wmin - 1) / wmin * wmin;
     const int32_t n_calls = (c1 - c0 + wmax - 1) / wmax;
@@ -311,13 +313,13 @@ static void gemm_rows(eng_kpath p, int32_t MR, int32_t K, const float *X, int64_
         const float *bb = B->b + (c / PW) * B->ps + c % PW;
         const int32_t nc = N - c < w ? N - c : w;
         if (c + w <= B->nread && nc == w) {
-            ukr_run(p, MR, w, K, X, ldx, bb, B->ps, B->ldb, Y + c, ldy, acc_in, pf, step);
+            ukr_run(p, MR, w, K, X, ldx, xt, bb, B->ps, B->ldb, Y + c, ldy, acc_in, pf, step);
         } else {
             float t[MR_MAX * TILE_W];
             if (acc_in)
                 for (int32_t r = 0; r < MR; r++) memcpy(t + r * w, Y + r * ldy + c, sizeof(float) * (size_t)nc);
-            if (c + w <= B->nread) ukr_run(p, MR, w, K, X, ldx, bb, B->ps, B->ldb, t, w, acc_in, pf, step);
-            else ukr_scalar(MR, nc, K, X, ldx, 0, bb, B->ps, B->ldb, t, w, acc_in);
+            if (c + w <= B->nread) ukr_run(p, MR, w, K, X, ldx, xt, bb, B->ps, B->ldb, t, w, acc_in, pf, step);
+            else ukr_scalar(MR, nc, K, X, ldx, xt, bb, B->ps, B->ldb, t, w, acc_in);
             for (int32_t r = 0; r < MR; r++) memcpy(Y + r * ldy + c, t + r * w, sizeof(float) * (size_t)nc);
         }
         pf += step * K;
@@ -329,9 +331,12 @@ static void gemm_rows(eng_kpath p, int32_t MR, int32_t K, const float *X, int64_
  * path's MR, columns in chunks of the widest block of the largest row
  * block, each chunk of B reused by every row block while it is in cache.
  * With contiguous panels (packed weights: B streams from memory), the row
- * blocks of a chunk prefetch the next chunk into L2, a slice each. */
+ * blocks of a chunk prefetch the next chunk into L2, a slice each. xp: X
+ * packed by eng_k_ref_pack (row block [r0, r1) of the region transposed at
+ * xp + r0*K), or NULL (X read in place). */
 static void gemm_region(eng_kpath p, int32_t i0, int32_t i1, int32_t c0, int32_t c1, int32_t N, int32_t K,
-                        const float *X, int64_t ldx, const ref_b *B, float *Y, int64_t ldy, int acc_in) {
+                        const float *X, int64_t ldx, const float *xp, const ref_b *B, float *Y, int64_t ldy,
+                        int acc_in) {
     const int32_t M = i1 - i0, mr = mr_max(p);
     if (M <= 0 || c1 <= c0) return;
     const int32_t nb = (M + mr - 1) / mr;
@@ -347,7 +352,8 @@ static void gemm_region(eng_kpath p, int32_t i0, int32_t i1, int32_t c0, int32_t
             int32_t r0, r1;
             row_block(M, nb, ib, &r0, &r1);
             const int64_t s0 = next * ib / nb, s1 = next * (ib + 1) / nb;
-            gemm_rows(p, r1 - r0, K, X + (int64_t)(i0 + r0) * ldx, ldx, B, cc, ce, N, Y + (int64_t)(i0 + r0) * ldy,
+            const float *x = xp ? xp + (int64_t)r0 * K : X + (int64_t)(i0 + r0) * ldx;
+            gemm_rows(p, r1 - r0, K, x, xp ? r1 - r0 : ldx, xp != NULL, B, cc, ce, N, Y + (int64_t)(i0 + r0) * ldy,
                       ldy, acc_in, tile_w(p, r1 - r0) < wmax ? tile_w(p, r1 - r0) : wmax, next ? nb0 + s0 : NULL,
                       s1 - s0);
         }
@@ -379,10 +385,37 @@ int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan) {
 
 void eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1) { row_block(M, n_rg, rg, r0, r1); }
 
+/* Whether the ref product packs M rows (rows per block of the region: 4
+ * to 6 on avx2). */
+static bool packs(const eng_kctx *ctx, int32_t M) {
+    const int32_t mr = mr_max(ctx->path), nb = (M + mr - 1) / mr;
+    return ctx->path == ENG_KPATH_AVX2 && M > 0 && (M + nb - 1) / nb >= 4;
+}
+
+int64_t eng_k_ref_pack_floats(const eng_kctx *ctx, int32_t M, int32_t K) {
+    return packs(ctx, M) ? (int64_t)M * K : 0;
+}
+
+/* Row block [r0, r1) of gemm_region's blocks over M rows transposed at
+ * xp + r0*K: element (r, k) at xp[r0*K + k*(r1 - r0) + r - r0]. */
+void eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X, int32_t ldx, float *xp) {
+    const int32_t mr = mr_max(ctx->path), nb = (M + mr - 1) / mr;
+    for (int32_t ib = 0; ib < nb; ib++) {
+        int32_t r0, r1;
+        row_block(M, nb, ib, &r0, &r1);
+        const int32_t n = r1 - r0;
+        const float *x = X + (int64_t)r0 * ldx;
+        float *d = xp + (int64_t)r0 * K;
+        for (int32_t k = 0; k < K; k++, d += n)
+            for (int32_t r = 0; r < n; r++) d[r] = x[(int64_t)r * ldx + k];
+    }
+}
+
 void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
-                            const float *X, int32_t ldx, float *Y, int32_t ldy) {
+                            const float *X, int32_t ldx, const float *xp, float *Y, int32_t ldy) {
     const ref_b B = weights_b(W);
-    gemm_region(ctx->path, r0, r1, c0, c1, W->n_out, W->n_in, X, ldx, &B, Y, ldy, 0);
+    ENG_ASSERT(!xp || packs(ctx, r1 - r0));
+    gemm_region(ctx->path, r0, r1, c0, c1, W->n_out, W->n_in, X, ldx, xp, &B, Y, ldy, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -1057,7 +1090,7 @@ static void scores_t(const attn_args *a, const float *k0, int32_t ld, int32_t nk
     const int32_t mr = mr_max(a->path);  /* avx2: 6 x 16 blocks (6 x 32 in halves) */
     for (int32_t i = 0; i < nk; i += mr) {
         const int32_t n = nk - i < mr ? nk - i : mr;
-        ukr_run(a->path, n, w, a->E, k0 + (int64_t)i * ld, ld, Qt, 0, PW, ST + (int64_t)i * PW, PW, 0,
+        ukr_run(a->path, n, w, a->E, k0 + (int64_t)i * ld, ld, 0, Qt, 0, PW, ST + (int64_t)i * PW, PW, 0,
                 (const char *)Qt, 0);
     }
 }
@@ -1079,10 +1112,11 @@ static void pv_t(eng_kpath path, int32_t R, int32_t nk, const float *ST, const r
         for (int32_t ib = 0; ib < nb; ib++) {
             int32_t b0, b1;
             row_block(R, nb, ib, &b0, &b1);
-            for (int32_t c = 0; c < WV; c += PW)
-                ukr_run_t(path, b1 - b0, PW, kn, ST + (int64_t)k0 * PW + b0, PW,
-                          Vb->b + (int64_t)(js + k0) * Vb->ldb + (c / PW) * Vb->ps + c % PW, Vb->ldb,
-                          Ot + (int64_t)b0 * E32 + c, E32, 1);
+            for (int32_t c = 0; c < WV; c += PW) {
+                const float *v = Vb->b + (int64_t)(js + k0) * Vb->ldb + (c / PW) * Vb->ps + c % PW;
+                ukr_run(path, b1 - b0, PW, kn, ST + (int64_t)k0 * PW + b0, PW, 1, v, 0, Vb->ldb,
+                        Ot + (int64_t)b0 * E32 + c, E32, 1, (const char *)v, 0);
+            }
         }
     }
 }
@@ -1220,7 +1254,7 @@ static void block_rows(const attn_args *a, attn_sb *sb, int32_t js, int32_t je, 
                      Ot + (int64_t)i * E32);
     if (A != INT32_MAX) {
         const ref_b VS = {.b = Vb->b + (int64_t)(A - jb) * Vb->ldb, .ps = Vb->ps, .ldb = Vb->ldb, .nread = Vb->nread};
-        gemm_region(path, i0, i1, 0, WV, WV, B - A + 1, S + (A - cs), ATTN_SW, &VS, Ot, E32, 1);
+        gemm_region(path, i0, i1, 0, WV, WV, B - A + 1, S + (A - cs), ATTN_SW, NULL, &VS, Ot, E32, 1);
         for (int32_t i = i0; i < i1; i++)
             for (int32_t j = B + 1; j <= j1[i]; j++)
                 axpy_row(path, WV, S[(int64_t)i * ATTN_SW + (j - cs)], Vb->b + (int64_t)(j - jb) * Vb->ldb, Vb->ps,
@@ -1273,7 +1307,7 @@ static void attn_super(const attn_args *a, int32_t g, int32_t r0, int32_t r1, fl
         for (int32_t ib = 0; ib < nb; ib++) {
             int32_t b0, b1;
             row_block(sb.R, nb, ib, &b0, &b1);
-            gemm_rows(path, b1 - b0, E, sb.q + (int64_t)b0 * E, E, &KB, 0, ce - cs, P32 - cs,
+            gemm_rows(path, b1 - b0, E, sb.q + (int64_t)b0 * E, E, 0, &KB, 0, ce - cs, P32 - cs,
                       S + (int64_t)b0 * ATTN_SW, ATTN_SW, 0, tile_w(path, b1 - b0), NULL, 0);
         }
         block_rows(a, &sb, js, je, cs, S, Vb, 0);

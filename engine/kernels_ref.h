@@ -21,9 +21,18 @@ const char *eng_kpath_name(eng_kpath p);  /* "scalar", "avx2", "avx512" */
 int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan);
 void    eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1);
 /* Y[r, c] for rows [r0, r1) and columns [c0, c1) of X . W^T (c0 on a panel
- * boundary), on the calling thread, not rounded. */
+ * boundary), on the calling thread, not rounded. xp: NULL, or the rows
+ * [r0, r1) of X packed by eng_k_ref_pack (M = r1 - r0): same bits, read
+ * faster (the register blocks broadcast one contiguous stream instead of
+ * 4 to 6 rows, which a row stride of a multiple of 4 KiB puts in one set
+ * of the L1 cache). */
 void eng_k_matmul_ref_block(const eng_kctx *ctx, const eng_kmat *W, int32_t r0, int32_t r1, int32_t c0, int32_t c1,
-                            const float *X, int32_t ldx, float *Y, int32_t ldy);
+                            const float *X, int32_t ldx, const float *xp, float *Y, int32_t ldy);
+/* Floats eng_k_ref_pack needs for M rows of K; 0: on this path the
+ * product reads M rows in place (pass xp NULL). */
+int64_t eng_k_ref_pack_floats(const eng_kctx *ctx, int32_t M, int32_t K);
+/* X [M, K] (row stride ldx) into xp, as eng_k_matmul_ref_block reads it. */
+void    eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X, int32_t ldx, float *xp);
 /* Keys per block of the ref attention's online softmax: blocks start at the
  * absolute positions that are multiples of it, whatever the chunk. */
 #define ENG_REF_ATTN_KB 256

@@ -246,6 +246,63 @@ static void ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads(void *
     free(w); free(x); free(full); free(y);
 }
 
+/* The packed rows (eng_k_ref_pack): on avx2, blocks of 4 to 6 rows read X
+ * as one transposed stream. Same chains: every block of rows [r0, r1) and
+ * columns [c0, c1) equals the oracle, K = 1024 included (a row stride of 4
+ * KiB, the case the packing is for); the scalar path packs nothing; and a
+ * planted fault in the packed copy changes exactly its row (so the
+ * product reads the copy, not X). */
+static void ref_products_read_packed_rows_with_the_same_chains(void **state) {
+    (void)state;
+    static const int32_t shapes[][3] = {{4, 40, 1024}, {6, 64, 33}, {7, 50, 1024}, {13, 96, 257}, {64, 70, 100}};
+    const eng_kctx sc = ctx_of(ENG_KPATH_SCALAR, 1, NULL);
+    assert_int_equal(eng_k_ref_pack_floats(&sc, 64, 1024), 0);
+    if (eng_kpath_best() < ENG_KPATH_AVX2) {
+        print_message("no avx2 here: the scalar path reads X in place (checked); nothing packs\n");
+        return;
+    }
+    const eng_kctx c = ctx_of(ENG_KPATH_AVX2, 1, NULL);
+    assert_int_equal(eng_k_ref_pack_floats(&c, 3, 1024), 0);  /* blocks of 3 rows or fewer: 32 columns wide */
+    assert_int_equal(eng_k_ref_pack_floats(&c, 64, 1024), 64 * 1024);
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int32_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], r0 = 3, ldx = K;
+        g_rng = 900 + si;
+        float *w = rvec((int64_t)N * K, 1.0f), *x = rvec((int64_t)(M + r0) * ldx, 1.0f);
+        float *want = malloc(sizeof(float) * (size_t)M * N), *y = malloc(sizeof(float) * (size_t)(M + r0) * N);
+        oracle_matmul(M, N, K, x + (int64_t)r0 * ldx, ldx, w, want);
+        eng_kmat W;
+        assert_int_equal(eng_kmat_init_for(&W, w, N, K, ENG_KERNEL_REF, 1, false), ENG_OK);
+        const int64_t n = eng_k_ref_pack_floats(&c, M, K);
+        assert_int_equal(n, (int64_t)M * K);
+        float *xp = malloc(sizeof(float) * (size_t)n);
+        eng_k_ref_pack(&c, M, K, x + (int64_t)r0 * ldx, ldx, xp);
+        const int32_t cuts[3] = {0, N > ENG_REF_PANEL ? ENG_REF_PANEL : N, N};  /* one panel, then the rest */
+        for (int ci = 0; ci < 2 && cuts[ci] < N; ci++) {
+            const int32_t c0 = cuts[ci], c1 = cuts[ci + 1];
+            memset(y, 0xff, sizeof(float) * (size_t)(M + r0) * N);
+            eng_k_matmul_ref_block(&c, &W, r0, r0 + M, c0, c1, x, ldx, xp, y, N);
+            for (int32_t i = 0; i < M; i++)
+                if (memcmp(y + (int64_t)(r0 + i) * N + c0, want + (int64_t)i * N + c0, sizeof(float) * (size_t)(c1 - c0)))
+                    fail_msg("M %d N %d K %d, columns [%d, %d): packed row %d differs from the chain", M, N, K, c0, c1, i);
+            checked++;
+        }
+        /* planted: row M-1's k = 5 in the copy (its block's last row) */
+        const int32_t mr = 6, nb = (M + mr - 1) / mr, b0 = (int32_t)((int64_t)M * (nb - 1) / nb), nbr = M - b0;
+        xp[(int64_t)b0 * K + 5 * nbr + (M - 1 - b0)] += 1.0f;
+        eng_k_matmul_ref_block(&c, &W, r0, r0 + M, 0, N, x, ldx, xp, y, N);
+        for (int32_t i = 0; i < M; i++) {
+            const bool same = !memcmp(y + (int64_t)(r0 + i) * N, want + (int64_t)i * N, sizeof(float) * (size_t)N);
+            if (same != (i != M - 1))
+                fail_msg("M %d N %d K %d: a fault planted in packed row %d shows in row %d: %s", M, N, K, M - 1, i,
+                         same ? "missed" : "leaked");
+        }
+        eng_kmat_free(&W);
+        free(w); free(x); free(want); free(y); free(xp);
+    }
+    print_message("%d packed blocks checked, each planted fault caught in its row only\n", checked);
+}
+
 // ----------------------------------------------------------------------------
 // Softmax and attention
 
@@ -704,6 +761,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_count),
         cmocka_unit_test(ref_product_rows_do_not_depend_on_m_the_row_offset_or_threads),
+        cmocka_unit_test(ref_products_read_packed_rows_with_the_same_chains),
         cmocka_unit_test(blas_products_are_sgemv_for_one_row_and_sgemm_for_more),
         cmocka_unit_test(blas_weights_are_whole_rows_with_more_than_one_thread),
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
