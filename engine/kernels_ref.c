@@ -396,8 +396,42 @@ int64_t eng_k_ref_pack_floats(const eng_kctx *ctx, int32_t M, int32_t K) {
     return packs(ctx, M) ? (int64_t)M * K : 0;
 }
 
+#if REF_X86
+/* Columns [0, K8) of n <= 8 rows (ld apart), 8 at a time, into d[k*n + r]:
+ * the 8 x 8 transpose of 8 columns, each k's n values stored as a whole
+ * vector (its 8 - n extra lanes are overwritten by the next k's; the last
+ * k's spill past d + K8*n, which the caller allows). */
+__attribute__((target("avx2"))) static void pack_t256(const float *x, int64_t ld, int32_t n, int32_t K8, float *d) {
+    const float *row[8];
+    for (int r = 0; r < 8; r++) row[r] = x + (int64_t)(r < n ? r : 0) * ld;
+    for (int32_t k = 0; k < K8; k += 8) {
+        __m256 v[8], t[8];
+        for (int r = 0; r < 8; r++) v[r] = _mm256_loadu_ps(row[r] + k);
+        for (int r = 0; r < 8; r += 2) {
+            t[r] = _mm256_unpacklo_ps(v[r], v[r + 1]);
+            t[r + 1] = _mm256_unpackhi_ps(v[r], v[r + 1]);
+        }
+        for (int r = 0; r < 8; r += 4) {
+            v[r] = _mm256_shuffle_ps(t[r], t[r + 2], 0x44);
+            v[r + 1] = _mm256_shuffle_ps(t[r], t[r + 2], 0xee);
+            v[r + 2] = _mm256_shuffle_ps(t[r + 1], t[r + 3], 0x44);
+            v[r + 3] = _mm256_shuffle_ps(t[r + 1], t[r + 3], 0xee);
+        }
+        /* v[0..3]: rows 0-3 of columns k+{0,1,2,3} | k+{4,5,6,7}; v[4..7] the same for rows 4-7;
+         * stored in ascending k, each store's extra lanes overwritten by the next */
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(d + (int64_t)(k + j) * n, _mm256_permute2f128_ps(v[j], v[j + 4], 0x20));
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_ps(d + (int64_t)(k + j + 4) * n, _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+    }
+}
+#endif
+
 /* Row block [r0, r1) of gemm_region's blocks over M rows transposed at
- * xp + r0*K: element (r, k) at xp[r0*K + k*(r1 - r0) + r - r0]. */
+ * xp + r0*K: element (r, k) at xp[r0*K + k*(r1 - r0) + r - r0]. Blocks
+ * in order, so a block's vector stores past its end land in the next
+ * block's place before it is written; the last block's last 8 columns
+ * (and any short of 8) are copied one by one. */
 void eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X, int32_t ldx, float *xp) {
     const int32_t mr = mr_max(ctx->path), nb = (M + mr - 1) / mr;
     for (int32_t ib = 0; ib < nb; ib++) {
@@ -406,8 +440,16 @@ void eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X, i
         const int32_t n = r1 - r0;
         const float *x = X + (int64_t)r0 * ldx;
         float *d = xp + (int64_t)r0 * K;
-        for (int32_t k = 0; k < K; k++, d += n)
-            for (int32_t r = 0; r < n; r++) d[r] = x[(int64_t)r * ldx + k];
+        int32_t k = 0;
+#if REF_X86
+        if (ctx->path == ENG_KPATH_AVX2 && n <= 8) {
+            k = ib == nb - 1 ? (K - 8) / 8 * 8 : K / 8 * 8;
+            if (k > 0) pack_t256(x, ldx, n, k, d);
+            else k = 0;
+        }
+#endif
+        for (; k < K; k++)
+            for (int32_t r = 0; r < n; r++) d[(int64_t)k * n + r] = x[(int64_t)r * ldx + k];
     }
 }
 
