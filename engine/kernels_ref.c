@@ -443,9 +443,8 @@ void eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X, i
         int32_t k = 0;
 #if REF_X86
         if (ctx->path == ENG_KPATH_AVX2 && n <= 8) {
-            k = ib == nb - 1 ? (K - 8) / 8 * 8 : K / 8 * 8;
+            k = (ib == nb - 1 ? K - 8 : K) / 8 * 8;  /* >= 0: C's division truncates toward zero */
             if (k > 0) pack_t256(x, ldx, n, k, d);
-            else k = 0;
         }
 #endif
         for (; k < K; k++)
