@@ -685,7 +685,12 @@ AI2F __m256i gtu_256(__m256i a, uint32_t b) {
     return _mm256_cmpgt_epi32(_mm256_xor_si256(a, bias), _mm256_set1_epi32((int32_t)(b ^ 0x80000000u)));
 }
 
-/* eng_expf, 8 lanes: the same operations (no fused steps). */
+/* eng_expf, 8 lanes: the same operations (no fused steps), but for the
+ * power of two: its exponent comes from t's bits instead of converting n.
+ * On the core's domain (after exp256's clamp, [-87, 88]) t lies in
+ * [2^23, 2^24), where its bits are 0x4B400000 + n, so this is (int)n + 127
+ * exactly, one operation fewer and off the chain through n (the tests
+ * compare every float's exp with eng_expf's). */
 AI2F __m256 exp256_core(__m256 xc) {
     const __m256 t = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(12582912.0f));
     const __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
@@ -698,7 +703,8 @@ AI2F __m256 exp256_core(__m256 xc) {
     const __m256 p67 = _mm256_add_ps(_mm256_set1_ps(1.0f / 720.0f), _mm256_mul_ps(r, _mm256_set1_ps(1.0f / 5040.0f)));
     const __m256 p = _mm256_add_ps(_mm256_add_ps(p01, _mm256_mul_ps(r2, p23)),
                                    _mm256_mul_ps(r4, _mm256_add_ps(p45, _mm256_mul_ps(r2, p67))));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000 - 127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
@@ -719,6 +725,26 @@ AI2F __m256 exp256(__m256 x) {
     y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()),
                          _mm256_castsi256_ps(_mm256_cmpgt_epi32(u, _mm256_set1_epi32(0x42b17217))));
     return _mm256_blendv_ps(y, x, is_nan);
+}
+
+/* x[k] = exp256(x[k]) for k < n (n <= 8), the common case (every lane in
+ * [-87, 88]) tested once for all of them: the lanes' largest bits as
+ * signed and as unsigned integers against exp256's two bounds (a lane is
+ * past one exactly when their maximum is), so that the vectors' chains
+ * run side by side without a branch between them. */
+AI2F void exp256_n(__m256 *x, int n) {
+    __m256i ms = _mm256_castps_si256(x[0]), mu = ms;
+    _Pragma("GCC unroll 8") for (int k = 1; k < n; k++) {
+        ms = _mm256_max_epi32(ms, _mm256_castps_si256(x[k]));
+        mu = _mm256_max_epu32(mu, _mm256_castps_si256(x[k]));
+    }
+    const __m256i out =
+        _mm256_or_si256(_mm256_cmpgt_epi32(ms, _mm256_set1_epi32(0x42b00000)), gtu_256(mu, 0xc2ae0000u));
+    if (_mm256_testz_si256(out, out)) {
+        _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) x[k] = exp256_core(x[k]);
+    } else {
+        _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) x[k] = exp256(x[k]);
+    }
 }
 
 /* R <= SM_ROWS rows at once (their dependency chains overlap), row r at
@@ -814,6 +840,36 @@ void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool b
     softmax_rows(path, &s, &n, 1, scale, bf16);
 }
 
+#if REF_X86
+__attribute__((target("avx512f"))) static int64_t exp_path512(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp512(_mm512_loadu_ps(x + i)));
+    return i;
+}
+__attribute__((target("avx2,fma"))) static int64_t exp_path256(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {  /* as the softmax steps take them: 4 vectors, one range test */
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + i + 8 * k);
+        exp256_n(v, 4);
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(y + i + 8 * k, v[k]);
+    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp256(_mm256_loadu_ps(x + i)));
+    return i;
+}
+#endif
+
+/* y = exp(x), eng_expf's bits, through path's vector exponential (the
+ * tests compare them over every float). */
+void eng_k_exp_path(eng_kpath path, const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+#if REF_X86
+    if (path == ENG_KPATH_AVX512) i = exp_path512(x, y, n);
+    else if (path == ENG_KPATH_AVX2) i = exp_path256(x, y, n);
+#endif
+    for (; i < n; i++) y[i] = eng_expf(x[i]);
+}
+
 // ----------------------------------------------------------------------------
 // The steps of the attention's online softmax over one key block of a row
 // (attn_super), the same bits on every path:
@@ -893,7 +949,18 @@ __attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t
     const __m256 vm = _mm256_set1_ps(mx);
     __m256 a8 = _mm256_setzero_ps();
     const int32_t n8 = n / 8 * 8;
-    for (int32_t j = 0; j < n8; j += 8) {
+    int32_t j = 0;
+    for (; j + 32 <= n8; j += 32) {  /* 4 vectors a step (exp256_n), added in order */
+        __m256 x[4];
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) x[k] = _mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * k), vm);
+        exp256_n(x, 4);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            if (bf16) x[k] = bf16_256(x[k]);
+            _mm256_storeu_ps(s + j + 8 * k, x[k]);
+            a8 = _mm256_add_ps(a8, x[k]);
+        }
+    }
+    for (; j < n8; j += 8) {
         __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
         if (bf16) e = bf16_256(e);
         _mm256_storeu_ps(s + j, e);
@@ -901,7 +968,7 @@ __attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t
     }
     float a[8];
     _mm256_storeu_ps(a, a8);
-    for (int32_t j = n8; j < n; j++) {
+    for (; j < n; j++) {
         s[j] = eng_expf(s[j] - mx);
         if (bf16) s[j] = eng_bf16_round(s[j]);
         a[j & 7] += s[j];
@@ -1163,6 +1230,41 @@ static void pv_t(eng_kpath path, int32_t R, int32_t nk, const float *ST, const r
 }
 
 #if REF_X86
+/* One group of 8 rows of sm_block_t256's last step: for the vectors
+ * p[jj * PW] (keys jj < nk), e = round(exp(v - m)) in place, and then
+ * l[c] = l[c] + the sum of row c's e (c < nc): lane jj % 8, ascending jj,
+ * the 8 lanes combined pairwise. 4 keys a step (exp256_n), each e added
+ * to its own lane's sum. */
+AI2F void exp_sum_t256(float *p, int32_t nk, __m256 m, bool bf16, float *l, int32_t nc) {
+    __m256 s8[8];
+    for (int k = 0; k < 8; k++) s8[k] = _mm256_setzero_ps();
+    int32_t jj = 0;
+    for (; jj + 8 <= nk; jj += 8, p += 8 * PW)
+        _Pragma("GCC unroll 2") for (int h = 0; h < 8; h += 4) {
+            __m256 x[4];
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+                x[k] = _mm256_sub_ps(_mm256_loadu_ps(p + (h + k) * PW), m);
+            exp256_n(x, 4);
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                if (bf16) x[k] = bf16_256(x[k]);
+                _mm256_storeu_ps(p + (h + k) * PW, x[k]);
+                s8[h + k] = _mm256_add_ps(s8[h + k], x[k]);
+            }
+        }
+    for (int k = 0; jj < nk; jj++, k++, p += PW) {
+        __m256 x = _mm256_sub_ps(_mm256_loadu_ps(p), m);
+        exp256_n(&x, 1);
+        if (bf16) x = bf16_256(x);
+        _mm256_storeu_ps(p, x);
+        s8[k] = _mm256_add_ps(s8[k], x);
+    }
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s8[0], s8[1]), _mm256_add_ps(s8[2], s8[3])),
+                                     _mm256_add_ps(_mm256_add_ps(s8[4], s8[5]), _mm256_add_ps(s8[6], s8[7])));
+    float sb[8];
+    _mm256_storeu_ps(sb, sum);
+    for (int32_t c = 0; c < nc && c < 8; c++) l[c] = l[c] + sb[c];
+}
+
 /* The per-row steps of a block every row c < R attends whole (keys [0, nk)
  * of ST), 8 rows a vector: s = round(s * scale) and the max with the
  * running max mx[c] (the same value in any order); the rescale of Ot[c]
@@ -1177,14 +1279,23 @@ __attribute__((target("avx2,fma"))) static void sm_block_t256(float *ST, int32_t
     for (int32_t c = 0; c < ng * 8; c++) mb[c] = c < R ? mx[c] : 0.0f;
     __m256 mv[PW / 8];
     for (int32_t t = 0; t < ng; t++) mv[t] = _mm256_loadu_ps(mb + 8 * t);
-    for (int32_t jj = 0; jj < nk; jj++)
-        for (int32_t t = 0; t < ng; t++) {
-            float *p = ST + (int64_t)jj * PW + 8 * t;
-            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p), vs);
-            if (bf16) v = bf16_256(v);
-            _mm256_storeu_ps(p, v);
-            mv[t] = _mm256_max_ps(v, mv[t]);
-        }
+    for (int32_t t = 0; t < ng; t++) {  /* group by group, its max in a register, keys ascending */
+        __m256 m = mv[t];
+        float *p = ST + 8 * t;
+        if (bf16)
+            for (int32_t jj = 0; jj < nk; jj++, p += PW) {
+                const __m256 v = bf16_256(_mm256_mul_ps(_mm256_loadu_ps(p), vs));
+                _mm256_storeu_ps(p, v);
+                m = _mm256_max_ps(v, m);
+            }
+        else
+            for (int32_t jj = 0; jj < nk; jj++, p += PW) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p), vs);
+                _mm256_storeu_ps(p, v);
+                m = _mm256_max_ps(v, m);
+            }
+        mv[t] = m;
+    }
     for (int32_t t = 0; t < ng; t++) _mm256_storeu_ps(mb + 8 * t, mv[t]);
     for (int32_t i = 0; i < R; i++) {
         if (mb[i] > mx[i]) {  /* on a row's first block mx is -inf: a = 0, and Ot and l are still 0 */
@@ -1194,38 +1305,11 @@ __attribute__((target("avx2,fma"))) static void sm_block_t256(float *ST, int32_t
         }
         mx[i] = mb[i];
     }
-    /* exponentials, every group of a key at once (independent chains); mv holds the new maxima */
-    for (int32_t jj = 0; jj < nk; jj++)
-        for (int32_t t = 0; t < ng; t++) {
-            float *p = ST + (int64_t)jj * PW + 8 * t;
-            __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p), mv[t]));
-            if (bf16) e = bf16_256(e);
-            _mm256_storeu_ps(p, e);
-        }
-    /* the sums: lane jj % 8 of each row, ascending jj, combined pairwise */
-    for (int32_t c0 = 0; c0 < R; c0 += 8) {
-        const float *p = ST + c0;
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-        int32_t jj = 0;
-        for (; jj + 8 <= nk; jj += 8, p += 8 * PW) {
-            s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p));
-            s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p + PW));
-            s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p + 2 * PW));
-            s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p + 3 * PW));
-            s4 = _mm256_add_ps(s4, _mm256_loadu_ps(p + 4 * PW));
-            s5 = _mm256_add_ps(s5, _mm256_loadu_ps(p + 5 * PW));
-            s6 = _mm256_add_ps(s6, _mm256_loadu_ps(p + 6 * PW));
-            s7 = _mm256_add_ps(s7, _mm256_loadu_ps(p + 7 * PW));
-        }
-        __m256 s8[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
-        for (int c = 0; jj < nk; jj++, c++, p += PW) s8[c] = _mm256_add_ps(s8[c], _mm256_loadu_ps(p));
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s8[0], s8[1]), _mm256_add_ps(s8[2], s8[3])),
-                                         _mm256_add_ps(_mm256_add_ps(s8[4], s8[5]), _mm256_add_ps(s8[6], s8[7])));
-        float sb[8];
-        _mm256_storeu_ps(sb, sum);
-        const int32_t nc = R - c0 < 8 ? R - c0 : 8;
-        for (int32_t c = 0; c < nc; c++) l[c0 + c] = l[c0 + c] + sb[c];
-    }
+    /* exponentials and sums, group by group (mv holds the new maxima) */
+    if (bf16)
+        for (int32_t t = 0; t < ng; t++) exp_sum_t256(ST + 8 * t, nk, mv[t], true, l + 8 * t, R - 8 * t);
+    else
+        for (int32_t t = 0; t < ng; t++) exp_sum_t256(ST + 8 * t, nk, mv[t], false, l + 8 * t, R - 8 * t);
 }
 #endif
 

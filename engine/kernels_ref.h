@@ -63,6 +63,9 @@ void eng_k_softmax_row(float *s, int32_t n, float scale, bool bf16);
 /* The same on one of the ref kernel's paths (blas's attention softmax;
  * identical bits on every path, which the tests check through this). */
 void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool bf16);
+/* y[i] = eng_expf(x[i]) through path's vector exponential (the one the
+ * softmax steps use; the tests check its bits over every float). */
+void eng_k_exp_path(eng_kpath path, const float *x, float *y, int64_t n);
 /* One key block of a row's online softmax, on a path (the ref attention's
  * steps, kernels_ref.c; blas's blocked attention uses them too): s[0, n)
  * scaled, rounded and exponentiated against the running max *mx, *l the

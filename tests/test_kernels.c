@@ -306,6 +306,38 @@ static void ref_products_read_packed_rows_with_the_same_chains(void **state) {
 // ----------------------------------------------------------------------------
 // Softmax and attention
 
+/* Every one of the 2^32 floats (NaNs, infinities, subnormals, both sides
+ * of exp's clamps at -87 and 88): each path's vector exponential, in the
+ * steps of four vectors the softmax takes them in, gives eng_expf's bits.
+ * Checked against eng_expf itself, so the assertion is that the paths do
+ * not drift from the scalar function. */
+static void every_float_has_the_same_exp_on_every_path(void **state) {
+    (void)state;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    const int64_t B = (int64_t)1 << 22;
+    uint32_t *x = malloc(sizeof(uint32_t) * (size_t)B);
+    float *want = malloc(sizeof(float) * (size_t)B), *got = malloc(sizeof(float) * (size_t)B);
+    int64_t checked = 0;
+    for (int64_t b0 = 0; b0 < ((int64_t)1 << 32); b0 += B) {
+        for (int64_t i = 0; i < B; i++) x[i] = (uint32_t)(b0 + i);
+        const float *xf = (const float *)(const void *)x;
+        for (int64_t i = 0; i < B; i++) want[i] = eng_expf(xf[i]);
+        for (int pi = 1; pi < np; pi++) {
+            eng_k_exp_path(ps[pi], xf, got, B);
+            if (memcmp(got, want, sizeof(float) * (size_t)B)) {
+                int64_t i = 0;
+                while (!memcmp(got + i, want + i, sizeof(float))) i++;
+                fail_msg("exp on path %s of bits 0x%08x differs from eng_expf's", eng_kpath_name(ps[pi]),
+                         (unsigned)x[i]);
+            }
+            checked += B;
+        }
+    }
+    print_message("%lld exponentials on %d vector path(s) equal to eng_expf's\n", (long long)checked, np - 1);
+    free(x); free(want); free(got);
+}
+
 static void softmax_paths_give_the_bits_of_the_shared_softmax(void **state) {
     (void)state;
     eng_kpath ps[3];
@@ -494,11 +526,16 @@ static void attention_chunked(const eng_kctx *c, int32_t n, int32_t head, int32_
  * chunk, row blocks and super blocks the kernel uses). The chunks give
  * super blocks of 16 to 32 rows (transposed scores, 16 and 32 columns; the
  * blocks every row attends whole take the across-rows softmax) and, at 2
- * threads with chunks of 16, of 8 (packed keys). */
+ * threads with chunks of 16, of 8 (packed keys). Two configs scale the
+ * keys so that scores fall past exp's clamp, in vectors with ordinary
+ * lanes beside them. */
 static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets(void **state) {
     (void)state;
-    static const struct { int32_t H, G, E, W; bool bf16; } cfg[] = {
-        {2, 1, 32, 0, false}, {4, 2, 64, 0, false}, {2, 1, 32, 500, false}, {4, 2, 40, 300, true}, {2, 1, 32, 0, true},
+    /* wide: the keys scaled by it, so that many scores fall more than 87 below their row's max (past exp's
+     * clamp; the vectors mixing such lanes with ordinary ones take exp's slow path) */
+    static const struct { int32_t H, G, E, W; bool bf16; float wide; } cfg[] = {
+        {2, 1, 32, 0, false, 1}, {4, 2, 64, 0, false, 1}, {2, 1, 32, 500, false, 1}, {4, 2, 40, 300, true, 1},
+        {2, 1, 32, 0, true, 1},  {2, 1, 32, 0, false, 20}, {2, 1, 32, 0, true, 20},
     };
     static const struct { int32_t head, chunk; } split[] = {{0, 64}, {37, 64}, {100, 256}, {0, 1000}, {0, 16}};
     const int32_t n = 1200;
@@ -512,6 +549,8 @@ static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offse
         const bool bf = cfg[ci].bf16;
         g_rng = 900 + ci;
         float *x = rvec((int64_t)n * LD, 2.0f);
+        for (int32_t p = 0; p < n; p++)
+            for (int32_t e = 0; e < GE; e++) x[(int64_t)p * LD + HE + e] *= cfg[ci].wide;
         if (bf)
             for (int64_t i = 0; i < (int64_t)n * LD; i++) x[i] = eng_bf16_round(x[i]);
         float *want = malloc(sizeof(float) * (size_t)n * HE), *got = malloc(sizeof(float) * (size_t)n * HE);
@@ -530,9 +569,9 @@ static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offse
                     attention_chunked(&c, n, split[si].head, split[si].chunk, H, G, E, W, x, got);
                     for (int32_t t = 0; t < n; t++)
                         if (memcmp(got + (int64_t)t * HE, want + (int64_t)t * HE, sizeof(float) * (size_t)HE))
-                            fail_msg("long attention H %d G %d E %d W %d bf16 %d, path %s, first chunk %d then %d, "
-                                     "%d thread(s): token %d differs", H, G, E, W, bf, eng_kpath_name(ps[pi]),
-                                     split[si].head, split[si].chunk, th, t);
+                            fail_msg("long attention H %d G %d E %d W %d bf16 %d wide %g, path %s, first chunk %d then "
+                                     "%d, %d thread(s): token %d differs", H, G, E, W, bf, (double)cfg[ci].wide,
+                                     eng_kpath_name(ps[pi]), split[si].head, split[si].chunk, th, t);
                     cases++;
                 }
         free(x); free(want); free(got);
@@ -544,16 +583,21 @@ static void ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offse
 /* The blas attention over long contexts (2,600 keys): it goes through the
  * keys in blocks of 1,024 or 2,048 positions (by its query blocks' rows),
  * the last one partial, with an online softmax. The keys grow along the
- * context (k_p scaled by 1 + p/400), so later blocks raise the rows'
- * maxima and the outputs so far must be rescaled. Per chunking (64 from 0,
- * 1 at a time as in decode, 256 from an offset of 100) and thread count (1
- * and 2): the outputs are memcmp-identical on every path (the softmax steps
- * have the same bits on every path, the sgemms are the same calls), and
- * within a tolerance of the ref oracle (a cross-implementation check:
- * 1e-5 of the largest |output| in fp32, 2e-2 in bf16). */
+ * context (k_p scaled by 1 + p/400, or 1 + p/60: scores past exp's
+ * clamp), so later blocks raise the rows' maxima and the outputs so far
+ * must be rescaled. Per chunking (64 from 0, 1 at a time as in decode, 256
+ * from an offset of 100) and thread count (1 and 2): the outputs are
+ * memcmp-identical on every path (the softmax steps have the same bits on
+ * every path, the sgemms are the same calls), and within a tolerance of
+ * the ref oracle (a cross-implementation check: 1e-5 of the largest
+ * |output| in fp32, 1e-4 with the steep keys, 2e-2 in bf16). */
 static void blas_attention_over_long_contexts_matches_the_oracle_on_every_path(void **state) {
     (void)state;
-    static const struct { int32_t H, G, E; bool bf16; } cfg[] = {{4, 2, 32, false}, {4, 1, 40, true}};
+    /* wide: the keys' growth along the context (k_p scaled by 1 + p/wide), steep enough in the last config
+     * that scores fall past exp's clamp (more than 87 below their row's max); tol: the tolerance in fp32,
+     * wider there because exp turns a score's rounding (scores reach about 100) into a relative error */
+    static const struct { int32_t H, G, E; bool bf16; float wide; double tol; } cfg[] = {
+        {4, 2, 32, false, 400, 1e-5}, {4, 1, 40, true, 400, 1e-5}, {4, 2, 32, false, 60, 1e-4}};
     static const struct { int32_t head, chunk; } split[] = {{0, 64}, {0, 1}, {100, 256}};
     const int32_t n = 2600;
     eng_kpath ps[3];
@@ -568,7 +612,7 @@ static void blas_attention_over_long_contexts_matches_the_oracle_on_every_path(v
         g_rng = 1700 + ci;
         float *x = rvec((int64_t)n * LD, 2.0f);
         for (int32_t p = 0; p < n; p++)
-            for (int32_t e = 0; e < GE; e++) x[(int64_t)p * LD + HE + e] *= 1.0f + (float)p / 400.0f;
+            for (int32_t e = 0; e < GE; e++) x[(int64_t)p * LD + HE + e] *= 1.0f + (float)p / cfg[ci].wide;
         if (bf)
             for (int64_t i = 0; i < (int64_t)n * LD; i++) x[i] = eng_bf16_round(x[i]);
         float *want = malloc(sizeof(float) * (size_t)n * HE), *got = malloc(sizeof(float) * (size_t)n * HE);
@@ -578,7 +622,7 @@ static void blas_attention_over_long_contexts_matches_the_oracle_on_every_path(v
                              want + (int64_t)p * HE, HE, bf);
         double omax = 0;
         for (int64_t i = 0; i < (int64_t)n * HE; i++) omax = fmax(omax, fabs((double)want[i]));
-        const double tol = (bf ? 2e-2 : 1e-5) * omax;
+        const double tol = (bf ? 2e-2 : cfg[ci].tol) * omax;
         for (size_t si = 0; si < sizeof split / sizeof split[0]; si++)
             for (int32_t th = 1; th <= 2; th++)
                 for (int pi = 0; pi < np; pi++) {
@@ -764,6 +808,7 @@ int main(void) {
         cmocka_unit_test(ref_products_read_packed_rows_with_the_same_chains),
         cmocka_unit_test(blas_products_are_sgemv_for_one_row_and_sgemm_for_more),
         cmocka_unit_test(blas_weights_are_whole_rows_with_more_than_one_thread),
+        cmocka_unit_test(every_float_has_the_same_exp_on_every_path),
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
         cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
         cmocka_unit_test(ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets),
