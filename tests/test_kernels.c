@@ -315,6 +315,10 @@ static void every_float_has_the_same_exp_on_every_path(void **state) {
     (void)state;
     eng_kpath ps[3];
     const int np = paths(ps);
+    if (np < 2) {  /* the scalar path is eng_expf itself */
+        print_message("no vector path on this CPU: nothing to compare\n");
+        return;
+    }
     const int64_t B = (int64_t)1 << 22;
     uint32_t *x = malloc(sizeof(uint32_t) * (size_t)B);
     float *want = malloc(sizeof(float) * (size_t)B), *got = malloc(sizeof(float) * (size_t)B);
