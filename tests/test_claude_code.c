@@ -30,6 +30,7 @@
 #include "jsonl.h"
 #include "normalize.h"
 #include "status.h"
+#include "str.h"
 #include "template.h"
 #include "transcript.h"
 #include "util.h"

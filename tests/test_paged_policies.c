@@ -280,14 +280,14 @@ static void hybrid_block_size_quirk_loses_every_hit_on_prompts_shorter_than_the_
     for (int quirk = 1; quirk >= 0; quirk--) {
         hx_replay_opts o;
         hx_replay_opts_default(&o);
-        o.model_path = g_big;
+        o.sp.model_path = g_big;
         o.transcript_path = g_static;
         o.db_path = db;
-        o.policy = "block-hash";
-        o.quirks = quirk ? "hybrid-block-size" : "";
-        o.decode_n = 2;
-        o.quiet = true;
-        hx_policy_args_set(&o.policy_args, "--mamba-cache-mode", "all");
+        o.sp.policy = "block-hash";
+        o.sp.quirks = quirk ? "hybrid-block-size" : "";
+        o.sp.decode_n = 2;
+        o.sp.quiet = true;
+        hx_policy_args_set(&o.sp.policy_args, "--mamba-cache-mode", "all");
         hx_replay_summary sum;
         assert_int_equal(hx_replay_run(&o, NULL, &sum), 0);
     }
@@ -423,19 +423,19 @@ static void every_policy_reuses_bit_identically_to_cold_on_llama_recurrent_and_h
         for (int p = 0; p < 5; p++) {
             hx_replay_opts o;
             hx_replay_opts_default(&o);
-            o.model_path = models[m];
+            o.sp.model_path = models[m];
             o.transcript_path = g_agent;
             o.db_path = db;
-            o.policy = policies[p];
-            o.normalize = "anthropic-cch";
-            o.decode_n = 4;
-            o.quiet = true;
-            hx_policy_args_set(&o.policy_args, "--cache-dir", kv);
-            hx_policy_args_set(&o.policy_args, "--fresh-cache", NULL);
-            hx_policy_args_set(&o.policy_args, "--slots", "2");  /* one per interleaved session */
+            o.sp.policy = policies[p];
+            o.sp.normalize = "anthropic-cch";
+            o.sp.decode_n = 4;
+            o.sp.quiet = true;
+            hx_policy_args_set(&o.sp.policy_args, "--cache-dir", kv);
+            hx_policy_args_set(&o.sp.policy_args, "--fresh-cache", NULL);
+            hx_policy_args_set(&o.sp.policy_args, "--slots", "2");  /* one per interleaved session */
             hx_replay_summary sum;
             assert_int_equal(hx_replay_run(&o, NULL, &sum), 0);
-            assert_int_equal(sum.n_diverged, 0);
+            assert_int_equal(sum.t.n_diverged, 0);
         }
     assert_int_equal(q_int(db, "select count(*) from runs"), 15);
     assert_int_equal(q_int(db, "select count(*) from requests where logits_equal = 0 or decode_equal = 0 or "
@@ -462,16 +462,16 @@ static void disk_anchor_serves_a_hybrid_models_extension_from_disk(void **state)
     snprintf(kv, sizeof kv, "%s/kv-hybrid", g_dir);
     hx_replay_opts o;
     hx_replay_opts_default(&o);
-    o.model_path = g_hyb;
+    o.sp.model_path = g_hyb;
     o.transcript_path = g_loop;
     o.db_path = db;
-    o.policy = "disk-anchor";
-    o.normalize = "anthropic-cch";
-    o.decode_n = 2;
-    o.quiet = true;
-    hx_policy_args_set(&o.policy_args, "--cache-dir", kv);
-    hx_policy_args_set(&o.policy_args, "--fresh-cache", NULL);
-    hx_policy_args_set(&o.policy_args, "--waypoint-every", "256");
+    o.sp.policy = "disk-anchor";
+    o.sp.normalize = "anthropic-cch";
+    o.sp.decode_n = 2;
+    o.sp.quiet = true;
+    hx_policy_args_set(&o.sp.policy_args, "--cache-dir", kv);
+    hx_policy_args_set(&o.sp.policy_args, "--fresh-cache", NULL);
+    hx_policy_args_set(&o.sp.policy_args, "--waypoint-every", "256");
     hx_replay_summary sum;
     assert_int_equal(hx_replay_run(&o, NULL, &sum), 0);
     assert_int_equal(q_int(db, "select count(*) from requests where turn > 0 and n_reused > 0 and "

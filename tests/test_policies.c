@@ -88,15 +88,15 @@ static int64_t replay(const char *model, const char *tr, const char *db, const c
                       int32_t every) {
     hx_replay_opts o;
     hx_replay_opts_default(&o);
-    o.model_path = model;
+    o.sp.model_path = model;
     o.transcript_path = tr;
     o.db_path = db;
-    o.decode_n = 4;
-    o.normalize = "anthropic-cch";
-    o.quirks = quirk ? quirk : "";
-    hx_policy_args_set_num(&o.policy_args, "--cache-ram", cache_ram);
-    hx_policy_args_set_num(&o.policy_args, "--checkpoint-every", every);
-    o.quiet = true;
+    o.sp.decode_n = 4;
+    o.sp.normalize = "anthropic-cch";
+    o.sp.quirks = quirk ? quirk : "";
+    hx_policy_args_set_num(&o.sp.policy_args, "--cache-ram", cache_ram);
+    hx_policy_args_set_num(&o.sp.policy_args, "--checkpoint-every", every);
+    o.sp.quiet = true;
     hx_replay_summary sum;
     assert_int_equal(hx_replay_run(&o, NULL, &sum), 0);
     return sum.run_id;

@@ -45,13 +45,14 @@
 #include "api.h"
 #include "bits.h"
 #include "fixtures.h"
-#include "runcli.h"
 #include "policy.h"
 #include "probe.h"
 #include "reuse.h"
+#include "runcli.h"
 #include "served.h"
 #include "sqlq.h"
 #include "status.h"
+#include "str.h"
 
 // ----------------------------------------------------------------------------
 // The fake server

@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "importer.h"
+#include "options.h"
 #include "policy.h"
 #include "status.h"
 
@@ -130,9 +131,9 @@ static void policy_options_are_kept_by_name_and_read_as_their_policy_parses_them
     hx_policy_args args = {0};
     char *argv[] = {"replay", "--cache-ram", "2", "--anchor=auto", "--slots", "3", "--fresh-cache", "--db", "x"};
     int i = 1;
-    for (; i < 7; i++) assert_true(hx_policy_args_parse(&args, 9, argv, &i));
+    for (; i < 7; i++) assert_true(hx_policy_args_take(&args, 9, argv, &i, NULL, 0));
     assert_int_equal(i, 7);
-    assert_false(hx_policy_args_parse(&args, 9, argv, &i));  /* --db is not a policy option */
+    assert_false(hx_policy_args_take(&args, 9, argv, &i, NULL, 0));  /* --db is not a policy option */
     assert_int_equal(args.n, 4);
     int64_t ram = 0;
     assert_true(hx_policy_args_read(&args, "--cache-ram", &ram));
@@ -159,7 +160,8 @@ static void parse_slots_zero(void *arg) {
     hx_policy_args args = {0};
     char *argv[] = {"replay", "--slots", "0"};
     int i = 1;
-    hx_policy_args_parse(&args, 3, argv, &i);
+    char err[512];
+    hx_took(hx_policy_args_take(&args, 3, argv, &i, err, sizeof err), err);  /* the library's error, cli's exit */
 }
 
 static void a_bad_policy_option_value_exits_2_at_parse_time(void **state) {

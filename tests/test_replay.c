@@ -118,7 +118,7 @@ static const char *agent_transcript(void) {
 }
 
 static void replay_ok(hx_replay_opts *o) {
-    o->quiet = true;
+    o->sp.quiet = true;
     hx_replay_summary sum;
     assert_int_equal(hx_replay_run(o, NULL, &sum), 0);
 }
@@ -126,10 +126,10 @@ static void replay_ok(hx_replay_opts *o) {
 static hx_replay_opts opts(const char *tr, const char *db) {
     hx_replay_opts o;
     hx_replay_opts_default(&o);
-    o.model_path = g_model;
+    o.sp.model_path = g_model;
     o.transcript_path = tr;
     o.db_path = db;
-    o.decode_n = 6;
+    o.sp.decode_n = 6;
     return o;
 }
 
@@ -162,8 +162,8 @@ static void chunk_aligned_reuse_is_bit_identical_with_both_kernels_and_precision
     for (int k = 0; k < 2; k++)
         for (int p = 0; p < 2; p++) {
             hx_replay_opts o = opts(tr, db);
-            eng_kernel_parse(kernels[k], &o.num.kernel);
-            eng_precision_parse(precs[p], &o.num.precision);
+            eng_kernel_parse(kernels[k], &o.sp.num.kernel);
+            eng_precision_parse(precs[p], &o.sp.num.precision);
             replay_ok(&o);
         }
     assert_int_equal(q_int(db, "select count(*) from runs"), 4);
@@ -181,7 +181,7 @@ static void cold_policy_reuses_nothing_and_matches_cold(void **state) {
     char db[160];
     snprintf(db, sizeof db, "%s/cold.sqlite", g_dir);
     hx_replay_opts o = opts(extend_transcript(), db);
-    o.policy = "cold";
+    o.sp.policy = "cold";
     replay_ok(&o);
     assert_int_equal(q_int(db, "select sum(n_reused) from requests"), 0);
     assert_int_equal(q_int(db, "select min(logits_equal) from requests"), 1);
@@ -194,7 +194,7 @@ static void cap_prompt_off_reuses_tokens_written_by_decode(void **state) {
     snprintf(db, sizeof db, "%s/nocap.sqlite", g_dir);
     const char *tr = extend_transcript();
     hx_replay_opts on = opts(tr, db), off = opts(tr, db);
-    off.cap_prompt = false;
+    off.sp.cap_prompt = false;
     replay_ok(&on);
     replay_ok(&off);
     /* with the cap, reuse never passes the previous prompt; without it, it does */
@@ -213,8 +213,8 @@ static void normalization_restores_reuse_and_the_store_names_where_the_prefix_br
     snprintf(db, sizeof db, "%s/cch.sqlite", g_dir);
     const char *tr = agent_transcript();
     hx_replay_opts raw = opts(tr, db), norm = opts(tr, db);
-    raw.decode_n = norm.decode_n = 1;
-    norm.normalize = "anthropic-cch";
+    raw.sp.decode_n = norm.sp.decode_n = 1;
+    norm.sp.normalize = "anthropic-cch";
     replay_ok(&raw);
     replay_ok(&norm);
     assert_int_equal(q_int(db, "select sum(n_reused) from requests where run_id = 1"), 0);
@@ -276,9 +276,9 @@ static void repeat_stores_median_min_max_and_the_modeled_ttft_is_the_priced_work
     char db[160];
     snprintf(db, sizeof db, "%s/repeat.sqlite", g_dir);
     hx_replay_opts o = opts(extend_transcript(), db);
-    o.repeat = 3;
-    o.num.kernel = ENG_KERNEL_REF;
-    o.num.n_threads = 2;
+    o.sp.repeat = 3;
+    o.sp.num.kernel = ENG_KERNEL_REF;
+    o.sp.num.n_threads = 2;
     replay_ok(&o);
     assert_int_equal(q_int(db, "select n_repeat from runs"), 3);
     assert_int_equal(q_int(db, "select price_source = 'measured' and price_gflops = calib_gflops and "
@@ -309,7 +309,7 @@ static void a_reference_calibration_makes_the_modeled_ttft_identical_between_run
     unlink(cal);
     for (int k = 0; k < 2; k++) {
         hx_replay_opts o = opts(extend_transcript(), db);
-        o.calibration = cal;
+        o.sp.calibration = cal;
         replay_ok(&o);
     }
     assert_int_equal(access(cal, R_OK), 0);
@@ -321,8 +321,8 @@ static void a_reference_calibration_makes_the_modeled_ttft_identical_between_run
                                "and a.model_reuse_ms = b.model_reuse_ms"), 4);
     /* another thread count is another configuration: a second entry */
     hx_replay_opts t2 = opts(extend_transcript(), db);
-    t2.calibration = cal;
-    t2.num.n_threads = 2;
+    t2.sp.calibration = cal;
+    t2.sp.num.n_threads = 2;
     replay_ok(&t2);
     char out[256];
     assert_int_equal(run(out, sizeof out, "grep -c '\"threads\"' %s", cal), 0);
@@ -415,14 +415,14 @@ static void disk_anchor_quirk_stays_on_the_waypoint_and_the_fix_returns_to_the_a
     snprintf(cache_q, sizeof cache_q, "%s/kv-quirk", g_dir);
     snprintf(cache_f, sizeof cache_f, "%s/kv-fixed", g_dir);
     hx_replay_opts q = opts(tr, db), fx = opts(tr, db);
-    q.policy = fx.policy = "disk-anchor";
-    q.normalize = fx.normalize = "anthropic-cch";
-    q.decode_n = fx.decode_n = 1;
-    hx_policy_args_set_num(&q.policy_args, "--waypoint-every", 1536);
-    hx_policy_args_set_num(&fx.policy_args, "--waypoint-every", 1536);
-    q.quirks = "anchor-cold-only";
-    hx_policy_args_set(&q.policy_args, "--cache-dir", cache_q);
-    hx_policy_args_set(&fx.policy_args, "--cache-dir", cache_f);
+    q.sp.policy = fx.sp.policy = "disk-anchor";
+    q.sp.normalize = fx.sp.normalize = "anthropic-cch";
+    q.sp.decode_n = fx.sp.decode_n = 1;
+    hx_policy_args_set_num(&q.sp.policy_args, "--waypoint-every", 1536);
+    hx_policy_args_set_num(&fx.sp.policy_args, "--waypoint-every", 1536);
+    q.sp.quirks = "anchor-cold-only";
+    hx_policy_args_set(&q.sp.policy_args, "--cache-dir", cache_q);
+    hx_policy_args_set(&fx.sp.policy_args, "--cache-dir", cache_f);
     replay_ok(&q);
     replay_ok(&fx);
     /* some fresh session hit the waypoint below a changed block (the precondition) */

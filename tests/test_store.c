@@ -25,6 +25,7 @@
 #include "status.h"
 #include "store.h"
 #include "sysinfo.h"
+#include "version.h"
 
 // ----------------------------------------------------------------------------
 // Fixtures: a fresh temporary directory per test, a filled run meta, rows

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "errors.h"
 #include "gguf.h"
 #include "status.h"
 #include "synth.h"

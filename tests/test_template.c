@@ -15,6 +15,7 @@
 
 #include "normalize.h"
 #include "status.h"
+#include "str.h"
 #include "template.h"
 #include "transcript.h"
 

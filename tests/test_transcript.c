@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "status.h"
+#include "str.h"
 #include "template.h"
 #include "transcript.h"
 #include "util.h"

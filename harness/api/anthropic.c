@@ -30,7 +30,10 @@
 #include <string.h>
 
 #include "api.h"
+#include "errors.h"
+#include "json.h"
 #include "status.h"
+#include "str.h"
 
 extern const hx_api_dialect hx_api_anthropic;
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "status.h"
 
 // ----------------------------------------------------------------------------

@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include "api.h"
+#include "json.h"
 #include "status.h"
+#include "str.h"
 
 extern const hx_api_dialect hx_api_llama;
 

@@ -20,7 +20,6 @@
  * batches, the median batch reported as bytes/s; ratios are save and
  * restore over warm memcpy.
  */
-#include "cli.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -28,9 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_util.h"
 #include "bench.h"
+#include "cli.h"
+#include "bench_util.h"
+#include "errors.h"
 #include "model.h"
+#include "options.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
 

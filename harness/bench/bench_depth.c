@@ -30,9 +30,12 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "bench_engine.h"
 #include "bench_util.h"
-#include "cli.h"
+#include "errors.h"
+#include "options.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
 

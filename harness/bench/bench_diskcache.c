@@ -21,10 +21,13 @@
  * storage), so the "after DONTNEED" row is a device read only when the
  * filesystem reported is a disk one.
  */
-#include "bench_util.h"
 #include "bench.h"
 #include "cli.h"
+#include "bench_util.h"
 #include "diskcache.h"
+#include "errors.h"
+#include "options.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
 

@@ -1,5 +1,6 @@
 /* harness/bench/bench_engine.c: see bench_engine.h. */
 #include "bench_engine.h"
+#include "cli.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -13,7 +14,8 @@
 
 #include "bench_peak.h"
 #include "bench_util.h"
-#include "cli.h"
+#include "errors.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
 

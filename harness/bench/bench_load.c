@@ -33,9 +33,12 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "bench_engine.h"
 #include "bench_util.h"
-#include "cli.h"
+#include "errors.h"
+#include "options.h"
+#include "stats.h"
 #include "util.h"
 
 typedef struct load_args {

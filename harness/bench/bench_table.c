@@ -18,8 +18,9 @@
 #include <sys/stat.h>
 
 #include "bench.h"
-#include "bench_engine.h"
 #include "cli.h"
+#include "bench_engine.h"
+#include "errors.h"
 
 typedef struct tab {
     const char *dir;

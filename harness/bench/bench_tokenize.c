@@ -14,7 +14,6 @@
  * tokenized whole on every request), with special-token parsing on as a
  * server does; R repetitions, the best one reported. MB means 10^6 bytes.
  */
-#include "cli.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -23,7 +22,10 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
+#include "errors.h"
 #include "gguf.h"
+#include "options.h"
 #include "status.h"
 #include "tokenizer.h"
 #include "util.h"

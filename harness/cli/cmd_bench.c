@@ -26,6 +26,7 @@
  * --memory and --table dispatch to the other benchmarks of bench/bench.h.
  */
 #include "cli.h"
+#include "stats.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -94,7 +95,11 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
         if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
         if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
-        if (!strcmp(argv[i], "--serve")) return hx_serve_bench(argc, argv);
+        if (!strcmp(argv[i], "--serve")) {
+            char err[1200] = "";
+            hx_check(hx_serve_bench(argc, argv, err, sizeof err), err);
+            return HX_EXIT_OK;
+        }
         if (!strcmp(argv[i], "--contention")) return hx_bench_contention(argc, argv);
         if (!strcmp(argv[i], "--depth")) return hx_bench_depth(argc, argv);
         if (!strcmp(argv[i], "--memory")) return hx_bench_memory(argc, argv);

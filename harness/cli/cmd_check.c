@@ -32,24 +32,24 @@ int hx_cmd_check(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     hx_replay_opts o;
     hx_replay_opts_default(&o);
+    char err[512];
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (hx_flag(argv, i, "--json")) json = true;
-        else if (!hx_replay_opts_parse(argc, argv, &i, &o)) hx_bad_arg("check", argv[i]);
+        else if (!hx_took(hx_replay_opts_take(&o, argc, argv, &i, err, sizeof err), err)) hx_bad_arg("check", argv[i]);
     }
     char tmpdb[64] = "";
     if (!o.db_path) {
         snprintf(tmpdb, sizeof tmpdb, "/tmp/kvreplay-check-%ld.sqlite", (long)getpid());
         o.db_path = tmpdb;
     }
-    o.quiet = json;
+    o.sp.quiet = json;
     hx_coldcache *cold = hx_coldcache_new(0);
     hx_replay_summary sum;
     int code = hx_replay_run(&o, cold, &sum);
     hx_coldcache_free(cold);
     if (code == HX_EXIT_OK) {
         hx_store *st = NULL;
-        char err[512];
         if (hx_store_open_readonly(o.db_path, &st, err, sizeof err) != ENG_OK) {
             fprintf(stderr, "kvreplay: %s\n", err);
             code = HX_EXIT_INTERNAL;

@@ -43,13 +43,13 @@
 #include <xxhash.h>
 
 #include "cli.h"
-#include "http.h"
+#include "child.h"
 #include "probe.h"
 #include "replay.h"
 #include "sha256.h"
 #include "shard.h"
-#include "store.h"
 #include "status.h"
+#include "store.h"
 #include "util.h"
 
 #define MAX_ARGS 96
@@ -244,85 +244,6 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
 // ----------------------------------------------------------------------------
 // Probe runs: a live server (kvreplay serve started here, or a URL)
 
-/* Starts `kvreplay serve ARGS --listen 127.0.0.1:0 --port-file PF` (this binary), its output in log,
- * and waits for the port it bound and for GET /health to answer 200 (60 s at most). The child's pid
- * and *port, or -1 with err. */
-static pid_t start_serve(char **args, int n, const char *log, int *port, char *err, size_t errlen) {
-    char pf[900];
-    snprintf(pf, sizeof pf, "%s.port", log);
-    unlink(pf);
-    char *argv[MAX_ARGS + 8];
-    int k = 0;
-    argv[k++] = "kvreplay";
-    argv[k++] = "serve";
-    for (int i = 0; i < n; i++) argv[k++] = args[i];
-    argv[k++] = "--listen";
-    argv[k++] = "127.0.0.1:0";
-    argv[k++] = "--port-file";
-    argv[k++] = pf;
-    argv[k] = NULL;
-    pid_t pid = fork();
-    if (pid < 0) {
-        eng_errf(err, errlen, "cannot start kvreplay serve: %s", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execv("/proc/self/exe", argv);
-        _exit(127);
-    }
-    hx_http *h = NULL;
-    for (int i = 0; i < 600; i++) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            hx_http_free(h);
-            eng_errf(err, errlen, "kvreplay serve exited before it answered /health (exit %d; its log: %s)",
-                     WIFEXITED(status) ? WEXITSTATUS(status) : -1, log);
-            return -1;
-        }
-        if (!h) {
-            FILE *f = fopen(pf, "r");
-            if (f && fscanf(f, "%d", port) == 1 && *port > 0) {
-                char url[64];
-                snprintf(url, sizeof url, "http://127.0.0.1:%d", *port);
-                hx_http_opts ho;
-                hx_http_opts_default(&ho);
-                ho.timeout_s = 2;
-                h = hx_http_new(url, &ho);
-            }
-            if (f) fclose(f);
-        }
-        if (h) {
-            hx_http_resp r;
-            int rc = hx_http_do(h, "GET", "/health", NULL, 0, NULL, NULL, &r);
-            long st = r.status;
-            hx_http_resp_free(&r);
-            if (rc == ENG_OK && st == 200) {
-                hx_http_free(h);
-                return pid;
-            }
-        }
-        usleep(100000);
-    }
-    hx_http_free(h);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    eng_errf(err, errlen, "kvreplay serve did not answer /health within 60 s (its log: %s)", log);
-    return -1;
-}
-
-/* SIGTERM (serve finishes its request and exits 0), then SIGKILL after 10 s. */
-static void stop_serve(pid_t pid) {
-    kill(pid, SIGTERM);
-    for (int i = 0; i < 100; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid) return;
-        usleep(100000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
 /* One probe run of the spec. HX_EXIT_OK when it ran (its findings, exit 1 of probe, are its
  * results, not the experiment's failure) or was skipped (*skipped). */
 static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const char *vname, const char *db,
@@ -414,23 +335,23 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
         printf("   # variant %s\n", vname);
         goto out;
     }
-    pid_t pid = -1;
+    hx_serve_child child = {0};
     if (serve) {
         char logdir[600], log[800];
         snprintf(logdir, sizeof logdir, "%s/logs", x->cache_root);
         mkdirs(logdir);
         snprintf(log, sizeof log, "%s/serve-%s-%zu.log", logdir, exp_name, ri);
-        int port = -1;
-        if ((pid = start_serve(sargv, sargc, log, &port, err, errlen)) < 0) {
+        sargv[sargc] = NULL;
+        if (hx_serve_child_start(NULL, (const char *const *)sargv, log, 60, &child, err, errlen)) {
             code = HX_EXIT_INTERNAL;
             goto out;
         }
-        snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", child.port);
     }
     hx_probe_opts o;
     hx_probe_opts_default(&o);
     for (int i = 1; i < pargc; i++)
-        if (!hx_probe_opts_parse(pargc, pargv, &i, &o)) hx_bad_arg("experiment (spec probe flags)", pargv[i]);
+        if (!hx_took(hx_probe_opts_take(&o, pargc, pargv, &i, err, errlen), err)) hx_bad_arg("experiment (spec probe flags)", pargv[i]);
     o.server = url;
     o.transcript_path = tr_path;
     o.db_path = db;
@@ -441,7 +362,7 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
     if (eng_stderr_is_tty()) fprintf(stderr, "kvreplay: %s / %s (probe %s)\n", exp_name, vname, url);
     hx_probe_summary sum;
     int prc = hx_probe_run(&o, &sum);
-    if (pid > 0) stop_serve(pid);
+    hx_serve_child_stop(&child, 10);
     if (prc != HX_EXIT_OK && prc != HX_EXIT_DIVERGED) {
         eng_errf(err, errlen, "%s: variant %s: probe failed (exit %d)", x->spec_path, vname, prc);
         code = prc;
@@ -546,24 +467,25 @@ static void expand_units(xctx *x, json_t *spec, const exp_args *a, const char *n
             hx_replay_opts *o = &un->o;
             hx_replay_opts_default(o);
             for (int i = 1; i < uw->rargc; i++)
-                if (!hx_replay_opts_parse(uw->rargc, uw->rargv, &i, o)) hx_bad_arg("experiment (spec args)", uw->rargv[i]);
-            uw->quirks = strdup(o->quirks);  /* --quirk's buffer is shared by every option set parsed */
+                if (!hx_took(hx_replay_opts_take(o, uw->rargc, uw->rargv, &i, err, sizeof err), err))
+                    hx_bad_arg("experiment (spec args)", uw->rargv[i]);
+            uw->quirks = strdup(o->sp.quirks);  /* --quirk's buffer is shared by every option set parsed */
             uw->model_path = strdup(model_path);
             uw->tr_path = strdup(tr_path);
             uw->vname = strdup(vname);
             if (!uw->quirks || !uw->model_path || !uw->tr_path || !uw->vname)
                 hx_die(HX_EXIT_INTERNAL, "experiment: out of memory");
-            o->quirks = uw->quirks;
-            o->model_path = uw->model_path;
+            o->sp.quirks = uw->quirks;
+            o->sp.model_path = uw->model_path;
             o->transcript_path = uw->tr_path;
             o->db_path = a->db;
             o->experiment = name;
             o->variant = uw->vname;
             o->resume = a->resume;
-            o->quiet = !eng_stderr_is_tty();
-            if (a->threads) o->num.n_threads = a->threads;
-            if (a->repeat) o->repeat = a->repeat;
-            if (a->calibration) o->calibration = a->calibration;
+            o->sp.quiet = !eng_stderr_is_tty();
+            if (a->threads) o->sp.num.n_threads = a->threads;
+            if (a->repeat) o->sp.repeat = a->repeat;
+            if (a->calibration) o->sp.calibration = a->calibration;
             if (o->seed < 0) o->seed = tr_seed;  /* the transcript generator's seed (models: model_sha256) */
             if (sname) {  /* a value that is not a number (a policy name) is stored as NULL */
                 char *end = NULL;
@@ -722,7 +644,7 @@ int hx_cmd_experiment(int argc, char **argv) {
         if (un->shard != shard) continue;
         hx_replay_opts *o = &un->o;
         if (dry) {
-            printf("kvreplay replay -m %s -t %s --db %s", o->model_path, o->transcript_path, db);
+            printf("kvreplay replay -m %s -t %s --db %s", o->sp.model_path, o->transcript_path, db);
             for (int k = 1; k < w[i].rargc; k++) printf(" %s", w[i].rargv[k]);
             if (a.threads) printf(" --threads %d", a.threads);
             if (a.repeat) printf(" --repeat %d", a.repeat);

@@ -22,6 +22,7 @@
 #include "jsonl.h"
 #include "prepare.h"
 #include "status.h"
+#include "str.h"
 #include "template.h"
 #include "tokenizer.h"
 #include "transcript.h"

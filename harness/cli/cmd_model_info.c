@@ -13,6 +13,7 @@
  * of 64 (BOS first when the vocabulary adds one).
  */
 #include "cli.h"
+#include "stats.h"
 
 #include <inttypes.h>
 #include <jansson.h>

@@ -26,8 +26,9 @@ int hx_cmd_probe(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     hx_probe_opts o;
     hx_probe_opts_default(&o);
+    char err[512];
     for (int i = 1; i < argc; i++)
-        if (!hx_probe_opts_parse(argc, argv, &i, &o)) hx_bad_arg("probe", argv[i]);
+        if (!hx_took(hx_probe_opts_take(&o, argc, argv, &i, err, sizeof err), err)) hx_bad_arg("probe", argv[i]);
     hx_probe_summary sum;
     return hx_probe_run(&o, &sum);
 }

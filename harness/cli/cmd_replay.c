@@ -21,8 +21,9 @@ int hx_cmd_replay(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     hx_replay_opts o;
     hx_replay_opts_default(&o);
+    char err[512];
     for (int i = 1; i < argc; i++)
-        if (!hx_replay_opts_parse(argc, argv, &i, &o)) hx_bad_arg("replay", argv[i]);
+        if (!hx_took(hx_replay_opts_take(&o, argc, argv, &i, err, sizeof err), err)) hx_bad_arg("replay", argv[i]);
     hx_coldcache *cold = hx_coldcache_new(0);
     hx_replay_summary sum;
     int code = hx_replay_run(&o, cold, &sum);

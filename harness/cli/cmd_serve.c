@@ -20,13 +20,16 @@ static const hx_option k_serve[] = {
     {"--alias", "-a", "NAME", "the model name responses echo when a body names none (default: the model file's name)",
      HX_OPT_STRING, OPT(alias), 0, 0, NULL},
     {"--verify", NULL, NULL, "compute every request cold too and compare (logits, decode steps, state)", HX_OPT_FLAG,
-     OPT(verify), 0, 0, NULL},
+     OPT(sp.verify), 0, 0, NULL},
+    {"--db", NULL, "FILE.sqlite", "one row per request, as replay's (default: none)", HX_OPT_STRING, OPT(db_path), 0, 0,
+     NULL},
     {"--record", NULL, "FILE", "append every served request to this transcript (v2; replay reads it)",
      HX_OPT_STRING, OPT(record), 0, 0, NULL},
     {"--script", NULL, "FILE", "answer the scripted conversation with this transcript's recorded turns",
      HX_OPT_STRING, OPT(script), 0, 0, NULL},
     {"--ctx-size", "-c", "N", "positions per sequence (default: the model's training context)", HX_OPT_INT, OPT(n_ctx),
      1, 1 << 24, NULL},
+    {"--n-ctx", NULL, "N", NULL, HX_OPT_INT, OPT(n_ctx), 1, 1 << 24, NULL},
     {"--n-predict", "-n", "N", "tokens generated per request at most (default 256; a request's own\n"
      "max_tokens below it wins)", HX_OPT_INT, OPT(n_predict), 1, 1 << 24, NULL},
     {"--max-body", NULL, "BYTES", "413 for a body over this (default 33554432)", HX_OPT_INT64, OPT(max_body), 1,
@@ -51,21 +54,22 @@ static void usage(FILE *f) {
                 "cache policy as a replay's does; generation is greedy. SIGINT or SIGTERM finish the\n"
                 "request in progress and stop (exit 0). See docs/serve.md.\n\n"
                 "options:\n", k_serve);
-    fprintf(f, "\nreplay's options (-t, --resume, --limit, --repeat and --skip-bad do not apply; --db\n"
-               "receives one row per request; --decode N is the decode steps --verify compares):\n");
-    hx_replay_opts_help(f);
+    fprintf(f, "\nthe session's options, as replay's (--decode N is the decode steps --verify compares):\n");
+    hx_session_params_help_policy(f);
+    hx_session_params_help_engine(f);
+    hx_session_params_help_faults(f);
 }
 
 int hx_cmd_serve(int argc, char **argv) {
     if (hx_wants_help(argc, argv)) { usage(stdout); return HX_EXIT_OK; }
     hx_serve_opts o;
     hx_serve_opts_default(&o);
-    for (int i = 1; i < argc; i++)
-        if (!hx_options_parse(k_serve, &o, argc, argv, &i) && !hx_replay_opts_parse(argc, argv, &i, &o.ro))
-            hx_bad_arg("serve", argv[i]);
-    if (o.ro.transcript_path) hx_die(HX_EXIT_USAGE, "serve: -t/--transcript does not apply (--script plays one)");
-    if (o.ro.resume || o.ro.limit || o.ro.repeat > 1 || o.ro.skip_bad)
-        hx_die(HX_EXIT_USAGE, "serve: --resume, --limit, --repeat and --skip-bad are replay's, not serve's");
-    if (!o.n_ctx) o.n_ctx = o.ro.n_ctx;
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        if (hx_options_parse(k_serve, &o, argc, argv, &i)) continue;
+        if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--transcript"))
+            hx_die(HX_EXIT_USAGE, "serve: -t/--transcript does not apply (--script plays one)");
+        if (!hx_took(hx_session_params_take(&o.sp, argc, argv, &i, err, sizeof err), err)) hx_bad_arg("serve", argv[i]);
+    }
     return hx_serve_run(&o);
 }

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "json.h"
 #include "status.h"
+#include "str.h"
 #include "synth_transcript.h"
 #include "util.h"
 

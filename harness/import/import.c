@@ -20,10 +20,13 @@
 #include <xxhash.h>
 
 #include "cc_standin.h"
+#include "errors.h"
 #include "importer.h"
+#include "json.h"
 #include "jsonl.h"
 #include "normalize.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 // ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@
  *   is not judged on reuse.
  */
 #include "probe.h"
+#include "cli.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -31,14 +32,18 @@
 #include "api.h"
 #include "bench_util.h"
 #include "bits.h"
-#include "cli.h"
-#include "normalize.h"
-#include "policy.h"
+#include "errors.h"
 #include "http.h"
+#include "json.h"
+#include "normalize.h"
+#include "options.h"
+#include "policy.h"
 #include "prepare.h"
 #include "reuse.h"
+#include "stats.h"
 #include "status.h"
 #include "store.h"
+#include "str.h"
 #include "transcript.h"
 #include "util.h"
 
@@ -105,19 +110,27 @@ void hx_probe_opts_default(hx_probe_opts *o) {
     o->idle_s = 60;
 }
 
-static void parse_n_probs(const char *flag, const char *v, void *field) {
-    *(int32_t *)field = !strcmp(v, "all") ? -1 : (int32_t)hx_parse_int(flag, v, 0, 1 << 24);
+static int parse_n_probs(const char *flag, const char *v, void *field, char *err, size_t errlen) {
+    int64_t n = -1;
+    int rc = strcmp(v, "all") ? hx_parse_i64(flag, v, 0, 1 << 24, &n, err, errlen) : ENG_OK;
+    if (!rc) *(int32_t *)field = (int32_t)n;
+    return rc;
 }
 
-static void parse_cap(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "on") && strcmp(v, "off")) hx_die(HX_EXIT_USAGE, "%s: expected on or off, got '%s'", flag, v);
-    *(int32_t *)field = !strcmp(v, "on");
+static int parse_cap(const char *flag, const char *v, void *field, char *err, size_t errlen) {
+    bool on = false;
+    int rc = hx_parse_on_off(flag, v, &on, err, errlen);
+    if (!rc) *(int32_t *)field = on;
+    return rc;
 }
 
-static void parse_reports(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "yes") && strcmp(v, "no") && strcmp(v, "auto"))
-        hx_die(HX_EXIT_USAGE, "%s: expected yes, no or auto, got '%s'", flag, v);
+static int parse_reports(const char *flag, const char *v, void *field, char *err, size_t errlen) {
+    if (strcmp(v, "yes") && strcmp(v, "no") && strcmp(v, "auto")) {
+        eng_errf(err, errlen, "%s: expected yes, no or auto, got '%s'", flag, v);
+        return ENG_ERR_ARG;
+    }
     *(int32_t *)field = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -1;
+    return ENG_OK;
 }
 
 #define OPT(f) offsetof(hx_probe_opts, f)
@@ -172,8 +185,8 @@ static const hx_option k_options[] = {
     {0},
 };
 
-bool hx_probe_opts_parse(int argc, char **argv, int *i, hx_probe_opts *o) {
-    return hx_options_parse(k_options, o, argc, argv, i);
+int hx_probe_opts_take(hx_probe_opts *o, int argc, char **argv, int *i, char *err, size_t errlen) {
+    return hx_options_take(k_options, o, argc, argv, i, err, errlen);
 }
 
 void hx_probe_opts_help(FILE *f) { hx_options_help(k_options, NULL, f); }

@@ -41,6 +41,7 @@
 #define HX_PROBE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -79,9 +80,9 @@ typedef struct hx_probe_opts {
 } hx_probe_opts;
 
 void hx_probe_opts_default(hx_probe_opts *o);
-/* Consumes the probe option at argv[*i] (and its value); false when it is
- * not one. Bad values exit 2 naming the flag. */
-bool hx_probe_opts_parse(int argc, char **argv, int *i, hx_probe_opts *o);
+/* Takes the probe option at argv[*i] (and its value): 1; 0 when it is not
+ * one; ENG_ERR_ARG with err naming the flag for a bad value. */
+int  hx_probe_opts_take(hx_probe_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
 void hx_probe_opts_help(FILE *f);
 
 typedef struct hx_probe_summary {

@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "errors.h"
+#include "options.h"
 #include "policy.h"
 #include "prepare.h"
 #include "session.h"
@@ -28,90 +29,27 @@
 #include "util.h"
 
 // ----------------------------------------------------------------------------
-// Options
+// Options: the session's, and what a replay adds
 
 void hx_replay_opts_default(hx_replay_opts *o) {
     memset(o, 0, sizeof *o);
-    o->policy = "slot-lcp";
-    o->quirks = "";
-    o->normalize = "";
-    o->num = eng_numerics_default();
-    o->pp = eng_prefill_params_default();
-    o->decode_n = 40;
-    o->cap_prompt = true;
-    o->repeat = 1;
+    hx_session_params_default(&o->sp);
     o->sweep_value = NAN;
     o->seed = -1;
-    o->fault_request = 1;
     o->unit = o->n_units = o->shard = o->n_shards = -1;
-}
-
-static char g_quirks[256];
-
-/* --quirk is repeatable: the names accumulate, comma-separated. The first
- * --quirk of an option set (an experiment parses one per run) starts afresh. */
-static void parse_quirk(const char *flag, const char *v, void *field) {
-    if (*(const char **)field != g_quirks) g_quirks[0] = '\0';
-    size_t n = strlen(g_quirks);
-    snprintf(g_quirks + n, sizeof g_quirks - n, "%s%s", n ? "," : "", v);
-    *(const char **)field = g_quirks;
-}
-
-static void parse_on_off(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "on") && strcmp(v, "off")) hx_die(HX_EXIT_USAGE, "%s: expected on or off, got '%s'", flag, v);
-    *(bool *)field = !strcmp(v, "on");
-}
-
-static void parse_fault(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row") && strcmp(v, "repeat-flip") && strcmp(v, "report-cached"))
-        hx_die(HX_EXIT_USAGE, "%s: expected ulp-flip, kv-row, repeat-flip or report-cached, got '%s'", flag, v);
-    *(const char **)field = v;
 }
 
 #define OPT(field) offsetof(hx_replay_opts, field)
 
-/* The options every policy shares, in --help's order: what to replay, then
- * (after --policy and --quirk) the engine settings, then (after the
- * policies' own options) run control. */
 static const hx_option k_inputs[] = {
-    {"--model", "-m", "FILE.gguf", "model (required)", HX_OPT_STRING, OPT(model_path), 0, 0, NULL},
     {"--transcript", "-t", "FILE", "transcript JSONL, v1 or v2 (required; see kvreplay import / synth-transcript)",
      HX_OPT_STRING, OPT(transcript_path), 0, 0, NULL},
     {"--db", NULL, "FILE.sqlite", "results database (created if absent)", HX_OPT_STRING, OPT(db_path), 0, 0, NULL},
-    {"--policy", NULL, "P", NULL, HX_OPT_STRING, OPT(policy), 0, 0, NULL},
-    {"--quirk", NULL, "Q", NULL, HX_OPT_CUSTOM, OPT(quirks), 0, 0, parse_quirk},
-    {0},
-};
-static const hx_option k_engine[] = {
-    {"--normalize", NULL, "R", "prompt normalization rules, comma-separated: anthropic-cch", HX_OPT_STRING,
-     OPT(normalize), 0, 0, NULL},
-    {"--template", NULL, "T", "chatml | llama2 | llama3 | raw (default: from the model's metadata)", HX_OPT_STRING,
-     OPT(template_name), 0, 0, NULL},
-    {"--align", NULL, "chunk|none", "chunk: absolute grid of C (bit-exact); none: ubatch chunks from the\n"
-     "reuse point, as llama.cpp (default chunk)", HX_OPT_CUSTOM, OPT(pp.align), 0, 0, hx_parse_align},
-    {"--chunk", NULL, "C", "prefill grid (default 64)", HX_OPT_INT, OPT(pp.chunk), 1, 1 << 20, NULL},
-    {"--ubatch", NULL, "U", "chunk length under --align none (default 512)", HX_OPT_INT, OPT(pp.ubatch), 1, 1 << 20,
-     NULL},
-    {"--kernel", NULL, "blas|ref", "OpenBLAS sgemm, or fixed-order batch-invariant kernels (default blas)",
-     HX_OPT_CUSTOM, OPT(num.kernel), 0, 0, hx_parse_kernel},
-    {"--precision", NULL, "fp32|bf16", "(default fp32)", HX_OPT_CUSTOM, OPT(num.precision), 0, 0, hx_parse_precision},
-    {"--threads", NULL, "T", "thread count, recorded in the run (default 1)", HX_OPT_INT, OPT(num.n_threads), 1, 256,
-     NULL},
-    {"--decode", NULL, "N", "greedy decode steps compared per request (default 40)", HX_OPT_INT, OPT(decode_n), 0,
-     1 << 16, NULL},
-    {"--cap-prompt", NULL, "on|off", "cap reuse at the cached prompt's length (default on; off reuses\n"
-     "decode-written KV)", HX_OPT_CUSTOM, OPT(cap_prompt), 0, 0, parse_on_off},
-    {"--n-ctx", NULL, "N", "positions per sequence (default: sized from the transcript)", HX_OPT_INT, OPT(n_ctx), 1,
-     1 << 24, NULL},
-    {"--repeat", NULL, "N", "time the cold and the reused prefill N times each (the same bits every\n"
-     "time, checked); TTFT columns store the median, min and max (default 1)", HX_OPT_INT, OPT(repeat), 1, 64,
-     NULL},
-    {"--calibration", NULL, "FILE", "price the modeled TTFT at FILE's reference calibration for this\n"
-     "configuration (measured and added when missing); default: this run's own", HX_OPT_STRING, OPT(calibration),
-     0, 0, NULL},
     {0},
 };
 static const hx_option k_control[] = {
+    {"--n-ctx", NULL, "N", "positions per sequence (default: sized from the transcript)", HX_OPT_INT, OPT(n_ctx), 1,
+     1 << 24, NULL},
     {"--resume", NULL, NULL, "complete an interrupted run of the same configuration", HX_OPT_FLAG, OPT(resume), 0, 0,
      NULL},
     {"--skip-bad", NULL, NULL, "skip and count bad transcript lines instead of failing", HX_OPT_FLAG, OPT(skip_bad), 0,
@@ -120,34 +58,22 @@ static const hx_option k_control[] = {
      0, 1 << 30, NULL},
     {"--seed", NULL, "S", "record the seed that produced synthetic inputs", HX_OPT_INT64, OPT(seed), 0, INT64_MAX,
      NULL},
-    {"--inject-fault", NULL, "F", "test the checker: ulp-flip (one reused logit moves one ULP), kv-row\n"
-     "(the last restored KV row is recomputed from another token) or repeat-flip\n"
-     "(with --repeat: the second cold repetition's logit moves one ULP), on\n"
-     "request --fault-request K (default 1), logit --fault-index I (default 0);\n"
-     "exit 2 when the fault cannot be planted (no such request or logit, no\n"
-     "reuse to corrupt, a request already stored by --resume); kvreplay serve also\n"
-     "takes report-cached (every answer that reused tokens reports one more: a\n"
-     "planted fault for kvreplay probe)", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
-    {"--fault-request", NULL, "K", NULL, HX_OPT_INT, OPT(fault_request), 0, 1 << 30, NULL},
-    {"--fault-index", NULL, "I", NULL, HX_OPT_INT, OPT(fault_index), 0, 1 << 30, NULL},
-    {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
     {0},
 };
 
-bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o) {
-    return hx_options_parse(k_inputs, o, argc, argv, i) || hx_options_parse(k_engine, o, argc, argv, i) ||
-           hx_options_parse(k_control, o, argc, argv, i) || hx_policy_args_parse(&o->policy_args, argc, argv, i);
+int hx_replay_opts_take(hx_replay_opts *o, int argc, char **argv, int *i, char *err, size_t errlen) {
+    int r = hx_options_take(k_inputs, o, argc, argv, i, err, errlen);
+    if (!r) r = hx_options_take(k_control, o, argc, argv, i, err, errlen);
+    if (!r) r = hx_session_params_take(&o->sp, argc, argv, i, err, errlen);
+    return r;
 }
 
 void hx_replay_opts_help(FILE *f) {
     hx_options_help(k_inputs, NULL, f);
-    fprintf(f, "  %-25s ", "--policy P");
-    for (size_t i = 0; hx_policies[i]; i++) fprintf(f, "%s%s", i ? " | " : "", hx_policies[i]->name);
-    fprintf(f, " (default slot-lcp)\n");
-    hx_policy_quirks_help(f);
-    hx_options_help(k_engine, NULL, f);
-    hx_policy_help(f);
+    hx_session_params_help_policy(f);
+    hx_session_params_help_engine(f);
     hx_options_help(k_control, NULL, f);
+    hx_session_params_help_faults(f);
 }
 
 // ----------------------------------------------------------------------------
@@ -190,21 +116,27 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     memset(sum, 0, sizeof *sum);
     double t_start = eng_now_s();
 
-    if (!o->model_path) hx_die(HX_EXIT_USAGE, "replay: -m/--model is required");
-    if (!o->transcript_path) hx_die(HX_EXIT_USAGE, "replay: -t/--transcript is required");
-    if (!o->db_path) hx_die(HX_EXIT_USAGE, "replay: --db is required");
-    unsigned quirks = 0;
-    if (hx_quirks_parse(o->policy, o->quirks, &quirks, err, sizeof err) != ENG_OK) hx_die(HX_EXIT_USAGE, "%s", err);
+    const hx_session_params *sp = &o->sp;
+    int rc = hx_session_params_check(sp, err, sizeof err);
+    if (rc == ENG_OK && !o->transcript_path) snprintf(err, sizeof err, "-t/--transcript is required"), rc = ENG_ERR_ARG;
+    if (rc == ENG_OK && !o->db_path) snprintf(err, sizeof err, "--db is required"), rc = ENG_ERR_ARG;
+    if (rc != ENG_OK) {
+        char e2[1100];
+        snprintf(e2, sizeof e2, "replay: %s", err);
+        snprintf(err, sizeof err, "%s", e2);
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
 
-    int rc = hx_session_open(o, sum, &x, err, sizeof err);
+    rc = hx_session_open(sp, &sum->t, &x, err, sizeof err);
     if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
     const int32_t V = eng_model_get_info(hx_session_model(x))->n_vocab;
-    const int32_t n_rows = o->decode_n > 1 ? o->decode_n : 1;
+    const int32_t n_rows = sp->decode_n > 1 ? sp->decode_n : 1;
 
     int64_t n_skipped_bad = 0;
     rc = hx_transcript_read(o->transcript_path, o->skip_bad, &t, &n_skipped_bad, err, sizeof err);
     if (rc != ENG_OK) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
-    if (n_skipped_bad && !o->quiet) fprintf(stderr, "kvreplay: skipped %lld bad lines\n", (long long)n_skipped_bad);
+    if (n_skipped_bad && !sp->quiet) fprintf(stderr, "kvreplay: skipped %lld bad lines\n", (long long)n_skipped_bad);
     n_req = t.n;
     if (o->limit > 0 && o->limit < n_req) n_req = o->limit;
     if (n_req == 0) {  /* a run of nothing would "pass" every check */
@@ -213,21 +145,21 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         code = HX_EXIT_USAGE;
         goto fail;
     }
-    if (o->fault && !strcmp(o->fault, "report-cached")) {  /* nothing of replay's own reports it */
+    if (sp->fault && !strcmp(sp->fault, "report-cached")) {  /* nothing of replay's own reports it */
         snprintf(err, sizeof err, "--inject-fault report-cached is a fault of kvreplay serve's answers (for kvreplay "
                  "probe to catch); replay and check compare what they computed, not what a server said");
         code = HX_EXIT_USAGE;
         goto fail;
     }
-    if (o->fault && o->fault_request >= n_req) {
+    if (sp->fault && sp->fault_request >= n_req) {
         snprintf(err, sizeof err, "--fault-request %d: the replay has %d requests (0-based: 0 to %d), so the fault "
-                 "would never be planted", o->fault_request, n_req, n_req - 1);
+                 "would never be planted", sp->fault_request, n_req, n_req - 1);
         code = HX_EXIT_USAGE;
         goto fail;
     }
-    if (o->fault && !strcmp(o->fault, "ulp-flip") && o->fault_index >= V) {
+    if (sp->fault && !strcmp(sp->fault, "ulp-flip") && sp->fault_index >= V) {
         snprintf(err, sizeof err, "--fault-index %d: the vocabulary has %d logits (0 to %d), so the fault would never "
-                 "be planted", o->fault_index, V, V - 1);
+                 "be planted", sp->fault_index, V, V - 1);
         code = HX_EXIT_USAGE;
         goto fail;
     }
@@ -253,7 +185,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     }
     if (n_ctx < 1) n_ctx = 1;
 
-    if ((rc = hx_session_start(x, n_ctx, cold, err, sizeof err)) != ENG_OK) {
+    if ((rc = hx_session_start(x, n_ctx, cold, o->resume, err, sizeof err)) != ENG_OK) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
     }
@@ -265,8 +197,22 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     /* The calibration: measured now; the modeled TTFT is priced at it, or at
      * the reference file's figures for this configuration. */
     hx_run_meta meta;
-    char extra[256], source[600];
-    hx_session_fill_meta(x, n_ctx, n_req, &meta, extra, sizeof extra);
+    char extra[256], more[64], source[600];
+    snprintf(more, sizeof more, "\"limit\":%d,\"n_resp_tokens\":\"teacher-forced\"", o->limit);
+    hx_session_fill_meta(x, n_ctx, o->n_ctx, n_req, more, &meta, extra, sizeof extra);
+    meta.experiment = o->experiment;
+    meta.variant = o->variant;
+    meta.sweep_name = o->sweep_name;
+    meta.sweep_value = o->sweep_value;
+    meta.transcript = o->transcript_path;
+    meta.seed = o->seed;
+    meta.spec_sha256 = o->spec_sha256;
+    meta.scale = o->scale;
+    meta.unit = o->unit;
+    meta.n_units = o->n_units;
+    meta.shard = o->shard;
+    meta.n_shards = o->n_shards;
+    meta.plan_sha256 = o->plan_sha256;
     if ((rc = hx_session_calibrate(x, &meta, source, sizeof source, err, sizeof err)) != ENG_OK) {
         code = rc == ENG_ERR_FORMAT ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
         goto fail;
@@ -274,7 +220,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     bool resumed = false;
     if (o->resume && (rc = already_done(store, &meta, sum, err, sizeof err)) != ENG_ERR_NOT_FOUND) {
         if (rc != ENG_OK) { code = HX_EXIT_INTERNAL; goto fail; }
-        if (!o->quiet)
+        if (!sp->quiet)
             fprintf(stderr, "kvreplay: run %lld of this configuration is complete: nothing to resume -> %s\n",
                     (long long)sum->run_id, o->db_path);
         goto out;
@@ -291,13 +237,13 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         }
         if (!isnan(g) && !isnan(b)) hx_session_set_price(x, g, b);
     }
-    hx_session_set_store(x, store, run_id);
+    hx_session_set_store(x, store, run_id, o->transcript_path);
     sum->run_id = run_id;
 
     for (int32_t i = 0; i < n_req; i++) {
         hx_request *r = &t.reqs[i];
         progress(i, n_req, r, t_start);
-        hx_turn turn = {.idx = i, .req = r, .p = &prep[i], .compare = true};
+        hx_turn turn = {.idx = i, .req = r, .p = &prep[i]};
         hx_request_served_hint(r, &turn.hint.id_slot, &turn.hint.no_reuse);  /* what a served request asked */
         hx_turn_result res;
         if (hx_done_set_has(done, r->session, r->turn)) {  /* resume: rebuild the cache only */
@@ -323,9 +269,9 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
             goto fail;
         }
     }
-    if (o->fault && !hx_session_fault_planted(x)) {  /* e.g. its request was already stored by an earlier run (--resume) */
+    if (sp->fault && !hx_session_fault_planted(x)) {  /* e.g. its request was already stored by an earlier run (--resume) */
         snprintf(err, sizeof err, "--inject-fault %s: request %d was not replayed by this run (already stored?), so "
-                 "the fault was never planted", o->fault, o->fault_request);
+                 "the fault was never planted", sp->fault, sp->fault_request);
         code = HX_EXIT_USAGE;
         goto fail;
     }
@@ -335,22 +281,22 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     }
     sum->wall_s = eng_now_s() - t_start;
     sum->cold_saved_ms = hx_coldcache_get_stats(cold).saved_ms;
-    if (!o->quiet)
+    if (!sp->quiet)
         fprintf(stderr, "kvreplay: run %lld: %d requests%s, reuse %.1f%% of prompt tokens, %d diverged, %d forked "
                 "(%.1fs, engine %.1f%%) -> %s\n",
-                (long long)run_id, sum->n_requests, resumed ? " (resumed)" : "",
-                sum->n_prompt ? 100.0 * (double)sum->n_reused / (double)sum->n_prompt : 0.0, sum->n_diverged,
-                sum->n_forked, sum->wall_s, sum->wall_s > 0 ? 100.0 * sum->engine_s / sum->wall_s : 0.0,
+                (long long)run_id, sum->t.n_requests, resumed ? " (resumed)" : "",
+                sum->t.n_prompt ? 100.0 * (double)sum->t.n_reused / (double)sum->t.n_prompt : 0.0, sum->t.n_diverged,
+                sum->t.n_forked, sum->wall_s, sum->wall_s > 0 ? 100.0 * sum->t.engine_s / sum->wall_s : 0.0,
                 o->db_path);
-    if (sum->n_store_failed || sum->n_quarantined) {  /* said even when quiet: the cache did not work as asked */
-        fprintf(stderr, "kvreplay: warning: run %lld (%s):", (long long)run_id, o->policy);
-        if (sum->n_store_failed)
-            fprintf(stderr, " %lld checkpoint%s lost (not stored)%s", (long long)sum->n_store_failed,
-                    sum->n_store_failed == 1 ? "" : "s", sum->n_quarantined ? "," : "");
-        if (sum->n_quarantined)
+    if (sum->t.n_store_failed || sum->t.n_quarantined) {  /* said even when quiet: the cache did not work as asked */
+        fprintf(stderr, "kvreplay: warning: run %lld (%s):", (long long)run_id, sp->policy);
+        if (sum->t.n_store_failed)
+            fprintf(stderr, " %lld checkpoint%s lost (not stored)%s", (long long)sum->t.n_store_failed,
+                    sum->t.n_store_failed == 1 ? "" : "s", sum->t.n_quarantined ? "," : "");
+        if (sum->t.n_quarantined)
             fprintf(stderr, " %lld stored entr%s set aside as corrupt (%lld fallback%s to a shorter one)",
-                    (long long)sum->n_quarantined, sum->n_quarantined == 1 ? "y" : "ies", (long long)sum->n_fallbacks,
-                    sum->n_fallbacks == 1 ? "" : "s");
+                    (long long)sum->t.n_quarantined, sum->t.n_quarantined == 1 ? "y" : "ies", (long long)sum->t.n_fallbacks,
+                    sum->t.n_fallbacks == 1 ? "" : "s");
         fprintf(stderr, "; per request in requests.extra\n");
     }
     goto out;

@@ -1,6 +1,7 @@
 /*
- * harness/replay/replay.h: the replay loop of DESIGN.md, shared by `replay`,
- * `check` and `experiment`.
+ * harness/replay/replay.h: the replay loop (docs/design.md), shared by
+ * `replay`, `check` and `experiment`: a transcript's requests, each one
+ * session turn (session/session.h).
  *
  * For every request of a transcript, in order:
  *   1. render (chat template), normalize, tokenize (hx_prepared);
@@ -31,84 +32,56 @@
 #include <stdio.h>
 
 #include "coldcache.h"
-#include "model.h"
-#include "policy.h"
+#include "session.h"
 
 typedef struct hx_replay_opts {
-    const char   *model_path;
+    hx_session_params sp;          /* the model, policy, engine settings and faults of every request */
     const char   *transcript_path;
     const char   *db_path;
-    const char   *policy;          /* default "slot-lcp" */
-    const char   *quirks;          /* default "" */
-    const char   *normalize;       /* default "" */
-    const char   *template_name;   /* NULL: from the model's metadata */
-    eng_numerics  num;             /* default blas, fp32, 1 thread */
-    eng_prefill_params pp;         /* chunk 64, align chunk, ubatch 512 */
-    int32_t       decode_n;        /* default 40 */
-    bool          cap_prompt;      /* default true */
-    int32_t       repeat;          /* prefills timed per request, cold and reused (default 1) */
-    const char   *calibration;     /* reference calibration file pricing the modeled TTFT; NULL: this run's own */
     int32_t       n_ctx;           /* 0: sized from the transcript */
-    /* the policies' own options (--slots, --cache-dir, ...), by name: each
-     * policy declares its own (cache/policies/) and takes those it declares */
-    hx_policy_args policy_args;
-    /* Fault injection, to prove the comparator catches what it must (tests):
-     * "ulp-flip": the reused run's last-prompt logit at index fault_index moves one ULP;
-     * "kv-row": the restored KV row at position n_reused - 1 is recomputed from a
-     * different token (a corrupted cache row). Applied to request fault_request only. */
-    const char   *fault;           /* NULL, "ulp-flip" or "kv-row" */
-    int32_t       fault_request;   /* 0-based request index (default 1) */
-    int32_t       fault_index;     /* logit index for ulp-flip (default 0) */
     /* run control */
     bool          resume;          /* complete the interrupted (or failed) run of this configuration; when
                                       its run is complete, replay nothing (summary.already_done) */
     bool          skip_bad;
     int32_t       limit;           /* at most this many requests (0: all) */
-    const char   *experiment;      /* set by `experiment` */
+    int64_t       seed;            /* recorded (synthetic inputs' seed), -1 when none */
+    /* set by `experiment` (runs.experiment ... plan_sha256; docs/scale.md): the spec, the variant, the
+     * swept value, the unit this run is and the shard that runs it; NULL / NaN / -1 for a plain replay */
+    const char   *experiment;
     const char   *variant;
     const char   *sweep_name;
-    double        sweep_value;     /* NaN when none */
-    int64_t       seed;            /* recorded (synthetic inputs' seed), -1 when none */
-    /* set by `experiment` (runs.spec_sha256 ... plan_sha256; docs/scale.md): the spec, the unit
-     * this run is and the shard that runs it; NULL / -1 for a plain replay */
+    double        sweep_value;
     const char   *spec_sha256;
     const char   *scale;
     int32_t       unit, n_units;
     int32_t       shard, n_shards;
     const char   *plan_sha256;
-    bool          quiet;           /* no summary on stderr */
 } hx_replay_opts;
 
 void hx_replay_opts_default(hx_replay_opts *o);
-/* Consumes the option at argv[*i] if it is a replay option (advancing *i
- * past its value) and returns true; false when it is not one. Bad values
- * exit 2 naming the flag. */
-bool hx_replay_opts_parse(int argc, char **argv, int *i, hx_replay_opts *o);
+/* Takes the replay option (a session option among them) at argv[*i],
+ * advancing *i past its value: 1; 0 when it is not one; ENG_ERR_ARG with err
+ * naming the flag for a bad value. */
+int  hx_replay_opts_take(hx_replay_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
 /* Prints the replay options' --help lines (the policies' options and quirks
  * among them, from the policy registry) to f. */
 void hx_replay_opts_help(FILE *f);
 
 typedef struct hx_replay_summary {
     int64_t run_id;
-    int32_t n_requests;       /* replayed now (excludes resumed ones already stored) */
+    hx_session_totals t;      /* the turns replayed now (resumed ones already stored excluded) */
     int32_t n_skipped_done;   /* already in the database (--resume) */
-    int32_t n_diverged;       /* logits or any decode step not bit-identical */
-    int32_t n_forked;
-    int64_t n_prompt, n_reused;
     double  wall_s;           /* whole replay */
-    double  engine_s;         /* time inside eng_prefill/eng_decode/restore */
     double  cold_saved_ms;    /* cold compute skipped thanks to the shared cold cache */
-    /* what the policy could not do (hx_acquire, hx_release), resumed requests included */
-    int64_t n_quarantined;    /* stored entries set aside as corrupt */
-    int64_t n_fallbacks;      /* hits on a shorter entry after a longer one failed */
-    int64_t n_store_failed;   /* checkpoints lost: the store failed (disk full, I/O, memory) */
     bool    already_done;     /* --resume found this configuration's run complete: nothing replayed */
 } hx_replay_summary;
 
 /* Runs one replay into o->db_path. cold may be NULL (no sharing). Returns
- * an exit code: HX_EXIT_OK, HX_EXIT_USAGE (bad input; message on stderr
- * naming file, line and field; an empty transcript; a fault that cannot be
- * planted; a run another process is writing) or HX_EXIT_INTERNAL. */
+ * an exit code (base/errors.h): HX_EXIT_OK, HX_EXIT_USAGE (bad input: a
+ * missing -m, -t or --db, a quirk of another policy, a bad transcript line
+ * (file, line and field), an empty transcript, a fault that cannot be
+ * planted, a run another process is writing) or HX_EXIT_INTERNAL; the
+ * message is on stderr. */
 int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary *sum);
 
 #endif /* HX_REPLAY_H */

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "calibrate.h"
+#include "options.h"
 #include "policy.h"
 #include "prepare.h"
 #include "sha256.h"
@@ -99,8 +100,8 @@ static int get_transcript(inputs *in, const hx_replay_opts *o, const eng_model *
                           size_t errlen) {
     char *key = NULL;
     eng_buf kb = {0};
-    if (eng_buf_printf(&kb, "%s\n%s\n%s\n%s\n%d\n%d", o->model_path, o->transcript_path,
-                       o->template_name ? o->template_name : "", o->normalize ? o->normalize : "", o->limit,
+    if (eng_buf_printf(&kb, "%s\n%s\n%s\n%s\n%d\n%d", o->sp.model_path, o->transcript_path,
+                       o->sp.template_name ? o->sp.template_name : "", o->sp.normalize ? o->sp.normalize : "", o->limit,
                        o->skip_bad) != ENG_OK)
         return ENG_ERR_NOMEM;
     key = kb.data;
@@ -129,8 +130,8 @@ static int get_transcript(inputs *in, const hx_replay_opts *o, const eng_model *
     if (rc != ENG_OK) goto out;
     t->n = tr.n;
     if (o->limit > 0 && o->limit < t->n) t->n = o->limit;
-    rc = hx_prepare_ctx_new(eng_model_tokenizer(m), o->template_name, eng_model_get_info(m)->chat_template,
-                            o->normalize, &pc, err, errlen);
+    rc = hx_prepare_ctx_new(eng_model_tokenizer(m), o->sp.template_name, eng_model_get_info(m)->chat_template,
+                            o->sp.normalize, &pc, err, errlen);
     if (rc != ENG_OK) goto out;
     hx_prepare_ctx_set_source(pc, o->transcript_path);
     const size_t n = (size_t)(t->n > 0 ? t->n : 1);
@@ -186,21 +187,21 @@ static int unit_price(const hx_unit *u, const eng_model *m, const char *calibrat
                       size_t errlen) {
     *gflops = HX_PLAN_NOMINAL_GFLOPS;
     if (!calibration) return ENG_OK;
-    const int32_t len = u->o.pp.align == ENG_ALIGN_NONE ? u->o.pp.ubatch : u->o.pp.chunk;
+    const int32_t len = u->o.sp.pp.align == ENG_ALIGN_NONE ? u->o.sp.pp.ubatch : u->o.sp.pp.chunk;
     hx_calibration cal;
     bool found = false;
-    int rc = hx_calibration_lookup(calibration, eng_model_get_info(m)->sha256, &u->o.num, len, &cal, &found, err,
+    int rc = hx_calibration_lookup(calibration, eng_model_get_info(m)->sha256, &u->o.sp.num, len, &cal, &found, err,
                                    errlen);
     if (rc == ENG_OK && !found) {  /* measured and added now, under the file's lock: every shard plans at it */
         eng_model *mm = NULL;
         bool added = false;
-        if ((rc = eng_model_load(u->o.model_path, &u->o.num, &mm, err, errlen)) == ENG_OK)
-            rc = hx_calibration_reference(calibration, mm, &u->o.pp, NULL, &cal, &added, err, errlen);
+        if ((rc = eng_model_load(u->o.sp.model_path, &u->o.sp.num, &mm, err, errlen)) == ENG_OK)
+            rc = hx_calibration_reference(calibration, mm, &u->o.sp.pp, NULL, &cal, &added, err, errlen);
         eng_model_free(mm);
         if (rc == ENG_OK && added)
             fprintf(stderr, "kvreplay: %s: no calibration for %s (%s, %s, %d threads, chunk %d) yet: measured "
                     "(%.4g GFLOP/s) and added\n", calibration, eng_model_get_info(m)->name,
-                    eng_kernel_name(u->o.num.kernel), eng_precision_name(u->o.num.precision), u->o.num.n_threads, len,
+                    eng_kernel_name(u->o.sp.num.kernel), eng_precision_name(u->o.sp.num.precision), u->o.sp.num.n_threads, len,
                     cal.gflops);
     }
     if (rc == ENG_OK) *gflops = cal.gflops;
@@ -211,12 +212,12 @@ static int unit_price(const hx_unit *u, const eng_model *m, const char *calibrat
 static const char *unit_dir(const hx_unit *u) {
     const hx_policy_ops *ops = NULL;
     for (size_t i = 0; hx_policies[i]; i++)
-        if (!strcmp(hx_policies[i]->name, u->o.policy)) ops = hx_policies[i];
+        if (!strcmp(hx_policies[i]->name, u->o.sp.policy)) ops = hx_policies[i];
     if (!ops || !ops->options || !ops->defaults) return NULL;
     for (const hx_option *opt = ops->options; opt->name; opt++)
         if (!strcmp(opt->name, "--cache-dir") && opt->type == HX_OPT_STRING) {
             const char *dir = *(const char *const *)((const char *)ops->defaults + opt->offset);
-            hx_policy_args_read(&u->o.policy_args, "--cache-dir", &dir);
+            hx_policy_args_read(&u->o.sp.policy_args, "--cache-dir", &dir);
             return dir;
         }
     return NULL;
@@ -227,17 +228,17 @@ static int cost_unit(inputs *in, hx_unit *u, const char *calibration, unit_cost 
     const eng_model *m = NULL;
     const tr_in *t = NULL;
     int rc;
-    if ((rc = get_model(in, o->model_path, &m, err, errlen)) != ENG_OK) return rc;
+    if ((rc = get_model(in, o->sp.model_path, &m, err, errlen)) != ENG_OK) return rc;
     if ((rc = get_transcript(in, o, m, &t, err, errlen)) != ENG_OK) return rc;
     double gflops;
     if ((rc = unit_price(u, m, calibration, &gflops, err, errlen)) != ENG_OK) return rc;
     const double per_ms = 1e3 / (gflops * 1e9);
-    const int32_t R = o->decode_n > 1 ? o->decode_n : 1, rep = o->repeat > 1 ? o->repeat : 1;
-    const int32_t C = o->pp.chunk, coldlen = o->pp.align == ENG_ALIGN_NONE ? o->pp.ubatch : o->pp.chunk;
-    const bool cold_policy = !strcmp(o->policy, "cold");
+    const int32_t R = o->sp.decode_n > 1 ? o->sp.decode_n : 1, rep = o->sp.repeat > 1 ? o->sp.repeat : 1;
+    const int32_t C = o->sp.pp.chunk, coldlen = o->sp.pp.align == ENG_ALIGN_NONE ? o->sp.pp.ubatch : o->sp.pp.chunk;
+    const bool cold_policy = !strcmp(o->sp.policy, "cold");
     /* the cold cache's key: model and numerics (threads and build matter to blas only), chunk shape, rows, prompt */
     const eng_model_info *mi = eng_model_get_info(m);
-    int64_t hdr[4] = {o->num.kernel, o->num.precision, o->num.kernel == ENG_KERNEL_BLAS ? o->num.n_threads : 0,
+    int64_t hdr[4] = {o->sp.num.kernel, o->sp.num.precision, o->sp.num.kernel == ENG_KERNEL_BLAS ? o->sp.num.n_threads : 0,
                       (int64_t)coldlen * 100000 + R};
     c->keys = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *c->keys);
     if (!c->keys) return ENG_ERR_NOMEM;
@@ -246,11 +247,11 @@ static int cost_unit(inputs *in, hx_unit *u, const char *calibration, unit_cost 
         const int32_t n = t->n_tok[i];
         int32_t r = cold_policy ? 0 : t->lcp[i];
         if (r >= n) r = n - 1;  /* at least the last token is prefilled */
-        if (o->pp.align == ENG_ALIGN_CHUNK && r > 0) r = r / C * C;
+        if (o->sp.pp.align == ENG_ALIGN_CHUNK && r > 0) r = r / C * C;
         if (r < 0) r = 0;
-        const double step = eng_model_prefill_flops_params(m, n, 1, &o->pp);
-        const double cold = eng_model_prefill_flops_params(m, 0, n, &o->pp) * rep + (R - 1) * step;
-        const double reuse = eng_model_prefill_flops_params(m, r, n - r, &o->pp) * rep + (R - 1 + t->n_resp[i]) * step;
+        const double step = eng_model_prefill_flops_params(m, n, 1, &o->sp.pp);
+        const double cold = eng_model_prefill_flops_params(m, 0, n, &o->sp.pp) * rep + (R - 1) * step;
+        const double reuse = eng_model_prefill_flops_params(m, r, n - r, &o->sp.pp) * rep + (R - 1 + t->n_resp[i]) * step;
         XXH3_state_t *s = XXH3_createState();
         if (!s) return ENG_ERR_NOMEM;
         XXH3_128bits_reset(s);
@@ -409,9 +410,9 @@ static void plan_digest(const hx_unit *u, int32_t n, hx_plan *p) {
     int k = snprintf(line, sizeof line, "kvreplay plan 1\nunits %d shards %d\n", n, p->n_shards);
     eng_sha256_update(&c, line, (size_t)k);
     for (int32_t i = 0; i < n; i++) {
-        const char *mb = strrchr(u[i].o.model_path, '/'), *tb = strrchr(u[i].o.transcript_path, '/');
+        const char *mb = strrchr(u[i].o.sp.model_path, '/'), *tb = strrchr(u[i].o.transcript_path, '/');
         k = snprintf(line, sizeof line, "%d\t%s\t%s\t%s\t%d\n", u[i].index, u[i].label,
-                     mb ? mb + 1 : u[i].o.model_path, tb ? tb + 1 : u[i].o.transcript_path, u[i].shard);
+                     mb ? mb + 1 : u[i].o.sp.model_path, tb ? tb + 1 : u[i].o.transcript_path, u[i].shard);
         eng_sha256_update(&c, line, (size_t)(k < (int)sizeof line ? k : (int)sizeof line - 1));
     }
     uint8_t d[32];

@@ -10,7 +10,7 @@
  *               1); TTFT = from the call until the first token-bearing SSE
  *               event is parsed (the API layer's reader).
  *   in-process: the same body parsed by the same route, prepared and run as
- *               one session turn (replay/session.h) in this process; TTFT =
+ *               one session turn (session/session.h) in this process; TTFT =
  *               from parsing the body until the first generated token.
  * Two requests: "cached", a prompt of --cached-tokens tokens sent before
  * (so all but its last token come from the cache: a fully cached 1-token
@@ -22,9 +22,7 @@
  * with the machine's load average before and after (the figures of a
  * shared machine are ratios, never absolute).
  */
-#include "cli.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -39,14 +37,17 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "child.h"
+#include "http.h"
 #include "bench_util.h"
+#include "errors.h"
 #include "model.h"
+#include "options.h"
 #include "serve.h"
 #include "session.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
-
-extern char **environ;
 
 static const char k_usage[] =
     "usage: kvreplay bench --serve -m MODEL.gguf [OPTIONS]\n"
@@ -91,120 +92,41 @@ static void load_avg(char *buf, size_t cap) {
 }
 
 // ----------------------------------------------------------------------------
-// The server: `kvreplay serve` in a child process
-
-typedef struct child {
-    pid_t pid;
-    int   port;
-    char  dir[64];
-    char  port_file[96], log[96], db[96];
-} child;
-
-static int child_start(child *c, const serve_args *a, int32_t n_ctx, char *err, size_t errlen) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return eng_errf(err, errlen, "cannot find this program (/proc/self/exe)"), ENG_ERR_IO;
-    self[n] = '\0';
-    snprintf(c->dir, sizeof c->dir, "/tmp/kvreplay-bench-serve-XXXXXX");
-    if (!mkdtemp(c->dir)) return eng_errf(err, errlen, "mkdtemp: %s", strerror(errno)), ENG_ERR_IO;
-    snprintf(c->port_file, sizeof c->port_file, "%s/port", c->dir);
-    snprintf(c->log, sizeof c->log, "%s/serve.log", c->dir);
-    snprintf(c->db, sizeof c->db, "%s/serve.sqlite", c->dir);
-    char ctx[16], threads[16], chunk[16];
-    snprintf(ctx, sizeof ctx, "%d", n_ctx);
-    snprintf(threads, sizeof threads, "%d", a->num.n_threads);
-    snprintf(chunk, sizeof chunk, "%d", a->chunk);
-    char *argv[] = {self, "serve", "-m", (char *)a->model, "--listen", "127.0.0.1:0", "--port-file", c->port_file,
-                    "--db", c->db, "-c", ctx, "--threads", threads, "--chunk", chunk,
-                    "--kernel", (char *)eng_kernel_name(a->num.kernel),
-                    "--precision", (char *)eng_precision_name(a->num.precision),
-                    "--align", (char *)eng_align_name(a->align), NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    int rc = posix_spawn(&c->pid, self, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) return eng_errf(err, errlen, "cannot start kvreplay serve: %s", strerror(rc)), ENG_ERR_IO;
-    for (double t0 = eng_now_s(); eng_now_s() - t0 < 600;) {  /* loading and calibrating, on a loaded machine */
-        FILE *f = fopen(c->port_file, "r");
-        int port = 0;
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
-            fclose(f);
-        }
-        if (port > 0) { c->port = port; return ENG_OK; }
-        int st;
-        if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
-            c->pid = 0;
-            return eng_errf(err, errlen, "kvreplay serve ended before it listened (see %s)", c->log), ENG_ERR_IO;
-        }
-        usleep(50 * 1000);
-    }
-    return eng_errf(err, errlen, "kvreplay serve did not listen within 600 s (see %s)", c->log), ENG_ERR_IO;
-}
-
-/* SIGTERM, its end, and its scratch files removed unless it failed. */
-static void child_stop(child *c, bool keep) {
-    if (c->pid > 0) {
-        kill(c->pid, SIGTERM);
-        int st;
-        waitpid(c->pid, &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) keep = true;
-    }
-    if (keep) { fprintf(stderr, "bench --serve: serve's log and rows kept in %s\n", c->dir); return; }
-    const char *files[] = {c->port_file, c->log, c->db};
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        char p[128];
-        unlink(files[i]);
-        snprintf(p, sizeof p, "%s-wal", files[i]), unlink(p);
-        snprintf(p, sizeof p, "%s-shm", files[i]), unlink(p);
-        snprintf(p, sizeof p, "%s.lock", files[i]), unlink(p);  /* the store's run lock */
-    }
-    rmdir(c->dir);
-}
-
-// ----------------------------------------------------------------------------
 // One request over HTTP, streamed
 
 typedef struct http_call {
     hx_api_reader rd;
     hx_api_result r;
     hx_api_error  e;
-    double        t0, t_first;
+    double        t_first;  /* ms from the start of the exchange, 0 until a token arrives */
     bool          bad;
 } http_call;
 
-static size_t on_bytes(char *p, size_t size, size_t nmemb, void *ud) {
+static int on_bytes(void *ud, const char *p, size_t n, double t_ms) {
     http_call *h = ud;
-    size_t n = size * nmemb;
     int k = hx_api_reader_feed(&h->rd, p, n, &h->r, &h->e);
     if (k < 0) h->bad = true;
-    else if (k > 0 && h->t_first == 0) h->t_first = eng_now_s();
-    return n;
+    else if (k > 0 && h->t_first == 0) h->t_first = t_ms;
+    return 0;
 }
 
 /* ms to the first token; n_reused from the stream's timings (cache_n). */
-static int http_ttft(CURL *curl, const hx_api_route *rt, const char *body, double *ms, int64_t *n_reused, char *err,
-                     size_t errlen) {
+static int http_ttft(hx_http *http, const hx_api_route *rt, const char *body, double *ms, int64_t *n_reused,
+                     char *err, size_t errlen) {
     http_call h = {0};
     hx_api_reader_init(&h.rd, rt);
     hx_api_result_init(&h.r);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_bytes);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &h);
-    h.t0 = eng_now_s();
-    CURLcode cc = curl_easy_perform(curl);
-    long status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-    int rc = ENG_OK;
-    if (cc != CURLE_OK) rc = (eng_errf(err, errlen, "HTTP: %s", curl_easy_strerror(cc)), ENG_ERR_IO);
-    else if (status != 200) rc = (eng_errf(err, errlen, "HTTP status %ld", status), ENG_ERR_IO);
+    hx_http_resp resp;
+    int rc = hx_http_do(http, "POST", rt->path, body, strlen(body), on_bytes, &h, &resp);
+    if (rc == ENG_ERR_NOMEM) eng_errf(err, errlen, "out of memory");
+    else if (rc) eng_errf(err, errlen, "HTTP: %s", resp.message);
+    else if (resp.status != 200) rc = (eng_errf(err, errlen, "HTTP status %ld", resp.status), ENG_ERR_IO);
     else if (h.bad || hx_api_reader_finish(&h.rd, &h.r, &h.e) != ENG_OK)
         rc = (eng_errf(err, errlen, "the stream: %s", h.e.message), ENG_ERR_FORMAT);
     else if (h.t_first == 0) rc = (eng_errf(err, errlen, "the stream carried no token"), ENG_ERR_FORMAT);
-    *ms = (h.t_first - h.t0) * 1e3;
+    *ms = h.t_first;
     *n_reused = h.r.timings.cache_n;
+    hx_http_resp_free(&resp);
     hx_api_result_free(&h.r);
     hx_api_reader_free(&h.rd);
     return rc;
@@ -234,7 +156,7 @@ static int local_ttft(hx_session *s, int32_t idx, const hx_api_route *rt, const 
     if ((rc = hx_prepare(hx_session_prepare(s), &q.req, &p, err, errlen))) { hx_api_req_free(&q); return rc; }
     hx_turn_gen gen = {.max_tokens = q.params.max_tokens > 0 ? q.params.max_tokens : 1, .on_token = on_first,
                        .ud = &g};
-    hx_turn t = {.idx = idx, .req = &q.req, .p = &p, .compare = false,
+    hx_turn t = {.idx = idx, .req = &q.req, .p = &p,
                  .hint = {.id_slot = q.params.id_slot, .no_reuse = !q.params.cache_prompt}, .gen = &gen};
     hx_turn_result r;
     rc = hx_session_turn(s, &t, &r, err, errlen);
@@ -280,28 +202,66 @@ static char *make_body(const hx_api_route *rt, uint64_t seed, int32_t n, int32_t
     return s;
 }
 
-int hx_serve_bench(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
+/* The server: `kvreplay serve` in a child process, on the same model and engine options, its
+ * log and rows in a scratch directory (removed unless it failed). */
+static int start_child(hx_serve_child *c, char *dir, bool *made, const serve_args *a, int32_t n_ctx, char *err,
+                       size_t errlen) {
+    if (!(*made = mkdtemp(dir) != NULL)) return eng_errf(err, errlen, "mkdtemp: %s", strerror(errno)), ENG_ERR_IO;
+    char log[128], db[128], ctx[16], threads[16], chunk[16];
+    snprintf(log, sizeof log, "%s/serve.log", dir);
+    snprintf(db, sizeof db, "%s/serve.sqlite", dir);
+    snprintf(ctx, sizeof ctx, "%d", n_ctx);
+    snprintf(threads, sizeof threads, "%d", a->num.n_threads);
+    snprintf(chunk, sizeof chunk, "%d", a->chunk);
+    const char *args[] = {"-m", a->model, "--db", db, "-c", ctx, "--threads", threads, "--chunk", chunk,
+                          "--kernel", eng_kernel_name(a->num.kernel), "--precision", eng_precision_name(a->num.precision),
+                          "--align", eng_align_name(a->align), NULL};
+    return hx_serve_child_start(NULL, args, log, 600, c, err, errlen);  /* loading and calibrating, loaded machine */
+}
+
+static void stop_child(hx_serve_child *c, const char *dir, bool keep) {
+    if (hx_serve_child_stop(c, 60) > 0) keep = true;
+    if (keep) { fprintf(stderr, "bench --serve: serve's log and rows kept in %s\n", dir); return; }
+    const char *names[] = {"serve.log", "serve.log.port", "serve.sqlite", "serve.sqlite-wal", "serve.sqlite-shm",
+                           "serve.sqlite.lock"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static void cases_free(bench_case *cases, int n) {
+    for (int c = 0; c < n; c++) free(cases[c].body), free(cases[c].http), free(cases[c].local), free(cases[c].engine);
+}
+
+int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
     serve_args a = {.num = eng_numerics_default(), .align = ENG_ALIGN_CHUNK, .chunk = 64, .reps = 7, .n_cold = 2048, .n_cached = 512};
-    for (int i = 1; i < argc; i++)
-        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --serve", argv[i]);
-    if (!a.model) hx_die(HX_EXIT_USAGE, "bench --serve: -m MODEL.gguf is required");
-    char err[1024] = "", load0[64], load1[64];
+    for (int i = 1; i < argc; i++) {
+        int r = hx_options_take(k_options, &a, argc, argv, &i, err, errlen);
+        if (r < 0) return r;
+        if (!r) return eng_errf(err, errlen, "bench --serve: unknown option '%s' (see --help)", argv[i]), ENG_ERR_ARG;
+    }
+    if (!a.model) return eng_errf(err, errlen, "bench --serve: -m MODEL.gguf is required"), ENG_ERR_ARG;
+    char load0[64], load1[64];
     load_avg(load0, sizeof load0);
 
     /* this process's session: serve's defaults (slot-lcp, the model's template), the same engine options */
-    hx_replay_opts ro;
-    hx_replay_opts_default(&ro);
-    ro.model_path = a.model;
-    ro.num = a.num;
-    ro.pp.chunk = a.chunk;
-    ro.pp.align = a.align;
-    ro.quiet = true;
+    hx_session_params sp;
+    hx_session_params_default(&sp);
+    sp.model_path = a.model;
+    sp.num = a.num;
+    sp.pp.chunk = a.chunk;
+    sp.pp.align = a.align;
+    sp.verify = false;
+    sp.quiet = true;
     hx_session *s = NULL;
     int32_t n_ctx = (a.n_cold > a.n_cached ? a.n_cold : a.n_cached) + 64;
-    int rc = hx_session_open(&ro, NULL, &s, err, sizeof err);
-    if (!rc) rc = hx_session_start(s, n_ctx, NULL, err, sizeof err);
-    if (rc) { hx_session_close(s); hx_die(hx_exit_for_input(rc), "bench --serve: %s", err); }
+    int rc = hx_session_open(&sp, NULL, &s, err, errlen);
+    if (!rc) rc = hx_session_start(s, n_ctx, NULL, false, err, errlen);
+    if (rc) { hx_session_close(s); return rc == ENG_ERR_NOMEM ? rc : ENG_ERR_ARG; }  /* the model named: usage */
     hx_session_set_price(s, 1.0, 1.0);  /* no rows are written: the modeled TTFT is not used */
     const eng_model_info *mi = eng_model_get_info(hx_session_model(s));
 
@@ -316,25 +276,25 @@ int hx_serve_bench(int argc, char **argv) {
         cases[c].http = calloc((size_t)a.reps, sizeof(double));
         cases[c].local = calloc((size_t)a.reps, sizeof(double));
         cases[c].engine = calloc((size_t)a.reps, sizeof(double));
-        if (!cases[c].body || !cases[c].http || !cases[c].local || !cases[c].engine)
-            hx_die(HX_EXIT_INTERNAL, "bench --serve: out of memory");
+        if (!cases[c].body || !cases[c].http || !cases[c].local || !cases[c].engine) rc = ENG_ERR_NOMEM;
+    }
+    if (rc) {
+        cases_free(cases, 2);
+        hx_session_close(s);
+        return eng_errf(err, errlen, "bench --serve: out of memory"), rc;
     }
 
-    child ch = {0};
-    if ((rc = child_start(&ch, &a, n_ctx, err, sizeof err))) {
-        child_stop(&ch, true);
-        hx_session_close(s);
-        hx_die(HX_EXIT_INTERNAL, "bench --serve: %s", err);
+    hx_serve_child ch = {0};
+    char dir[64] = "/tmp/kvreplay-bench-serve-XXXXXX";
+    hx_http *http = NULL;
+    bool made = false;
+    if ((rc = start_child(&ch, dir, &made, &a, n_ctx, err, errlen)) == ENG_OK) {
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", ch.port);
+        hx_http_opts ho;
+        hx_http_opts_default(&ho);
+        if (!(http = hx_http_new(url, &ho))) rc = (eng_errf(err, errlen, "bench --serve: cannot start libcurl"), ENG_ERR_NOMEM);
     }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    CURL *curl = curl_easy_init();
-    char url[96];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/completion", ch.port);
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 600L);
-    curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
 
     /* each case: one untimed warm-up (it also caches the cached case's prompt), then HTTP and in-process
      * alternating; the cached case first, as the cold one's prompt replaces what the slot holds */
@@ -343,17 +303,17 @@ int hx_serve_bench(int argc, char **argv) {
         bench_case *bc = &cases[c];
         double ms, ems;
         int64_t nr;
-        if ((rc = http_ttft(curl, rt, bc->body, &ms, &nr, err, sizeof err)) ||
-            (rc = local_ttft(s, idx++, rt, bc->body, &ms, &ems, &nr, err, sizeof err)))
+        if ((rc = http_ttft(http, rt, bc->body, &ms, &nr, err, errlen)) ||
+            (rc = local_ttft(s, idx++, rt, bc->body, &ms, &ems, &nr, err, errlen)))
             break;
         for (int i = 0; i < a.reps && !rc; i++) {  /* the order alternates, so neither always goes first */
             for (int k = 0; k < 2 && !rc; k++) {
                 settle();
                 if ((k == 0) == (i % 2 == 0))
-                    rc = http_ttft(curl, rt, bc->body, &bc->http[i], &bc->reused_http, err, sizeof err);
+                    rc = http_ttft(http, rt, bc->body, &bc->http[i], &bc->reused_http, err, errlen);
                 else
                     rc = local_ttft(s, idx++, rt, bc->body, &bc->local[i], &bc->engine[i], &bc->reused_local, err,
-                                    sizeof err);
+                                    errlen);
             }
         }
         if (rc) break;
@@ -361,15 +321,16 @@ int hx_serve_bench(int argc, char **argv) {
         bc->m_local = hx_median(bc->local, a.reps);
         bc->m_engine = hx_median(bc->engine, a.reps);
     }
-    curl_slist_free_all(hdr);
-    curl_easy_cleanup(curl);
-    curl_global_cleanup();
-    child_stop(&ch, rc != ENG_OK);
+    hx_http_free(http);
+    if (made) stop_child(&ch, dir, rc != ENG_OK);
     hx_session_close(s);
     load_avg(load1, sizeof load1);
     if (rc) {
-        for (int c = 0; c < 2; c++) free(cases[c].body), free(cases[c].http), free(cases[c].local), free(cases[c].engine);
-        hx_die(HX_EXIT_INTERNAL, "bench --serve: %s", err);
+        cases_free(cases, 2);
+        char e2[1100];
+        snprintf(e2, sizeof e2, "bench --serve: %s", err);
+        snprintf(err, errlen, "%s", e2);
+        return rc == ENG_ERR_ARG || rc == ENG_ERR_FORMAT ? ENG_ERR_IO : rc;
     }
 
     if (a.json) {
@@ -396,7 +357,7 @@ int hx_serve_bench(int argc, char **argv) {
             json_array_append_new(arr, x);
         }
         json_object_set_new(o, "cases", arr);
-        hx_bench_print_json(o);
+        rc = hx_bench_print_json(o);
     } else {
         printf("kvreplay serve vs in-process, TTFT medians of %d (model %s, %d threads, %s, align %s; load %s -> %s)\n",
                a.reps, a.model, a.num.n_threads, eng_kernel_name(a.num.kernel), eng_align_name(a.align), load0, load1);
@@ -412,6 +373,7 @@ int hx_serve_bench(int argc, char **argv) {
                        (long long)bc->reused_local);
         }
     }
-    for (int c = 0; c < 2; c++) free(cases[c].body), free(cases[c].http), free(cases[c].local), free(cases[c].engine);
-    return HX_EXIT_OK;
+    cases_free(cases, 2);
+    if (rc == ENG_OK && fflush(stdout) != 0) rc = (eng_errf(err, errlen, "bench --serve: stdout: write failed"), ENG_ERR_IO);
+    return rc;
 }

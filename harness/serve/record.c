@@ -2,9 +2,8 @@
  * harness/serve/record.c: --record FILE: every request the engine served,
  * appended to a transcript v2 file that `kvreplay replay` reads directly.
  *
- * Each request is one line: its session and turn (assigned here by the
- * importers' session key, so a conversation stays one session whatever its
- * per-request billing checksum), the prompt as received (before
+ * Each request is one line: its session and turn (assigned by the worker,
+ * worker.c), the prompt as received (before
  * --normalize), the response the client got (the recorded assistant turn,
  * teacher-forced as replay teacher-forces it), its usage, and `served`: the
  * API, the request target, the headers that shape the prompt or the session,
@@ -15,10 +14,8 @@
  * Atomic per request: one write() of the whole line, then fsync. A crash
  * loses at most the line in flight; a torn last line (no newline) found when
  * the file is opened again is cut off and said on stderr, and the sessions
- * of the file continue (serve-K numbering and turns).
- *
- * Without a file the recorder still assigns sessions and turns (the SQLite
- * rows need them).
+ * of the file continue: the recorder keeps each session's last request (for
+ * compact lines), and the worker continues their names and turns from it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "normalize.h"
 #include "serve_int.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 struct hx_recorder {
@@ -38,34 +35,24 @@ struct hx_recorder {
     int         fd;           /* -1: no file */
     bool        need_header;
     char       *header;       /* canonical JSON of the header object */
-    hx_strmap   keys;         /* session key -> session index */
-    int32_t     n_sessions;
+    hx_strmap   index;        /* session name -> index in last */
     hx_request *last;         /* (n_sessions) the last request of each session, as recorded */
-    int32_t    *next_turn;    /* (n_sessions) */
-    char      **names;        /* (n_sessions) */
-    int32_t     raw;          /* the index of "serve-raw", -1 until used */
+    int32_t     n_sessions;
 };
 
-static int add_session(hx_recorder *r, const char *name) {
-    int32_t n = r->n_sessions + 1;
-    hx_request *l = realloc(r->last, sizeof *l * (size_t)n);
-    if (l) r->last = l;
-    int32_t *t = realloc(r->next_turn, sizeof *t * (size_t)n);
-    if (t) r->next_turn = t;
-    char **nm = realloc(r->names, sizeof *nm * (size_t)n);
-    if (nm) r->names = nm;
-    if (!l || !t || !nm) return -1;
+/* The index of session name in last, added (empty) when new; -1 on OOM. */
+static int64_t session_index(hx_recorder *r, const char *name) {
+    int64_t s;
+    if (hx_strmap_get(&r->index, name, &s)) return s;
+    hx_request *l = realloc(r->last, sizeof *l * (size_t)(r->n_sessions + 1));
+    if (!l) return -1;
+    r->last = l;
     memset(&r->last[r->n_sessions], 0, sizeof *r->last);
-    r->next_turn[r->n_sessions] = 0;
-    if (!(r->names[r->n_sessions] = hx_strdup(name))) return -1;
+    if (hx_strmap_put(&r->index, name, r->n_sessions)) return -1;
     return r->n_sessions++;
 }
 
-static char *key_of(const hx_request *q) {
-    return hx_request_kind_of(q) == HX_REQUEST_MESSAGES ? hx_request_session_key(q) : hx_strdup("\x1f" "raw");
-}
-
-/* Takes the sessions of an existing file: its names, the last request of each, the next turns. */
+/* Takes the sessions of an existing file: the last request of each. */
 static int load_existing(hx_recorder *r, char *err, size_t errlen) {
     struct stat sb;
     if (stat(r->path, &sb) != 0 || sb.st_size == 0) {
@@ -94,20 +81,10 @@ static int load_existing(hx_recorder *r, char *err, size_t errlen) {
     free(data);
     if (rc) return rc;
     for (int32_t i = 0; i < t.n && !rc; i++) {
-        hx_request *q = &t.reqs[i];
-        int64_t s = -1;
-        for (int32_t k = 0; k < r->n_sessions; k++)
-            if (!strcmp(r->names[k], q->session)) s = k;
-        if (s < 0) {
-            char *key = key_of(q);
-            if (!key || (s = add_session(r, q->session)) < 0 || hx_strmap_put(&r->keys, key, s)) rc = ENG_ERR_NOMEM;
-            free(key);
-            if (rc) break;
-            if (!strcmp(q->session, "serve-raw")) r->raw = (int32_t)s;
-        }
+        int64_t s = session_index(r, t.reqs[i].session);
+        if (s < 0) { rc = ENG_ERR_NOMEM; break; }
         hx_request_free(&r->last[s]);
-        if (hx_request_copy(&r->last[s], q)) rc = ENG_ERR_NOMEM;
-        r->next_turn[s] = q->turn + 1;
+        if (hx_request_copy(&r->last[s], &t.reqs[i])) rc = ENG_ERR_NOMEM;
     }
     hx_transcript_free(&t);
     return rc;
@@ -118,7 +95,6 @@ int hx_recorder_open(const char *path, const char *header_json, hx_recorder **ou
     hx_recorder *r = calloc(1, sizeof *r);
     if (!r) return ENG_ERR_NOMEM;
     r->fd = -1;
-    r->raw = -1;
     int rc = ENG_OK;
     if (path) {
         if (!(r->path = hx_strdup(path)) || !(r->header = hx_strdup(header_json))) rc = ENG_ERR_NOMEM;
@@ -139,74 +115,43 @@ int hx_recorder_open(const char *path, const char *header_json, hx_recorder **ou
 void hx_recorder_close(hx_recorder *r) {
     if (!r) return;
     if (r->fd >= 0) close(r->fd);
-    for (int32_t i = 0; i < r->n_sessions; i++) {
-        hx_request_free(&r->last[i]);
-        free(r->names[i]);
-    }
+    for (int32_t i = 0; i < r->n_sessions; i++) hx_request_free(&r->last[i]);
     free(r->last);
-    free(r->next_turn);
-    free(r->names);
-    hx_strmap_free(&r->keys);
+    hx_strmap_free(&r->index);
     free(r->path);
     free(r->header);
     free(r);
 }
 
-int hx_recorder_assign(hx_recorder *r, const hx_request *q, char **session, int32_t *turn) {
-    char *key = key_of(q);
-    if (!key) return ENG_ERR_NOMEM;
-    int64_t s;
-    int rc = ENG_OK;
-    if (!hx_strmap_get(&r->keys, key, &s)) {
-        char name[48];
-        bool raw = hx_request_kind_of(q) != HX_REQUEST_MESSAGES;
-        if (raw) snprintf(name, sizeof name, "serve-raw");
-        else {
-            int32_t k = 0;  /* the next serve-K that no session has */
-            for (bool taken = true; taken; k++) {
-                snprintf(name, sizeof name, "serve-%d", k);
-                taken = false;
-                for (int32_t i = 0; i < r->n_sessions; i++) taken |= !strcmp(r->names[i], name);
-            }
-        }
-        if ((s = add_session(r, name)) < 0 || hx_strmap_put(&r->keys, key, s)) rc = ENG_ERR_NOMEM;
-        if (raw) r->raw = (int32_t)s;
-    }
-    free(key);
-    if (rc) return rc;
-    if (!(*session = hx_strdup(r->names[s]))) return ENG_ERR_NOMEM;
-    *turn = r->next_turn[s]++;
-    return ENG_OK;
-}
+int32_t hx_recorder_n_sessions(const hx_recorder *r) { return r ? r->n_sessions : 0; }
+
+const hx_request *hx_recorder_last(const hx_recorder *r, int32_t k) { return &r->last[k]; }
 
 int hx_recorder_add(hx_recorder *r, const hx_request *q, char *err, size_t errlen) {
-    int32_t s = -1;
-    for (int32_t k = 0; k < r->n_sessions; k++)
-        if (!strcmp(r->names[k], q->session)) s = k;
-    ENG_ASSERT(s >= 0);  /* assigned by hx_recorder_assign */
+    if (!r->path) return ENG_OK;  /* no file: nothing to write or to continue */
+    int64_t s = session_index(r, q->session);
+    if (s < 0) return ENG_ERR_NOMEM;
     int rc = ENG_OK;
-    if (r->fd >= 0) {
-        eng_buf b = {0};
-        char *line = NULL;
-        size_t n = 0;
-        if (r->need_header) {
-            if ((rc = hx_request_serialize_line(NULL, NULL, r->header, &line, &n, err, errlen))) return rc;
-            rc = eng_buf_append(&b, line, n) || eng_buf_append(&b, "\n", 1) ? ENG_ERR_NOMEM : ENG_OK;
-            free(line);
-        }
-        const hx_request *prev = r->last[s].session ? &r->last[s] : NULL;
-        if (!rc && !(rc = hx_request_serialize_line(q, prev, NULL, &line, &n, err, errlen))) {
-            rc = eng_buf_append(&b, line, n) || eng_buf_append(&b, "\n", 1) ? ENG_ERR_NOMEM : ENG_OK;
-            free(line);
-        }
-        if (!rc && (eng_write_all(r->fd, b.data, b.len) != 0 || fsync(r->fd) != 0)) {
-            eng_errf(err, errlen, "%s: cannot append the request: %s", r->path, strerror(errno));
-            rc = ENG_ERR_IO;
-        }
-        eng_buf_free(&b);
-        if (rc) return rc;
-        r->need_header = false;
+    eng_buf b = {0};
+    char *line = NULL;
+    size_t n = 0;
+    if (r->need_header) {
+        if ((rc = hx_request_serialize_line(NULL, NULL, r->header, &line, &n, err, errlen))) return rc;
+        rc = eng_buf_append(&b, line, n) || eng_buf_append(&b, "\n", 1) ? ENG_ERR_NOMEM : ENG_OK;
+        free(line);
     }
+    const hx_request *prev = r->last[s].session ? &r->last[s] : NULL;
+    if (!rc && !(rc = hx_request_serialize_line(q, prev, NULL, &line, &n, err, errlen))) {
+        rc = eng_buf_append(&b, line, n) || eng_buf_append(&b, "\n", 1) ? ENG_ERR_NOMEM : ENG_OK;
+        free(line);
+    }
+    if (!rc && (eng_write_all(r->fd, b.data, b.len) != 0 || fsync(r->fd) != 0)) {
+        eng_errf(err, errlen, "%s: cannot append the request: %s", r->path, strerror(errno));
+        rc = ENG_ERR_IO;
+    }
+    eng_buf_free(&b);
+    if (rc) return rc;
+    r->need_header = false;
     hx_request_free(&r->last[s]);
     return hx_request_copy(&r->last[s], q);
 }

@@ -30,6 +30,7 @@
 #include "normalize.h"
 #include "serve_int.h"
 #include "status.h"
+#include "str.h"
 
 struct hx_script {
     hx_transcript t;

@@ -28,6 +28,7 @@
  * request).
  */
 #include "serve.h"
+#include "cli.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,15 +46,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "errors.h"
+#include "json.h"
 #include "jsonl.h"
 #include "serve_int.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
+#include "version.h"
 
 void hx_serve_opts_default(hx_serve_opts *o) {
     memset(o, 0, sizeof *o);
-    hx_replay_opts_default(&o->ro);
+    hx_session_params_default(&o->sp);
+    o->sp.verify = false;
     o->listen = "127.0.0.1:8080";
     o->n_predict = 256;
     o->max_body = (int64_t)32 << 20;
@@ -284,7 +289,7 @@ static enum MHD_Result answer_simple(conn *cn, const hx_api_route *rt, hx_api_re
         int64_t n = hx_policy_erase(hx_session_policy(s->session), q->params.slot_id);
         pthread_mutex_unlock(&s->engine_mu);
         if (n == ENG_ERR_UNSUPPORTED)
-            rc = hx_api_errf(&e, HX_API_ERR_NOT_SUPPORTED, NULL, "the policy %s has no slots to erase", s->o->ro.policy);
+            rc = hx_api_errf(&e, HX_API_ERR_NOT_SUPPORTED, NULL, "the policy %s has no slots to erase", s->o->sp.policy);
         else if (n < 0) rc = hx_api_errf(&e, HX_API_ERR_INVALID, "id_slot", "Invalid slot ID");
         else info.n_erased = n;
         if (!rc) {
@@ -453,7 +458,7 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
         goto fail;
     }
     /* the prompt, the compared decode steps and a margin for the response's end marker must fit */
-    int32_t R = s->o->verify ? (s->o->ro.decode_n > 1 ? s->o->ro.decode_n : 1) : 1;
+    int32_t R = s->o->sp.verify ? (s->o->sp.decode_n > 1 ? s->o->sp.decode_n : 1) : 1;
     if (j->p.n + R + 16 > s->n_ctx) {
         hx_api_errf(e, HX_API_ERR_CONTEXT, NULL,
                     "request (%d tokens) exceeds the available context size (%d tokens), try increasing it", j->p.n,
@@ -659,9 +664,9 @@ static void server_info(hx_server *s) {
     snprintf(s->bos, sizeof s->bos, "%.*s", b ? (int)n : 0, b ? b : "");
     const char *e = eng_tokenizer_eos(s->tok) >= 0 ? eng_token_piece(s->tok, eng_tokenizer_eos(s->tok), &n) : NULL;
     snprintf(s->eos, sizeof s->eos, "%.*s", e ? (int)n : 0, e ? e : "");
-    const char *slash = strrchr(s->o->ro.model_path, '/');  /* llama-server: the file's name when no alias */
-    in->model_name = s->o->alias ? s->o->alias : slash ? slash + 1 : s->o->ro.model_path;
-    in->model_path = s->o->ro.model_path;
+    const char *slash = strrchr(s->o->sp.model_path, '/');  /* llama-server: the file's name when no alias */
+    in->model_name = s->o->alias ? s->o->alias : slash ? slash + 1 : s->o->sp.model_path;
+    in->model_path = s->o->sp.model_path;
     in->template_name = hx_prepare_template_name(s->pc);
     in->bos_token = s->bos;
     in->eos_token = s->eos;
@@ -673,10 +678,10 @@ static void server_info(hx_server *s) {
     in->n_embd = mi->n_embd;
     in->n_params = mi->n_params;
     struct stat sb;
-    in->size = stat(s->o->ro.model_path, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    in->size = stat(s->o->sp.model_path, &sb) == 0 ? (int64_t)sb.st_size : 0;
     int32_t ns = hx_policy_n_slots(hx_session_policy(s->session));
     in->total_slots = ns > 0 ? ns : 1;
-    const hx_replay_opts *ro = &s->o->ro;
+    const hx_session_params *ro = &s->o->sp;
     snprintf(s->cache_json, sizeof s->cache_json, "{\"policy\":\"%s\",\"quirks\":\"%s\",\"normalize\":\"%s\","
              "\"align\":\"%s\",\"chunk\":%d,\"cap_prompt\":%s}", ro->policy, ro->quirks ? ro->quirks : "",
              ro->normalize ? ro->normalize : "", eng_align_name(ro->pp.align), ro->pp.chunk,
@@ -687,25 +692,24 @@ static void server_info(hx_server *s) {
 /* The run in SQLite: a serve run, one row per request (replay's schema). */
 static int begin_run(hx_server *s, char *err, size_t errlen) {
     const hx_serve_opts *o = s->o;
-    if (!o->ro.db_path) return ENG_OK;
-    int rc = hx_store_open(o->ro.db_path, &s->store, err, errlen);
+    if (!o->db_path) return ENG_OK;
+    int rc = hx_store_open(o->db_path, &s->store, err, errlen);
     if (rc) return rc;
     /* a server writes each row once and reads none back: a small page cache (sqlite's default
      * 2 MiB would be most of the memory a long run gains on a small model) */
     sqlite3_exec(hx_store_db(s->store), "PRAGMA cache_size = -256", NULL, NULL, NULL);
     hx_run_meta meta;
     static char extra[1024], source[600];
-    hx_session_fill_meta(s->session, s->n_ctx, -1, &meta, extra, sizeof extra);
-    json_t *x = json_pack("{s:s, s:b, s:s, s:s?, s:s?, s:i, s:I, s:i}", "mode", "serve", "verify", o->verify, "listen",
+    json_t *x = json_pack("{s:s, s:b, s:s, s:s?, s:s?, s:i, s:I, s:i}", "mode", "serve", "verify", o->sp.verify, "listen",
                           o->listen, "record", o->record, "script", o->script, "n_predict", o->n_predict, "max_body",
                           (json_int_t)o->max_body, "queue", o->queue);
     char *xs = x ? hx_json_canonical(x) : NULL;
     json_decref(x);
-    if (xs) {  /* replay's extra, then serve's settings */
-        size_t k = strlen(extra);
-        if (k > 1) snprintf(extra + k - 1, sizeof extra - k + 1, ",\"serve\":%s}", xs);
-    }
+    char more[768];  /* the session's extra, then serve's settings */
+    snprintf(more, sizeof more, "\"limit\":0,\"n_resp_tokens\":\"teacher-forced\"%s%.700s", xs ? ",\"serve\":" : "",
+             xs ? xs : "");
     free(xs);
+    hx_session_fill_meta(s->session, s->n_ctx, o->n_ctx, -1, more, &meta, extra, sizeof extra);
     meta.transcript = o->record;
     if ((rc = hx_session_calibrate(s->session, &meta, source, sizeof source, err, errlen))) return rc;
     bool resumed = false;
@@ -713,7 +717,7 @@ static int begin_run(hx_server *s, char *err, size_t errlen) {
     rc = hx_store_begin_or_resume(s->store, &meta, false, &s->run_id, &done, &resumed, err, errlen);
     hx_done_set_free(done);
     if (rc) return rc;
-    hx_session_set_store(s->session, s->store, s->run_id);
+    hx_session_set_store(s->session, s->store, s->run_id, o->record);
     return ENG_OK;
 }
 
@@ -742,7 +746,6 @@ static void server_free(hx_server *s) {
 
 int hx_serve_run(const hx_serve_opts *opts) {
     hx_serve_opts own = *opts, *o = &own;
-    o->ro.transcript_path = o->record;  /* the rows name the transcript they were recorded into */
     char err[1024] = "";
     int code = HX_EXIT_OK;
     hx_server S = {0}, *s = &S;
@@ -751,19 +754,32 @@ int hx_serve_run(const hx_serve_opts *opts) {
     pthread_mutex_init(&s->engine_mu, NULL);
     pthread_mutex_init(&s->slots_mu, NULL);
     struct MHD_Daemon *d = NULL;
-    hx_replay_summary sum;
+    hx_session_totals sum;
     memset(&sum, 0, sizeof sum);
-
-    if (!o->ro.model_path) hx_die(HX_EXIT_USAGE, "serve: -m/--model is required");
-    for (int i = 0; hx_api_dialects[i]; i++)  /* a dialect registered beyond what /metrics counts apart */
-        if (i >= HX_METRICS_DIALECTS) hx_die(HX_EXIT_INTERNAL, "serve: raise HX_METRICS_DIALECTS (serve_int.h)");
     struct sockaddr_storage sa;
     bool loopback = false;
-    if (parse_listen(o->listen, &sa, &loopback, err, sizeof err)) hx_die(HX_EXIT_USAGE, "%s", err);
-    if (!loopback && !o->api_key)
-        hx_die(HX_EXIT_USAGE, "--listen %s is not a loopback address: give --api-key KEY to listen there", o->listen);
+    int rc = hx_session_params_check(&o->sp, err, sizeof err);
+    for (int i = 0; hx_api_dialects[i]; i++) ENG_ASSERT(i < HX_METRICS_DIALECTS);  /* /metrics counts each apart */
+    if (rc == ENG_OK) rc = parse_listen(o->listen, &sa, &loopback, err, sizeof err);
+    if (rc == ENG_OK && !loopback && !o->api_key) {
+        snprintf(err, sizeof err, "--listen %s is not a loopback address: give --api-key KEY to listen there", o->listen);
+        rc = ENG_ERR_ARG;
+    }
+    if (rc == ENG_OK && o->sp.fault && !strcmp(o->sp.fault, "repeat-flip")) {
+        snprintf(err, sizeof err, "--inject-fault repeat-flip needs --repeat, which serve does not take");
+        rc = ENG_ERR_ARG;
+    }
+    if (rc == ENG_OK && o->sp.fault && !o->sp.verify && strcmp(o->sp.fault, "report-cached")) {
+        snprintf(err, sizeof err, "--inject-fault %s is caught by --verify: give both", o->sp.fault);
+        rc = ENG_ERR_ARG;
+    }
+    if (rc == ENG_OK && o->sp.repeat > 1) {
+        snprintf(err, sizeof err, "--repeat is replay's, not serve's");
+        rc = ENG_ERR_ARG;
+    }
+    if (rc != ENG_OK) { code = HX_EXIT_USAGE; goto fail; }
 
-    int rc = hx_session_open(&o->ro, &sum, &s->session, err, sizeof err);
+    rc = hx_session_open(&o->sp, &sum, &s->session, err, sizeof err);
     if (rc) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
     const eng_model_info *mi = eng_model_get_info(hx_session_model(s->session));
     s->tok = eng_model_tokenizer(hx_session_model(s->session));
@@ -773,11 +789,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
     s->eos_id = eng_tokenizer_eos(s->tok);
     s->eot_id = eng_tokenizer_eot(s->tok);
     s->byte_tok = spm_byte_token(s->tok);
-    if (o->ro.fault && !strcmp(o->ro.fault, "repeat-flip"))
-        hx_die(HX_EXIT_USAGE, "serve: --inject-fault repeat-flip needs --repeat, which serve does not take");
-    if (o->ro.fault && !o->verify && strcmp(o->ro.fault, "report-cached"))
-        hx_die(HX_EXIT_USAGE, "serve: --inject-fault %s is caught by --verify: give both", o->ro.fault);
-    if ((rc = hx_session_start(s->session, s->n_ctx, NULL, err, sizeof err))) {
+    if ((rc = hx_session_start(s->session, s->n_ctx, NULL, false, err, sizeof err))) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
     }
@@ -806,7 +818,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
         code = rc == ENG_ERR_FORMAT || rc == ENG_ERR_UNSUPPORTED || rc == ENG_ERR_ARG ? HX_EXIT_USAGE : HX_EXIT_INTERNAL;
         goto fail;
     }
-    if (!o->ro.db_path && !o->ro.quiet)
+    if (!o->db_path && !o->sp.quiet)
         fprintf(stderr, "kvreplay serve: no --db: the requests' rows are not written (metrics only)\n");
 
     /* the signals: a handler (any thread may take them: OpenBLAS's threads predate ours) writes
@@ -839,8 +851,8 @@ int hx_serve_run(const hx_serve_opts *opts) {
     char host[256];
     snprintf(host, sizeof host, "%.*s", (int)(strrchr(o->listen, ':') - o->listen), o->listen);
     fprintf(stderr, "kvreplay serve: listening on http://%s:%u (model %s, policy %s, %s, context %d, %s%s%s%s%s)\n",
-            host, port, mi->name, o->ro.policy, hx_prepare_template_name(s->pc), s->n_ctx,
-            o->verify ? "verify" : "no verify", o->record ? ", record " : "", o->record ? o->record : "",
+            host, port, mi->name, o->sp.policy, hx_prepare_template_name(s->pc), s->n_ctx,
+            o->sp.verify ? "verify" : "no verify", o->record ? ", record " : "", o->record ? o->record : "",
             o->script ? ", script " : "", o->script ? o->script : "");
 
     unsigned char sig = 0;
@@ -856,7 +868,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
     fprintf(stderr, "kvreplay serve: stopped: %d requests through the engine, reuse %.1f%% of prompt tokens, "
             "%d diverged%s%s\n", sum.n_requests,
             sum.n_prompt ? 100.0 * (double)sum.n_reused / (double)sum.n_prompt : 0.0, sum.n_diverged,
-            o->ro.db_path ? " -> " : "", o->ro.db_path ? o->ro.db_path : "");
+            o->db_path ? " -> " : "", o->db_path ? o->db_path : "");
     goto out;
 fail:
     fprintf(stderr, "kvreplay serve: %s\n", err[0] ? err : "failed");

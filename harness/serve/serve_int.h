@@ -22,6 +22,7 @@
 #include "serve.h"
 #include "session.h"
 #include "store.h"
+#include "str.h"
 #include "transcript.h"
 
 // ----------------------------------------------------------------------------
@@ -95,19 +96,19 @@ void    job_unref(hx_job *j);          /* frees with the last reference */
 
 typedef struct hx_recorder hx_recorder;
 
-/* Opens path for appending; a file that exists is read (its sessions
- * continue; a torn last line left by a crash is cut off, said on stderr).
- * ENG_OK, or an error with a message (exit 2 for a bad file). */
+/* Opens path for appending (NULL: a recorder that writes nothing); a file
+ * that exists is read (its sessions continue; a torn last line left by a
+ * crash is cut off, said on stderr). ENG_OK, or an error with a message
+ * (exit 2 for a bad file). */
 int  hx_recorder_open(const char *path, const char *header_json, hx_recorder **out, char *err, size_t errlen);
 void hx_recorder_close(hx_recorder *r);
-/* The session and turn of a request, by the importers' session key
- * (normalized system + first message): "serve-K" and the session's next
- * turn. Raw prompt and token requests share session "serve-raw". The
- * assignment is kept (with the request, for compact lines) by hx_recorder_add. */
-int  hx_recorder_assign(hx_recorder *r, const hx_request *q, char **session, int32_t *turn);
-/* Appends q (its session and turn assigned, its response and usage set, its
- * `served` set) as one line, fsync'd: a crash loses at most the line in
- * flight. When the recorder has no file, only the session bookkeeping. */
+/* The sessions of the file as opened and recorded since: how many, and the
+ * last request of session k (its session name and turn). */
+int32_t           hx_recorder_n_sessions(const hx_recorder *r);
+const hx_request *hx_recorder_last(const hx_recorder *r, int32_t k);
+/* Appends q (its session and turn assigned by the worker, its response and
+ * usage set, its `served` set) as one line, fsync'd: a crash loses at most
+ * the line in flight; compact when q extends its session's last request. */
 int  hx_recorder_add(hx_recorder *r, const hx_request *q, char *err, size_t errlen);
 
 // ----------------------------------------------------------------------------
@@ -141,6 +142,12 @@ typedef struct hx_server {
     int64_t            run_id;
     hx_recorder       *rec;
     hx_script         *script;
+    /* session identity (worker.c): the importers' session key of a conversation -> its index;
+     * its name ("serve-K", "serve-raw") and next turn. The worker's alone. */
+    hx_strmap          id_keys;
+    char             **id_names;     /* (n_ids) */
+    int32_t           *id_next_turn; /* (n_ids) */
+    int32_t            n_ids;
     hx_metrics         metrics;
     hx_api_info        info;         /* /props, /v1/models */
     char               build_info[64], bos[64], eos[64];
@@ -165,7 +172,8 @@ typedef struct hx_server {
     atomic_int         n_answering;  /* generations whose answer is still being sent */
 } hx_server;
 
-/* worker.c */
+/* worker.c: the queue and the engine worker; hx_worker_start takes the
+ * recorder's sessions (a --record file that exists) as the first identities. */
 int  hx_worker_start(hx_server *s, char *err, size_t errlen);
 /* Queues j (taking a reference); false when the queue is full or stopping. */
 bool hx_worker_submit(hx_server *s, hx_job *j);

@@ -31,8 +31,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "json.h"
+#include "normalize.h"
 #include "serve_int.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 // ----------------------------------------------------------------------------
@@ -225,7 +228,7 @@ static void flush_stream_locked(hx_job *j) {
 static void set_usage(gen_ctx *g, const hx_turn_status *st) {
     hx_api_result *r = &g->j->res;
     /* --inject-fault report-cached (a planted fault, for kvreplay probe): one more than was reused */
-    const char *fault = g->s->o->ro.fault;
+    const char *fault = g->s->o->sp.fault;
     int64_t said = st->n_reused + (fault && !strcmp(fault, "report-cached") && st->n_reused > 0);
     r->usage.prompt_tokens = st->n_prompt;
     r->usage.cached_tokens = said;
@@ -430,156 +433,210 @@ static void update_slots(hx_server *s, int32_t busy, int32_t served, int64_t tas
 }
 
 // ----------------------------------------------------------------------------
+// Session identity: which conversation a request continues
+
+/* The importers' session key (normalize.h: the normalized system prompt and first message), so a
+ * conversation stays one session whatever its per-request billing checksum; raw prompt and token
+ * requests share one key. */
+static char *identity_key(const hx_request *q) {
+    return hx_request_kind_of(q) == HX_REQUEST_MESSAGES ? hx_request_session_key(q) : hx_strdup("\x1f" "raw");
+}
+
+static int identity_add(hx_server *s, const char *key, const char *name, int32_t next_turn) {
+    char **nm = realloc(s->id_names, sizeof *nm * (size_t)(s->n_ids + 1));
+    if (nm) s->id_names = nm;
+    int32_t *nt = realloc(s->id_next_turn, sizeof *nt * (size_t)(s->n_ids + 1));
+    if (nt) s->id_next_turn = nt;
+    if (!nm || !nt || !(s->id_names[s->n_ids] = hx_strdup(name))) return ENG_ERR_NOMEM;
+    s->id_next_turn[s->n_ids] = next_turn;
+    if (hx_strmap_put(&s->id_keys, key, s->n_ids)) return ENG_ERR_NOMEM;
+    s->n_ids++;
+    return ENG_OK;
+}
+
+/* The sessions a --record file already holds continue: their names and next turns. */
+static int identity_seed(hx_server *s) {
+    for (int32_t k = 0; k < hx_recorder_n_sessions(s->rec); k++) {
+        const hx_request *last = hx_recorder_last(s->rec, k);
+        char *key = identity_key(last);
+        int rc = key ? identity_add(s, key, last->session, last->turn + 1) : ENG_ERR_NOMEM;
+        free(key);
+        if (rc) return rc;
+    }
+    return ENG_OK;
+}
+
+static void identity_free(hx_server *s) {
+    for (int32_t i = 0; i < s->n_ids; i++) free(s->id_names[i]);
+    free(s->id_names);
+    free(s->id_next_turn);
+    hx_strmap_free(&s->id_keys);
+    s->id_names = NULL;
+    s->id_next_turn = NULL;
+    s->n_ids = 0;
+}
+
+/* The session and turn of j: "serve-K" (the first K no session has) and its next turn; raw
+ * requests are "serve-raw". Set on the engine's request and on the one recorded as received. */
+static int identity_assign(hx_server *s, hx_job *j) {
+    char *key = identity_key(&j->received);
+    if (!key) return ENG_ERR_NOMEM;
+    int64_t k;
+    int rc = ENG_OK;
+    if (!hx_strmap_get(&s->id_keys, key, &k)) {
+        char name[48];
+        if (hx_request_kind_of(&j->received) != HX_REQUEST_MESSAGES) snprintf(name, sizeof name, "serve-raw");
+        else
+            for (int32_t n = 0, taken = 1; taken; n++) {
+                snprintf(name, sizeof name, "serve-%d", n);
+                taken = 0;
+                for (int32_t i = 0; i < s->n_ids; i++) taken |= !strcmp(s->id_names[i], name);
+            }
+        k = s->n_ids;
+        rc = identity_add(s, key, name, 0);
+    }
+    free(key);
+    if (rc) return rc;
+    hx_request *both[2] = {&j->q.req, &j->received};
+    for (int i = 0; i < 2; i++) {
+        free(both[i]->session);
+        if (!(both[i]->session = hx_strdup(s->id_names[k]))) return ENG_ERR_NOMEM;
+        both[i]->turn = s->id_next_turn[k];
+    }
+    s->id_next_turn[k]++;
+    return ENG_OK;
+}
+
+// ----------------------------------------------------------------------------
 // Running a request
 
-static void run_generate(hx_server *s, hx_job *j) {
+/* What serve notes about a request beyond its row: the script's part, sampling it does not honour. */
+typedef struct serve_notes {
+    const hx_request *scripted;      /* the scripted turn answering it, or NULL */
+    int32_t           script_index;
+    char              departure[512];
+    const char       *script_note;   /* a side request, or the script played out */
+    char              sampling[160]; /* the sampling fields greedy decoding does not honour, "" */
+} serve_notes;
+
+/* The script's turn for j, if any: its response becomes the request's (the turn renders it). */
+static int match_script(hx_server *s, hx_job *j, serve_notes *sn, hx_api_error *e) {
+    sn->script_index = -1;
+    if (!s->script) return ENG_OK;
+    bool exhausted = false;
+    hx_script_next(s->script, &j->received, &sn->scripted, &sn->script_index, &exhausted, sn->departure,
+                   sizeof sn->departure);
+    pthread_mutex_lock(&s->metrics.mu);
+    if (sn->scripted) s->metrics.scripted++;
+    else s->metrics.side_requests++;
+    if (sn->departure[0]) s->metrics.departures++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    if (!sn->scripted) {
+        sn->script_note = exhausted ? "the script is played out: answered by the model"
+                                    : "a side request (not the scripted conversation): answered by the model";
+        snprintf(j->h_script, sizeof j->h_script, "%s", exhausted ? "played out" : "side request");
+        static bool said_exhausted;
+        if (exhausted && !said_exhausted) {
+            said_exhausted = true;
+            fprintf(stderr, "kvreplay serve: the script's %d turns are played out: the model answers from now on\n",
+                    hx_script_length(s->script));
+        }
+        return ENG_OK;
+    }
+    hx_message_free(&j->q.req.response);
+    hx_message_free(&j->received.response);
+    if (hx_message_copy(&j->q.req.response, &sn->scripted->response) ||
+        hx_message_copy(&j->received.response, &sn->scripted->response))
+        return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    j->q.req.response.role = j->received.response.role = HX_ROLE_ASSISTANT;
+    snprintf(j->h_script, sizeof j->h_script, "turn %d of %d%s%.560s", sn->script_index, hx_script_length(s->script),
+             sn->departure[0] ? "; departs: " : "", sn->departure);
+    if (sn->departure[0])
+        fprintf(stderr, "kvreplay serve: request %lld departs from the script (turn %d): %s\n", (long long)j->seq,
+                sn->script_index, sn->departure);
+    return ENG_OK;
+}
+
+/* The session turn: greedy generation (or the scripted turn), streamed as it goes. */
+static int run_turn(hx_server *s, hx_job *j, gen_ctx *g, const serve_notes *sn, hx_turn_result *r, hx_api_error *e) {
     const hx_serve_opts *o = s->o;
     hx_api_req *q = &j->q;
-    char err[1024] = "";
-    hx_api_error e;
-    int rc;
-    gen_ctx g = {0};
-
-    /* its session and turn */
-    char *session = NULL;
-    int32_t turn = 0;
-    if ((rc = hx_recorder_assign(s->rec, &j->received, &session, &turn))) {
-        hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
-        goto fail;
-    }
-    free(q->req.session);
-    q->req.session = session;
-    q->req.turn = turn;
-    free(j->received.session);
-    j->received.session = hx_strdup(session);
-    j->received.turn = turn;
-
-    /* the script */
-    const hx_request *scripted = NULL;
-    int32_t script_index = -1;
-    char departure[512] = "";
-    const char *script_note = NULL;
-    if (s->script) {
-        bool exhausted = false;
-        hx_script_next(s->script, &j->received, &scripted, &script_index, &exhausted, departure, sizeof departure);
-        pthread_mutex_lock(&s->metrics.mu);
-        if (scripted) s->metrics.scripted++;
-        else s->metrics.side_requests++;
-        if (departure[0]) s->metrics.departures++;
-        pthread_mutex_unlock(&s->metrics.mu);
-        if (scripted) {
-            if (hx_message_copy(&q->req.response, &scripted->response) ||
-                hx_message_copy(&j->received.response, &scripted->response) ||
-                hx_prepare_response(s->pc, &q->req, &j->p, err, sizeof err)) {
-                hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "the scripted turn: %s", err[0] ? err : "out of memory");
-                goto fail;
-            }
-            q->req.response.role = j->received.response.role = HX_ROLE_ASSISTANT;
-            int32_t R = s->o->ro.decode_n > 1 ? s->o->ro.decode_n : 1;
-            if (j->p.n + j->p.n_resp + R + 1 > s->n_ctx) {
-                hx_api_errf(&e, HX_API_ERR_CONTEXT, NULL,
-                            "request (%d tokens) and its scripted turn (%d tokens) exceed the available context size "
-                            "(%d tokens), try increasing it", j->p.n, j->p.n_resp, s->n_ctx);
-                e.n_prompt_tokens = j->p.n + j->p.n_resp;
-                e.n_ctx = s->n_ctx;
-                goto fail;
-            }
-            snprintf(j->h_script, sizeof j->h_script, "turn %d of %d%s%.560s", script_index,
-                     hx_script_length(s->script), departure[0] ? "; departs: " : "", departure);
-            if (departure[0])
-                fprintf(stderr, "kvreplay serve: request %lld departs from the script (turn %d): %s\n",
-                        (long long)j->seq, script_index, departure);
-        } else {
-            script_note = exhausted ? "the script is played out: answered by the model"
-                                    : "a side request (not the scripted conversation): answered by the model";
-            snprintf(j->h_script, sizeof j->h_script, "%s", exhausted ? "played out" : "side request");
-            static bool said_exhausted;
-            if (exhausted && !said_exhausted) {
-                said_exhausted = true;
-                fprintf(stderr, "kvreplay serve: the script's %d turns are played out: the model answers from now on\n",
-                        hx_script_length(s->script));
-            }
-        }
-    }
-
-    /* the turn */
-    char sampling[160] = "";
-    if (!hx_api_sampling_honoured(&q->params.sampling, sampling, sizeof sampling)) {
-        pthread_mutex_lock(&s->metrics.mu);
-        s->metrics.sampling_not_honoured++;
-        pthread_mutex_unlock(&s->metrics.mu);
-    }
-    if (q->params.ignored) {
-        pthread_mutex_lock(&s->metrics.mu);
-        s->metrics.ignored_fields++;
-        pthread_mutex_unlock(&s->metrics.mu);
-    }
-    g = (gen_ctx){.s = s, .j = j, .scripted = scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
+    *g = (gen_ctx){.s = s, .j = j, .scripted = sn->scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
     for (int32_t i = 0; i < q->params.n_stop; i++)
-        if (strlen(q->params.stop[i]) > g.hold) g.hold = strlen(q->params.stop[i]);
-    if (g.hold) g.hold--;
+        if (strlen(q->params.stop[i]) > g->hold) g->hold = strlen(q->params.stop[i]);
+    if (g->hold) g->hold--;
     int32_t cap = o->n_predict > 0 ? o->n_predict : INT32_MAX;
-    if (q->params.max_tokens >= 0 && q->params.max_tokens <= cap) cap = q->params.max_tokens, g.client_limit = true;
+    if (q->params.max_tokens >= 0 && q->params.max_tokens <= cap) cap = q->params.max_tokens, g->client_limit = true;
     int32_t room = s->n_ctx - j->p.n - 1;
-    if (room < cap) g.client_limit = false;
-    g.max_gen = scripted ? 0 : cap < room ? cap : room;
-    if (g.max_gen < 0) g.max_gen = 0;
-    hx_turn_gen gen = {.max_tokens = g.max_gen, .on_prompt = on_prompt, .on_token = on_token,
-                       .on_response = scripted ? NULL : on_response, .ud = &g};
+    if (room < cap) g->client_limit = false;
+    g->max_gen = sn->scripted ? 0 : cap < room ? cap : room;
+    if (g->max_gen < 0) g->max_gen = 0;
+    hx_turn_gen gen = {.max_tokens = g->max_gen, .on_prompt = on_prompt, .on_token = on_token,
+                       .on_response = sn->scripted ? NULL : on_response, .ud = g};
     /* the row is replay's row for the same request (what only serve knows goes to the record) */
-    hx_turn t = {.idx = (int32_t)s->n_engine, .req = &q->req, .p = &j->p, .compare = o->verify,
+    hx_turn t = {.idx = (int32_t)s->n_engine, .req = &q->req, .p = &j->p, .new_response = sn->scripted != NULL,
                  .hint = {.id_slot = q->params.id_slot, .no_reuse = !q->params.cache_prompt}, .gen = &gen};
-    hx_turn_result r;
+    char err[1024] = "";
     update_slots(s, q->params.id_slot >= 0 ? q->params.id_slot : 0, -1, -1);
-    rc = hx_session_turn(s->session, &t, &r, err, sizeof err);
+    int rc = hx_session_turn(s->session, &t, r, err, sizeof err);
     s->n_engine++;
-    update_slots(s, -1, rc ? -1 : r.slot >= 0 ? r.slot : 0, j->seq);
-    if (rc) {
-        if (rc == ENG_ERR_NOMEM) hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
-        else hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "%s", err[0] ? err : eng_status_str(rc));
-        fprintf(stderr, "kvreplay serve: request %lld failed: %s\n", (long long)j->seq, e.message);
-        goto fail;
+    update_slots(s, -1, rc ? -1 : r->slot >= 0 ? r->slot : 0, j->seq);
+    if (rc == ENG_ERR_RANGE && sn->scripted) {  /* the scripted turn does not fit: nothing ran */
+        hx_api_errf(e, HX_API_ERR_CONTEXT, NULL, "%s", err);
+        e->n_prompt_tokens = j->p.n + j->p.n_resp;
+        e->n_ctx = s->n_ctx;
+        return rc;
     }
+    if (rc) {
+        if (rc == ENG_ERR_NOMEM) hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+        else hx_api_errf(e, HX_API_ERR_SERVER, NULL, "%s", err[0] ? err : eng_status_str(rc));
+        fprintf(stderr, "kvreplay serve: request %lld failed: %s\n", (long long)j->seq, e->message);
+    }
+    return rc;
+}
 
-    /* the result */
+/* The result the client gets, and the counters. */
+static void finish_result(hx_server *s, hx_job *j, const gen_ctx *g, const serve_notes *sn, const hx_turn_result *r) {
     pthread_mutex_lock(&j->mu);
     hx_api_result *res = &j->res;
-    if (scripted) {
+    if (sn->scripted) {
         hx_message_free(&res->content);
-        hx_message_copy(&res->content, &scripted->response);
+        hx_message_copy(&res->content, &sn->scripted->response);
         res->content.role = HX_ROLE_ASSISTANT;
         res->finish = HX_API_FINISH_STOP;
         for (int32_t b = 0; b < res->content.n_blocks; b++)
             if (res->content.blocks[b].type == HX_BLOCK_TOOL_USE) res->finish = HX_API_FINISH_TOOL_USE;
         res->usage.completion_tokens = j->p.n_resp;
     } else {
-        res->finish = g.finish;
-        res->usage.completion_tokens = r.n_generated;
+        res->finish = g->finish;
+        res->usage.completion_tokens = r->n_generated;
     }
     res->timings.predicted_n = res->usage.completion_tokens;
-    res->timings.predicted_ms = r.decode_ms;
-    snprintf(j->h_identical, sizeof j->h_identical, "%s",
-             !r.compared ? "unverified" : r.identical ? "true" : "false");
+    res->timings.predicted_ms = r->decode_ms;
+    snprintf(j->h_identical, sizeof j->h_identical, "%s", !r->compared ? "unverified" : r->identical ? "true" : "false");
     pthread_mutex_unlock(&j->mu);
 
     pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.prompt_tokens += r.n_prompt;
-    s->metrics.reused_tokens += r.n_reused;
-    s->metrics.generated_tokens += scripted ? 0 : r.n_generated;
-    if (r.compared) {
+    s->metrics.prompt_tokens += r->n_prompt;
+    s->metrics.reused_tokens += r->n_reused;
+    s->metrics.generated_tokens += sn->scripted ? 0 : r->n_generated;
+    if (r->compared) {
         s->metrics.verified++;
-        if (r.identical) s->metrics.identical++;
+        if (r->identical) s->metrics.identical++;
         else s->metrics.diverged++;
     }
-    if (r.cancelled) s->metrics.cancelled++;
+    if (r->cancelled) s->metrics.cancelled++;
     pthread_mutex_unlock(&s->metrics.mu);
-    if (r.compared && !r.identical) say_divergence(s, j, &r);
+    if (r->compared && !r->identical) say_divergence(s, j, r);
+}
 
-    /* the record: the request as received, with its turn, usage, how it came and what serve noted */
+/* The record: the request as received, with its turn, usage, how it came and what serve noted. */
+static int record_request(hx_server *s, hx_job *j, const serve_notes *sn, const hx_turn_result *r) {
+    const hx_api_req *q = &j->q;
     json_t *notes = json_array();
     char line[640];
-    if (sampling[0]) {
-        snprintf(line, sizeof line, "sampling not honoured (greedy decoding): %s", sampling);
+    if (sn->sampling[0]) {
+        snprintf(line, sizeof line, "sampling not honoured (greedy decoding): %s", sn->sampling);
         json_array_append_new(notes, json_string(line));
     }
     if (q->params.ignored) {
@@ -591,37 +648,39 @@ static void run_generate(hx_server *s, hx_job *j) {
                  (long long)q->n_unknown_blocks, q->unknown_types);
         json_array_append_new(notes, json_string(line));
     }
-    if (script_note) json_array_append_new(notes, json_string(script_note));
-    if (departure[0]) {
-        snprintf(line, sizeof line, "departs from the script: %.560s", departure);
+    if (sn->script_note) json_array_append_new(notes, json_string(sn->script_note));
+    if (sn->departure[0]) {
+        snprintf(line, sizeof line, "departs from the script: %.560s", sn->departure);
         json_array_append_new(notes, json_string(line));
     }
-    if (r.cancelled) json_array_append_new(notes, json_string("cancelled: the client went away"));
+    if (r->cancelled) json_array_append_new(notes, json_string("cancelled: the client went away"));
     free(j->received.notes);
     j->received.notes = notes && json_array_size(notes) ? hx_json_canonical(notes) : NULL;
     json_decref(notes);
-    if (!(j->received.served = served_json(j, sampling, scripted != NULL, script_index))) {
-        hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
-        goto fail;
-    }
-    j->received.usage = (hx_call_usage){.present = true, .input = r.n_prompt - r.n_reused,
-                                        .cache_read = r.n_reused, .prompt_tokens = -1};
-    if (hx_recorder_add(s->rec, &j->received, err, sizeof err)) {
+    if (!(j->received.served = served_json(j, sn->sampling, sn->scripted != NULL, sn->script_index)))
+        return ENG_ERR_NOMEM;
+    j->received.usage = (hx_call_usage){.present = true, .input = r->n_prompt - r->n_reused,
+                                        .cache_read = r->n_reused, .prompt_tokens = -1};
+    char err[1024];
+    if (hx_recorder_add(s->rec, &j->received, err, sizeof err))
         fprintf(stderr, "kvreplay serve: --record: %s\n", err);  /* the request was served: said, not failed */
-    }
+    return ENG_OK;
+}
 
-    /* the answer */
+/* The answer: the stream's end, or the whole body; the request's log line. */
+static void answer(hx_job *j, const gen_ctx *g, const serve_notes *sn, const hx_turn_result *r) {
+    hx_api_req *q = &j->q;
     pthread_mutex_lock(&j->mu);
     if (q->params.stream) {
         if (j->stream.route) {
-            eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r.n_reused, r.n_prompt,
-                           !r.compared ? "unverified" : r.identical ? "true" : "false",
-                           r.compared ? " (logits, decode steps, state)" : "");
+            eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r->n_reused,
+                           r->n_prompt, !r->compared ? "unverified" : r->identical ? "true" : "false",
+                           r->compared ? " (logits, decode steps, state)" : "");
             hx_api_stream_end(&j->stream);
             flush_stream_locked(j);
         }
     } else {
-        json_t *body = q->route->respond(q, res);
+        json_t *body = q->route->respond(q, &j->res);
         char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         if (text) eng_buf_append(&j->out, text, strlen(text));
@@ -629,12 +688,42 @@ static void run_generate(hx_server *s, hx_job *j) {
         free(text);
     }
     snprintf(j->log, sizeof j->log, "%s turn %d: prompt %d reused %d ttft %.1f ms, %s %d tok in %.0f ms, %s%s%s%s",
-             q->req.session, q->req.turn, r.n_prompt, r.n_reused, r.ttft_ms, scripted ? "scripted" : "generated",
-             scripted ? j->p.n_resp : r.n_generated, r.decode_ms, verdict(&r), r.cancelled ? ", cancelled" : "",
-             sampling[0] ? ", sampling not honoured: " : "", sampling);
+             q->req.session, q->req.turn, r->n_prompt, r->n_reused, r->ttft_ms, sn->scripted ? "scripted" : "generated",
+             sn->scripted ? j->p.n_resp : r->n_generated, r->decode_ms, verdict(r), r->cancelled ? ", cancelled" : "",
+             sn->sampling[0] ? ", sampling not honoured: " : "", sn->sampling);
     j->state = JOB_DONE;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* What the request asks that greedy decoding does not honour, and the fields it ignores: counted. */
+static void note_request(hx_server *s, const hx_api_req *q, serve_notes *sn) {
+    bool honoured = hx_api_sampling_honoured(&q->params.sampling, sn->sampling, sizeof sn->sampling);
+    pthread_mutex_lock(&s->metrics.mu);
+    if (!honoured) s->metrics.sampling_not_honoured++;
+    if (q->params.ignored) s->metrics.ignored_fields++;
+    pthread_mutex_unlock(&s->metrics.mu);
+}
+
+/* One request: its identity, the script, the sampling it asks, the turn, the record, the answer. */
+static void run_job(hx_server *s, hx_job *j) {
+    hx_api_error e;
+    serve_notes sn = {0};
+    gen_ctx g = {0};
+    hx_turn_result r;
+    if (identity_assign(s, j)) {
+        hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
+        goto fail;
+    }
+    if (match_script(s, j, &sn, &e)) goto fail;
+    note_request(s, &j->q, &sn);
+    if (run_turn(s, j, &g, &sn, &r, &e)) goto fail;
+    finish_result(s, j, &g, &sn, &r);
+    if (record_request(s, j, &sn, &r)) {
+        hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
+        goto fail;
+    }
+    answer(j, &g, &sn, &r);
     eng_buf_free(&g.text);
     return;
 fail:
@@ -662,13 +751,14 @@ static void *worker_main(void *arg) {
         j->state = JOB_RUNNING;
         pthread_mutex_unlock(&j->mu);
         pthread_mutex_lock(&s->engine_mu);
-        run_generate(s, j);
+        run_job(s, j);
         pthread_mutex_unlock(&s->engine_mu);
     }
     return NULL;
 }
 
 int hx_worker_start(hx_server *s, char *err, size_t errlen) {
+    if (identity_seed(s)) return ENG_ERR_NOMEM;
     s->q_cap = s->o->queue > 0 ? s->o->queue : 1;
     if (!(s->ring = calloc((size_t)s->q_cap, sizeof *s->ring))) return ENG_ERR_NOMEM;
     pthread_mutex_init(&s->q_mu, NULL);
@@ -682,7 +772,10 @@ int hx_worker_start(hx_server *s, char *err, size_t errlen) {
 }
 
 void hx_worker_stop(hx_server *s) {
-    if (!s->worker_started) return;
+    if (!s->worker_started) {
+        identity_free(s);
+        return;
+    }
     pthread_mutex_lock(&s->q_mu);
     s->stopping = true;
     while (s->q_len > 0) {  /* the queued requests: refused */
@@ -700,4 +793,5 @@ void hx_worker_stop(hx_server *s) {
     pthread_mutex_unlock(&s->q_mu);
     pthread_join(s->worker, NULL);
     s->worker_started = false;
+    identity_free(s);
 }

@@ -29,11 +29,11 @@
 
 #include <jansson.h>
 
-#include "cli.h"
 #include "model.h"
 #include "status.h"
 #include "sysinfo.h"
 #include "util.h"
+#include "version.h"
 
 // ----------------------------------------------------------------------------
 // The schema and its migrations

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 static const char k_header[] = "x-anthropic-billing-header:";

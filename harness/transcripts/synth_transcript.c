@@ -26,7 +26,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "json.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 // ----------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 /*
- * harness/transcripts/transcript.h: kvreplay transcript formats v1 and v2 (docs/transcripts.md).
+ * harness/transcripts/transcript.h: kvreplay transcript formats v1 and v2 (docs/transcripts.md):
+ * the model (transcript.c), its reader (transcript_read.c) and its writer
+ * (transcript_write.c).
  *
  * A transcript is JSONL, one request (one model call) per line, in replay
  * order. A v1 line is self-contained: the whole prompt of that call (system
@@ -138,11 +140,9 @@ void hx_request_served_hint(const hx_request *r, int32_t *id_slot, bool *no_reus
 int  hx_request_serialize_line(const hx_request *r, const hx_request *prev, const char *header, char **out,
                                size_t *n, char *err, size_t errlen);
 
-/* ==========================================================================
- * Additions by the transcript module (beyond the lead's contract above).
- * They are shared with the importers (harness/import/import.c), the synthetic
- * generator (harness/transcripts/synth_transcript.c) and the templates.
- * ======================================================================== */
+// ----------------------------------------------------------------------------
+// What the importers (harness/import/), the synthetic generator and the
+// templates share with the reader and the writer
 
 struct json_t;  /* jansson's json_t */
 
@@ -169,12 +169,6 @@ int  hx_transcript_parse(const char *data, size_t n, const char *path, bool skip
 int  hx_transcript_serialize(const hx_transcript *t, char **out, size_t *n, char *err, size_t errlen);
 int  hx_transcript_serialize_version(const hx_transcript *t, int version, char **out, size_t *n, char *err,
                                      size_t errlen);
-
-/* Error message helper: "PATH:LINE: FIELD: <fmt>" ("PATH: FIELD: ..." when
- * line <= 0, "FIELD: ..." when path is "" (an HTTP body), no "FIELD: " when
- * field is NULL or empty). err may be NULL. */
-void hx_errf_at(char *err, size_t errlen, const char *path, int64_t line, const char *field,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* JSON -> structures, with the v1 rules (docs/transcripts.md), shared with
  * the importers. `field` is the JSON path of j used in error messages
@@ -209,15 +203,9 @@ int  hx_system_from_json(const struct json_t *j, const char *path, int64_t line,
  * OpenAI shape {"type":"function","function":{"name","description","parameters"}}. */
 int  hx_tools_from_json(const struct json_t *j, const char *path, int64_t line, const char *field,
                         hx_tool **out, int32_t *n, char *err, size_t errlen);
-/* Canonical JSON text of j (compact, keys sorted, UTF-8 kept): malloc'd, NULL on OOM. */
-char *hx_json_canonical(const struct json_t *j);
-/* Canonicalizes a JSON text: parses it (must be valid JSON of any type) and
- * returns hx_json_canonical of it, or NULL when invalid or out of memory. */
-char *hx_json_canonical_text(const char *json, size_t len);
 
 /* Structure helpers. Copies are deep; *_free accept NULL and zeroed values
  * and leave the object zeroed. All return ENG_OK or ENG_ERR_NOMEM unless noted. */
-char *hx_strdup(const char *s);  /* NULL when s is NULL or out of memory */
 /* Fills b with copies of the strings (NULL id/name/input allowed; text NULL
  * means ""). For TOOL_USE, input is canonicalized (NULL means "{}"), and an
  * input that is not a JSON object gives ENG_ERR_FORMAT. */
@@ -234,6 +222,7 @@ int  hx_request_push_message(hx_request *q, hx_message *m);
 bool hx_block_equal(const hx_block *a, const hx_block *b);
 bool hx_message_equal(const hx_message *a, const hx_message *b);
 int  hx_tool_copy(hx_tool *dst, const hx_tool *src);
+bool hx_tool_equal(const hx_tool *a, const hx_tool *b);
 void hx_tool_free(hx_tool *t);
 int  hx_request_copy(hx_request *dst, const hx_request *src);
 void hx_call_usage_free(hx_call_usage *u);  /* accepts NULL; leaves it zeroed */
@@ -244,15 +233,5 @@ int64_t hx_call_usage_total(const hx_call_usage *u);  /* input + cache_read + ca
 bool hx_request_equal(const hx_request *a, const hx_request *b);
 const char *hx_role_name(hx_role r);              /* "user", ...; "?" when out of range */
 const char *hx_block_type_name(hx_block_type t);  /* "text", ...; "?" when out of range */
-
-/* A small string -> int64 hash map (open addressing, keys copied). */
-typedef struct hx_strmap {
-    char   **keys;  /* (cap) NULL = empty slot */
-    int64_t *vals;  /* (cap) */
-    size_t   cap, n;
-} hx_strmap;
-int  hx_strmap_put(hx_strmap *m, const char *key, int64_t val);  /* insert or overwrite */
-bool hx_strmap_get(const hx_strmap *m, const char *key, int64_t *val);  /* val may be NULL */
-void hx_strmap_free(hx_strmap *m);
 
 #endif /* HX_TRANSCRIPT_H */

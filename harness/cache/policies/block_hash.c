@@ -65,6 +65,7 @@
  * lcm(16, C) under --align chunk. Only full blocks are cached, so a prompt
  * shorter than that block never hits.
  */
+#include "options.h"
 #include "policy.h"
 
 #include <stddef.h>
@@ -94,9 +95,13 @@ typedef struct bh_opts {
 
 static const bh_opts bh_defaults = {.mamba_mode = MAMBA_ALIGN, .max_batched = 8192};
 
-static void parse_mamba_mode(const char *flag, const char *v, void *field) {
-    if (strcmp(v, "align") && strcmp(v, "all")) hx_die(HX_EXIT_USAGE, "%s: expected align or all, got '%s'", flag, v);
+static int parse_mamba_mode(const char *flag, const char *v, void *field, char *err, size_t errlen) {
+    if (strcmp(v, "align") && strcmp(v, "all")) {
+        eng_errf(err, errlen, "%s: expected align or all, got '%s'", flag, v);
+        return ENG_ERR_ARG;
+    }
     *(int32_t *)field = strcmp(v, "all") ? MAMBA_ALIGN : MAMBA_ALL;
+    return ENG_OK;
 }
 
 static const hx_option bh_options[] = {

@@ -26,6 +26,7 @@
  * Quarantines, fallbacks and checkpoints that could not be stored (a full
  * disk) are counted per request and said once on stderr (policy.h).
  */
+#include "options.h"
 #include "policy.h"
 
 #include <dirent.h>
@@ -56,8 +57,11 @@ static const da_opts da_defaults = {
     .cache_dir = "results/cache/kv", .cache_budget = (int64_t)4 << 30, .waypoint_every = 2048, .anchor_tokens = -1,
 };
 
-static void parse_anchor(const char *flag, const char *v, void *field) {
-    *(int32_t *)field = strcmp(v, "auto") ? (int32_t)hx_parse_int(flag, v, 0, 1 << 24) : -1;
+static int parse_anchor(const char *flag, const char *v, void *field, char *err, size_t errlen) {
+    int64_t n = -1;
+    int rc = strcmp(v, "auto") ? hx_parse_i64(flag, v, 0, 1 << 24, &n, err, errlen) : ENG_OK;
+    if (!rc) *(int32_t *)field = (int32_t)n;
+    return rc;
 }
 
 static const hx_option da_options[] = {

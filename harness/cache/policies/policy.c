@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "options.h"
 #include "status.h"
 
 // ----------------------------------------------------------------------------
@@ -115,32 +116,42 @@ static hx_policy_arg *arg_slot(hx_policy_args *args, const char *name) {
     return &args->a[args->n++];
 }
 
-bool hx_policy_args_parse(hx_policy_args *args, int argc, char **argv, int *i) {
+int hx_policy_args_take(hx_policy_args *args, int argc, char **argv, int *i, char *err, size_t errlen) {
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(argv[*i], "="), argv[*i]);
     const hx_policy_ops *ops = NULL;
     const hx_option *o = find_option(name, &ops);
     const char *v = NULL;
-    if (!o) return false;
-    if (o->type == HX_OPT_FLAG ? strcmp(argv[*i], name) != 0 : !(v = hx_opt(argc, argv, i, name))) return false;
-    /* the value is checked now (exit 2 naming the flag), parsed into a scratch copy of the options */
+    int rc = ENG_OK;
+    if (!o) return 0;
+    if (o->type == HX_OPT_FLAG ? strcmp(argv[*i], name) != 0 : !(v = hx_option_value(argc, argv, i, name, &rc, err, errlen)))
+        return rc;
+    /* the value is checked now, parsed into a scratch copy of the options */
     void *scratch = malloc(ops->opts_size);
-    if (!scratch) hx_die(HX_EXIT_INTERNAL, "%s: out of memory", o->name);
+    if (!scratch) {
+        eng_errf(err, errlen, "%s: out of memory", o->name);
+        return ENG_ERR_NOMEM;
+    }
     memcpy(scratch, ops->defaults, ops->opts_size);
-    hx_option_set(o, v, (char *)scratch + o->offset);
+    rc = hx_option_set(o, v, (char *)scratch + o->offset, err, errlen);
     free(scratch);
+    if (rc) return rc;
     hx_policy_arg *a = arg_slot(args, o->name);
-    if (!a) hx_die(HX_EXIT_USAGE, "%s: more than %d policy options", o->name, HX_POLICY_ARGS_MAX);
+    if (!a) {
+        eng_errf(err, errlen, "%s: more than %d policy options", o->name, HX_POLICY_ARGS_MAX);
+        return ENG_ERR_ARG;
+    }
     a->name = o->name;
     a->text = v ? v : "";
     a->num = 0;
-    return true;
+    return 1;
 }
 
-/* Writes arg's value into field, as o declares it. */
+/* Writes arg's value into field, as o declares it (checked when it was set). */
 static void apply_arg(const hx_option *o, const hx_policy_arg *a, void *field) {
     if (a->text) {
-        hx_option_set(o, o->type == HX_OPT_FLAG ? NULL : a->text, field);
+        int rc = hx_option_set(o, o->type == HX_OPT_FLAG ? NULL : a->text, field, NULL, 0);
+        ENG_ASSERT(rc == ENG_OK);  /* hx_policy_args_take checked it */
         return;
     }
     switch (o->type) {
@@ -149,7 +160,7 @@ static void apply_arg(const hx_option *o, const hx_policy_arg *a, void *field) {
     case HX_OPT_INT64:
     case HX_OPT_MIB:    *(int64_t *)field = a->num; break;
     case HX_OPT_DOUBLE: *(double *)field = (double)a->num; break;
-    default:            hx_die(HX_EXIT_USAGE, "%s: cannot be set as a number", o->name);
+    default:            ENG_ASSERT(!"refused by set_arg");
     }
 }
 
@@ -164,6 +175,9 @@ bool hx_policy_args_read(const hx_policy_args *args, const char *name, void *fie
 
 static int set_arg(hx_policy_args *args, const char *name, const char *text, int64_t num) {
     const hx_option *o = find_option(name, NULL);
+    if (o && !text && o->type != HX_OPT_FLAG && o->type != HX_OPT_INT && o->type != HX_OPT_INT64 &&
+        o->type != HX_OPT_MIB && o->type != HX_OPT_DOUBLE)
+        return ENG_ERR_ARG;  /* not an option a number can set */
     hx_policy_arg *a = o ? arg_slot(args, o->name) : NULL;
     if (!a) return ENG_ERR_ARG;
     a->name = o->name;

@@ -41,7 +41,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cli.h"
+#include "options.h"
 #include "model.h"
 
 /* A quirk: a bug from an issue report, switched on by name (--quirk NAME).
@@ -74,14 +74,15 @@ typedef struct hx_policy_args {
     hx_policy_arg a[HX_POLICY_ARGS_MAX];
 } hx_policy_args;
 
-/* If argv[*i] is an option of any registered policy, checks its value
- * (exit 2 naming the flag), records it in args (a later one replaces an
- * earlier one), advances *i past the value and returns true. */
-bool hx_policy_args_parse(hx_policy_args *args, int argc, char **argv, int *i);
+/* If argv[*i] is an option of any registered policy, checks its value,
+ * records it in args (a later one replaces an earlier one), advances *i past
+ * the value and returns 1; 0 when it is no policy's option; ENG_ERR_ARG
+ * (err names the flag) for a bad value. */
+int  hx_policy_args_take(hx_policy_args *args, int argc, char **argv, int *i, char *err, size_t errlen);
 /* For programs and tests: sets option name (a policy's "--name") to text, as
  * if given on the command line (checked when the policy is created), or to a
  * number in its field's own unit (bytes for a MiB option). ENG_ERR_ARG when
- * no policy declares name or args is full. text is not copied. */
+ * no policy declares name, args is full, or a number cannot set it. text is not copied. */
 int  hx_policy_args_set(hx_policy_args *args, const char *name, const char *text);
 int  hx_policy_args_set_num(hx_policy_args *args, const char *name, int64_t num);
 /* Writes the value of option name, as the first policy that declares it

@@ -46,6 +46,7 @@
  * prefilled in --ubatch chunks from the reuse point while cold runs from 0
  * (docs/experiments.md).
  */
+#include "options.h"
 #include "policy.h"
 
 #include <stddef.h>

@@ -36,6 +36,7 @@
  *     than its last grid point, and restores from it are not floored to the
  *     grid, so the suffix is prefilled in shifted chunks (diverges with blas).
  */
+#include "options.h"
 #include "policy.h"
 
 #include <stddef.h>

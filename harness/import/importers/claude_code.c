@@ -39,9 +39,12 @@
 #include <string.h>
 
 #include "cc_standin.h"
+#include "errors.h"
 #include "importer.h"
+#include "json.h"
 #include "jsonl.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 enum { CC_OTHER = 0, CC_USER = 1, CC_ASSISTANT = 2, CC_ATTACH = 3, CC_SYSTEM = 4 };

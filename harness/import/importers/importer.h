@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli.h"
+#include "options.h"
 #include "import.h"
 #include "transcript.h"
 

@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include "api.h"
+#include "errors.h"
 #include "importer.h"
 #include "status.h"
+#include "str.h"
 #include "util.h"
 
 static int swe_import(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,

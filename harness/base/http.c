@@ -1,6 +1,6 @@
 /*
- * harness/probe/http.c: the HTTP client of `kvreplay probe` on libcurl's easy
- * interface (see http.h). One easy handle per hx_http: curl keeps its
+ * harness/base/http.c: the HTTP client on libcurl's easy interface (see
+ * http.h). One easy handle per hx_http: curl keeps its
  * connection alive between requests, so a measured time never includes a
  * TCP handshake after the first request.
  */
@@ -50,7 +50,26 @@ void hx_http_opts_default(hx_http_opts *o) {
 void hx_http_resp_free(hx_http_resp *r) {
     if (!r) return;
     eng_buf_free(&r->body);
+    eng_buf_free(&r->headers);
     memset(r, 0, sizeof *r);
+}
+
+bool hx_http_header(const hx_http_resp *r, const char *name, char *buf, size_t cap) {
+    size_t n = strlen(name);
+    const char *p = r->headers.data, *end = p ? p + r->headers.len : NULL;
+    while (p && p < end) {
+        const char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) e = end;
+        if ((size_t)(e - p) > n && !strncasecmp(p, name, n) && p[n] == ':') {
+            const char *v = p + n + 1, *w = e;
+            while (v < w && (*v == ' ' || *v == '\t')) v++;
+            while (w > v && (w[-1] == '\r' || w[-1] == ' ')) w--;
+            snprintf(buf, cap, "%.*s", (int)(w - v), v);
+            return true;
+        }
+        p = e + 1;
+    }
+    return false;
 }
 
 hx_http *hx_http_new(const char *base_url, const hx_http_opts *o) {
@@ -132,6 +151,11 @@ static void header_value(const char *line, size_t n, const char *name, char *out
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
     xfer *x = ud;
     size_t n = size * nmemb;
+    if (!strncmp(p, "HTTP/", 5)) x->r->headers.len = 0;  /* a new response (after a 100 or a redirect) */
+    if (eng_buf_append(&x->r->headers, p, n)) {
+        x->oom = true;
+        return 0;
+    }
     header_value(p, n, "Content-Type", x->r->content_type, sizeof x->r->content_type);
     header_value(p, n, "Retry-After", x->r->retry_after, sizeof x->r->retry_after);
     return n;

@@ -19,11 +19,12 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "cli.h"
+#include "stats.h"
 #include "status.h"
 #include "store.h"
 #include "sysinfo.h"
 #include "util.h"
+#include "version.h"
 
 #define CAL_SEED      20260815u  /* the calibration prompt's token seed */
 #define CAL_TIMED_S   1.0        /* stop timing prefills after this much (at least one) */

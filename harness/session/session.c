@@ -1,5 +1,5 @@
 /*
- * harness/replay/session.c: one request through the engine and the policy
+ * harness/session/session.c: one request through the engine and the policy
  * under test (see session.h), shared by replay, check, experiment and serve.
  *
  * Invariants:
@@ -20,16 +20,17 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "bench_util.h"
 #include "calibrate.h"
 #include "compare.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
 
 struct hx_session {
-    const hx_replay_opts *o;
-    hx_replay_summary    *sum;
-    hx_replay_summary     own_sum;    /* when the caller keeps none */
+    const hx_session_params *sp;
+    hx_session_totals    *sum;
+    hx_session_totals     own_sum;    /* when the caller keeps none */
+    const char     *transcript;   /* the rows' transcript column (borrowed) */
     unsigned        quirks;
     eng_model      *m;
     hx_prepare_ctx *pc;
@@ -55,11 +56,11 @@ struct hx_session {
 // ----------------------------------------------------------------------------
 // Opening and closing
 
-int hx_session_open(const hx_replay_opts *o, hx_replay_summary *sum, hx_session **out, char *err, size_t errlen) {
+int hx_session_open(const hx_session_params *o, hx_session_totals *sum, hx_session **out, char *err, size_t errlen) {
     *out = NULL;
     hx_session *s = calloc(1, sizeof *s);
     if (!s) return ENG_ERR_NOMEM;
-    s->o = o;
+    s->sp = o;
     s->sum = sum ? sum : &s->own_sum;
     int rc = hx_quirks_parse(o->policy, o->quirks, &s->quirks, err, errlen);
     if (rc == ENG_OK) rc = eng_model_load(o->model_path, &o->num, &s->m, err, errlen);
@@ -103,15 +104,15 @@ hx_policy *hx_session_policy(hx_session *s) { return s->pol; }
 int32_t hx_session_n_ctx(const hx_session *s) { return s->n_ctx; }
 bool hx_session_fault_planted(const hx_session *s) { return s->fault_planted; }
 
-int hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, char *err, size_t errlen) {
-    const hx_replay_opts *o = s->o;
+int hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, bool resume, char *err, size_t errlen) {
+    const hx_session_params *o = s->sp;
     hx_policy_config cfg = {0};
     cfg.model = s->m;
     cfg.pp = o->pp;
     cfg.cap_prompt = o->cap_prompt;
     cfg.n_ctx = n_ctx;
     cfg.quirks = s->quirks;
-    cfg.resume = o->resume;
+    cfg.resume = resume;
     int rc = hx_policy_create(o->policy, &cfg, &o->policy_args, &s->pol, err, errlen);
     if (rc != ENG_OK) return rc;
     s->n_ctx = n_ctx;
@@ -131,9 +132,10 @@ int hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, char *err
     return ENG_OK;
 }
 
-void hx_session_set_store(hx_session *s, hx_store *store, int64_t run_id) {
+void hx_session_set_store(hx_session *s, hx_store *store, int64_t run_id, const char *transcript) {
     s->store = store;
     s->run_id = run_id;
+    s->transcript = transcript;
 }
 
 void hx_session_set_price(hx_session *s, double gflops, double restore_gbs) {
@@ -143,7 +145,7 @@ void hx_session_set_price(hx_session *s, double gflops, double restore_gbs) {
 
 int hx_session_calibrate(hx_session *s, hx_run_meta *meta, char *source, size_t source_cap, char *err,
                          size_t errlen) {
-    const hx_replay_opts *o = s->o;
+    const hx_session_params *o = s->sp;
     hx_calibration measured;
     int rc = hx_calibrate_measure(s->m, &o->pp, 1024, &measured);
     if (rc != ENG_OK) {
@@ -171,21 +173,16 @@ int hx_session_calibrate(hx_session *s, hx_run_meta *meta, char *source, size_t 
     return ENG_OK;
 }
 
-void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int64_t n_requests, hx_run_meta *meta, char *extra,
-                          size_t extra_cap) {
-    const hx_replay_opts *o = s->o;
+void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int32_t n_ctx_arg, int64_t n_requests, const char *more,
+                          hx_run_meta *meta, char *extra, size_t extra_cap) {
+    const hx_session_params *o = s->sp;
     const eng_model_info *mi = eng_model_get_info(s->m);
     hx_run_meta_init(meta);
-    meta->experiment = o->experiment;
-    meta->variant = o->variant;
-    meta->sweep_name = o->sweep_name;
-    meta->sweep_value = o->sweep_value;
     meta->n_requests = n_requests;
     meta->model_path = o->model_path;
     meta->model_sha256 = mi->sha256;
     meta->model_name = mi->name;
     meta->n_params = mi->n_params;
-    meta->transcript = o->transcript_path;
     meta->template_name = hx_prepare_template_name(s->pc);
     meta->policy = o->policy;
     meta->quirks = hx_quirks_str(o->policy, s->quirks);
@@ -200,21 +197,13 @@ void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int64_t n_requests, hx_r
     meta->decode_n = o->decode_n;
     meta->cap_prompt = o->cap_prompt ? 1 : 0;
     meta->n_ctx = n_ctx;
-    meta->seed = o->seed;
-    meta->spec_sha256 = o->spec_sha256;
-    meta->scale = o->scale;
-    meta->unit = o->unit;
-    meta->n_units = o->n_units;
-    meta->shard = o->shard;
-    meta->n_shards = o->n_shards;
-    meta->plan_sha256 = o->plan_sha256;
     meta->blas = eng_blas_info();
     meta->n_repeat = o->repeat;
     /* runs.extra has always recorded --anchor as given (-1: auto or absent), whatever the policy */
     int32_t anchor_tokens = -1;
     hx_policy_args_read(&o->policy_args, "--anchor", &anchor_tokens);
-    snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d,\"limit\":%d,\"n_resp_tokens\":\"teacher-forced\"}",
-             anchor_tokens, o->n_ctx, o->limit);
+    snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d%s%s}", anchor_tokens, n_ctx_arg,
+             more && more[0] ? "," : "", more ? more : "");
     meta->extra = extra;
 }
 
@@ -271,9 +260,9 @@ static int repeat_differs(char *err, size_t errlen, const char *what, int rep, c
  * flip_at moves one ULP, which the repetition check must catch. */
 static int run_cold(hx_session *x, const hx_prepared *p, int32_t flip_at, hx_cold_result *r, char *err,
                     size_t errlen) {
-    int32_t V = r->n_vocab, repeat = x->o->repeat, n_rows = x->n_rows;
+    int32_t V = r->n_vocab, repeat = x->sp->repeat, n_rows = x->n_rows;
     eng_seq *s = x->cold_seq;
-    eng_prefill_params cpp = x->o->pp;
+    eng_prefill_params cpp = x->sp->pp;
     cpp.on_chunk = NULL;
     cpp.all_logits = false;
     double t[64], t0 = 0, t1 = 0;
@@ -312,7 +301,7 @@ static int run_cold(hx_session *x, const hx_prepared *p, int32_t flip_at, hx_col
 /* The cold result of p: from the shared cold cache, or computed (and shared). */
 static int cold_result(hx_session *x, const hx_turn *t, const hx_cold_result **out, bool *shared, char *err,
                        size_t errlen) {
-    const hx_replay_opts *o = x->o;
+    const hx_session_params *o = x->sp;
     const hx_prepared *p = t->p;
     const hx_cold_result *cold = hx_coldcache_get(x->cold, x->m, &o->pp, x->n_rows, p->tokens, p->n);
     if (cold && cold->n_repeat < o->repeat) cold = NULL;  /* timed fewer times than this run wants */
@@ -365,7 +354,7 @@ typedef struct reuse_times {
  * prompt, reuse_logits row 0 and (compare) the state's hash in *hash. */
 static int reused_prefill(hx_session *x, const hx_turn *t, bool compare, hx_acquire *acq, reuse_times *tm,
                           uint64_t *hash, double *engine_s, char *err, size_t errlen) {
-    const hx_replay_opts *o = x->o;
+    const hx_session_params *o = x->sp;
     const hx_prepared *p = t->p;
     int32_t V = x->V;
     const int32_t repeat = compare ? o->repeat : 1;
@@ -506,17 +495,28 @@ static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request
 // The turn
 
 int hx_session_turn(hx_session *x, const hx_turn *t, hx_turn_result *res, char *err, size_t errlen) {
-    const hx_replay_opts *o = x->o;
+    const hx_session_params *o = x->sp;
     hx_prepared *p = t->p;
     const hx_request *req = t->req;
     const int32_t V = x->V, R = x->n_rows;
-    const bool compare = t->compare && !t->warm_only;
+    const bool compare = o->verify && !t->warm_only;
     memset(res, 0, sizeof *res);
     res->fork_step = -1;
     res->first_step_diff = -1;
     res->state_equal = -1;
     res->n_prompt = p->n;
     double engine_s = 0;
+
+    /* 0. a response set after the prompt was prepared (a scripted turn): rendered and tokenized, and it must fit */
+    if (t->new_response) {
+        int rc = hx_prepare_response(x->pc, req, p, err, errlen);
+        if (rc != ENG_OK) return rc;
+        if (p->n + p->n_resp + R + 1 > x->n_ctx) {
+            eng_errf(err, errlen, "request (%d tokens) and its response (%d tokens) exceed the available context size "
+                     "(%d tokens), try increasing it", p->n, p->n_resp, x->n_ctx);
+            return ENG_ERR_RANGE;
+        }
+    }
 
     /* 1. reused: acquire, prefill the rest */
     hx_acquire acq;
@@ -623,7 +623,7 @@ int hx_session_turn(hx_session *x, const hx_turn *t, hx_turn_result *res, char *
     explain_miss(p, &acq, &row, miss_text, sizeof miss_text, where, sizeof where);
 
     row.req_index = t->idx;
-    row.transcript = o->transcript_path;
+    row.transcript = x->transcript;
     row.session = req->session;
     row.turn = req->turn;
     row.n_prompt = p->n;

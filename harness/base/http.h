@@ -1,9 +1,9 @@
 /*
- * harness/probe/http.h: the HTTP client `kvreplay probe` talks to a live
- * server with: libcurl's easy interface, one connection kept alive for the
- * whole run, every byte of a response handed to the caller as it arrives
- * (so an SSE stream is parsed while it streams, and the time of each piece
- * is known).
+ * harness/base/http.h: the harness's one HTTP client (probe against a live
+ * server, bench --serve, experiments and tests against kvreplay serve):
+ * libcurl's easy interface, one connection kept alive for the whole run,
+ * every byte of a response handed to the caller as it arrives (so an SSE
+ * stream is parsed while it streams, and the time of each piece is known).
  *
  * What can go wrong with a server is one of hx_http_fail, with curl's own
  * message: a connection refused, no byte for idle_s (a server that hangs,
@@ -17,8 +17,8 @@
  * sent (connection set up), so a time to first byte or first token is
  * (t - pretransfer_ms), without the connection's setup.
  */
-#ifndef HX_PROBE_HTTP_H
-#define HX_PROBE_HTTP_H
+#ifndef HX_HTTP_H
+#define HX_HTTP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,6 +52,7 @@ void hx_http_opts_default(hx_http_opts *o);
 typedef struct hx_http_resp {
     long         status;          /* HTTP status, 0 when none arrived */
     eng_buf      body;            /* the body (also when it went to a sink) */
+    eng_buf      headers;         /* the response's header lines as received ("Name: value\r\n"...) */
     char         content_type[128];
     char         retry_after[32]; /* the Retry-After header, "" when absent */
     hx_http_fail fail;
@@ -62,6 +63,8 @@ typedef struct hx_http_resp {
 } hx_http_resp;
 
 void hx_http_resp_free(hx_http_resp *r);
+/* The value of header name in r (case-insensitive) into buf; false when absent. */
+bool hx_http_header(const hx_http_resp *r, const char *name, char *buf, size_t cap);
 
 /* Called with each piece of the body as it arrives, t_ms its arrival time;
  * a nonzero return aborts the exchange (fail = HX_HTTP_ABORTED). */
@@ -83,4 +86,4 @@ const char *hx_http_base(const hx_http *h);
 int hx_http_do(hx_http *h, const char *method, const char *path, const char *body, size_t n, hx_http_sink sink,
                void *ud, hx_http_resp *r);
 
-#endif /* HX_PROBE_HTTP_H */
+#endif /* HX_HTTP_H */

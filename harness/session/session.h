@@ -1,0 +1,204 @@
+/*
+ * harness/session/session.h: the request core. One request through the
+ * engine and the cache policy under test, the way replay, check, experiment,
+ * serve and probe's local rendering all see it: a request served and the
+ * same request replayed are the same tokens and write the same rows.
+ *
+ * A session holds the model, the prompt preparation (template, --normalize),
+ * the policy, the cold sequence and where its rows go. Its configuration is
+ * hx_session_params: what a request needs, and nothing of the command that
+ * runs it (replay's transcript and resume, serve's listen address, probe's
+ * server embed it and add their own).
+ *
+ * A turn (hx_session_turn):
+ *   1. reused: hint and acquire through the policy, prefill the rest (timed,
+ *      --repeat N times when asked), the state after the prompt hashed;
+ *   2. when comparing: the cold shadow (fresh state, the whole prompt, or the
+ *      shared cold cache) and its logits and state compared byte for byte;
+ *   3. gen->on_prompt: the time to first token is known, and with comparing
+ *      whether the prompt came out bit-identical;
+ *   4. greedy decode: the compared steps (decode_n) and, for a client
+ *      (gen->max_tokens), the generated tokens, each given to gen->on_token,
+ *      which can stop or cancel; then rolled back to the prompt;
+ *   5. the response teacher-forced: the request's own (a replayed or scripted
+ *      turn) or the one gen->on_response makes of the generated tokens,
+ *      rendered and tokenized here (the one place a turn's response enters
+ *      the prompt pipeline); then the policy keeps what it keeps;
+ *   6. one requests row and its steps rows, in one transaction.
+ * The cold shadow runs after the reused prefill, so a client's first byte
+ * does not wait for a cold run (the bits do not depend on the order:
+ * separate sequences).
+ *
+ * Threads: a session is used by one thread at a time.
+ */
+#ifndef HX_SESSION_H
+#define HX_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <stdio.h>
+
+#include "coldcache.h"
+#include "compare.h"
+#include "model.h"
+#include "policy.h"
+#include "prepare.h"
+#include "store.h"
+
+/* What a request needs: the model, its prompt preparation, the policy and
+ * its options, the engine's numerics and grid, what a turn compares. */
+typedef struct hx_session_params {
+    const char   *model_path;      /* required */
+    const char   *policy;          /* default "slot-lcp" */
+    const char   *quirks;          /* comma-separated, default "" */
+    const char   *normalize;       /* default "" */
+    const char   *template_name;   /* NULL: from the model's metadata */
+    eng_numerics  num;             /* default blas, fp32, 1 thread */
+    eng_prefill_params pp;         /* chunk 64, align chunk, ubatch 512 */
+    int32_t       decode_n;        /* greedy steps compared per turn (default 40) */
+    bool          cap_prompt;      /* default true */
+    int32_t       repeat;          /* prefills timed per compared turn, cold and reused (default 1) */
+    bool          verify;          /* every turn compared with its cold shadow (default true; serve: --verify) */
+    const char   *calibration;     /* reference calibration file pricing the modeled TTFT; NULL: the run's own */
+    /* the policies' own options (--slots, --cache-dir, ...), by name: each
+     * policy declares its own (cache/policies/) and takes those it declares */
+    hx_policy_args policy_args;
+    /* Fault injection, to prove the checkers catch what they must (tests):
+     * "ulp-flip": the reused run's last-prompt logit at fault_index moves one ULP;
+     * "kv-row": the restored KV row at n_reused - 1 is recomputed from another token;
+     * "repeat-flip": with repeat > 1 the second cold repetition's logit moves one ULP;
+     * "report-cached": serve reports one more cached token than it reused (for probe).
+     * Applied to turn idx == fault_request only. */
+    const char   *fault;
+    int32_t       fault_request;   /* default 1 */
+    int32_t       fault_index;     /* default 0 */
+    bool          quiet;           /* nothing on stderr but warnings */
+} hx_session_params;
+
+void hx_session_params_default(hx_session_params *p);
+/* Takes the session option at argv[*i] (and its value): 1, 0 when it is not
+ * one, ENG_ERR_ARG with err naming the flag for a bad value. */
+int  hx_session_params_take(hx_session_params *p, int argc, char **argv, int *i, char *err, size_t errlen);
+/* The session options' --help lines: what a request is and its policy (the
+ * policies' quirks among them), then the engine's settings and the
+ * policies' own options, then fault injection. */
+void hx_session_params_help_policy(FILE *f);
+void hx_session_params_help_engine(FILE *f);
+void hx_session_params_help_faults(FILE *f);
+/* ENG_OK, or ENG_ERR_ARG naming what is missing or inconsistent (no model,
+ * unknown quirks for the policy). */
+int  hx_session_params_check(const hx_session_params *p, char *err, size_t errlen);
+
+/* What a session's turns came to, summed (a run's summary). */
+typedef struct hx_session_totals {
+    int32_t n_requests;       /* turns that wrote a row */
+    int32_t n_diverged;       /* logits, a decode step or the state not bit-identical */
+    int32_t n_forked;
+    int64_t n_prompt, n_reused;
+    double  engine_s;         /* time inside eng_prefill/eng_decode/restore */
+    /* what the policy could not do (hx_acquire, hx_release), warm-up turns included */
+    int64_t n_quarantined;    /* stored entries set aside as corrupt */
+    int64_t n_fallbacks;      /* hits on a shorter entry after a longer one failed */
+    int64_t n_store_failed;   /* checkpoints lost: the store failed (disk full, I/O, memory) */
+} hx_session_totals;
+
+typedef struct hx_session hx_session;
+
+/* What the turn knows once the prompt is done (gen->on_prompt). */
+typedef struct hx_turn_status {
+    int32_t n_prompt, n_reused;
+    double  ttft_ms;          /* the reused prefill: lookup, restore and prefill of the rest */
+    bool    compared;         /* a cold shadow ran */
+    bool    logits_equal;     /* the last prompt token's logits memcmp-equal cold vs reused */
+    int     state_equal;      /* the state after the prompt equal by hash: 1, 0, or -1 (not compared) */
+    const hx_acquire *acq;    /* the policy's decision (slot, note, ...) */
+} hx_turn_status;
+
+enum { HX_TURN_GO = 0, HX_TURN_STOP = 1, HX_TURN_CANCEL = 2 };
+
+/* A client's generation (kvreplay serve); NULL for a replay. */
+typedef struct hx_turn_gen {
+    int32_t max_tokens;       /* tokens to generate greedily (0: none) */
+    /* after the prompt (and the comparison of its logits): HX_TURN_CANCEL stops the turn */
+    int   (*on_prompt)(void *ud, const hx_turn_status *st);
+    /* generated token k (id, its logits row of V floats): HX_TURN_GO, HX_TURN_STOP (the turn
+     * ends: EOS, a stop string; the compared steps are still decoded) or HX_TURN_CANCEL (the
+     * client went away: nothing more is decoded) */
+    int   (*on_token)(void *ud, int32_t k, int32_t id, const float *logits);
+    /* after decoding: sets req's response to the turn the client got (then teacher-forced);
+     * NULL: the request's response stands (a scripted turn) */
+    int   (*on_response)(void *ud, hx_request *req);
+    void   *ud;
+} hx_turn_gen;
+
+typedef struct hx_turn {
+    int32_t            idx;       /* req_index; --inject-fault plants on idx == fault_request */
+    hx_request        *req;       /* session, turn; its response may be set by gen->on_response */
+    hx_prepared       *p;         /* hx_prepare of req (the prompt; the response when known) */
+    bool               new_response; /* req's response was set after hx_prepare (a scripted turn):
+                                        the turn renders and tokenizes it first */
+    bool               warm_only; /* --resume: through the policy only: no decode, no cold, no row */
+    hx_acquire_hint    hint;      /* id_slot -1 and no_reuse false for a replayed request */
+    const hx_turn_gen *gen;
+    const char        *note;      /* appended to the row's note (e.g. serve's sampling note), or NULL */
+    const char        *extra;     /* a JSON object's members appended to the row's extra, or NULL */
+} hx_turn;
+
+typedef struct hx_turn_result {
+    int32_t n_prompt, n_reused;
+    double  ttft_ms, decode_ms;   /* reused prefill; decoding the generated tokens */
+    bool    compared;
+    bool    identical;            /* compared and bit-identical (logits, decode steps, state) */
+    int64_t fork_step;            /* -1: the greedy tokens never forked */
+    bool    logits_equal;         /* the prompt's last logits memcmp-equal (compared only) */
+    hx_cmp  cmp;                  /* their comparison: first differing index, values, ULP */
+    int     state_equal;          /* the state after the prompt: 1, 0, -1 not compared */
+    int32_t first_step_diff;      /* the first decode step whose logits differ, -1: none */
+    int32_t n_generated;
+    bool    cancelled;
+    int32_t slot;                 /* the slot the policy chose, -1: none */
+} hx_turn_result;
+
+/* Loads p's model and its prompt preparation (template, normalize) and checks
+ * p's quirks. ENG_OK, or an ENG_ status with a message in err (the model's
+ * loader, ENG_ERR_ARG for a bad template, rule or quirk). tot (may be NULL)
+ * receives the totals of every turn. p and tot must outlive the session. */
+int  hx_session_open(const hx_session_params *p, hx_session_totals *tot, hx_session **out, char *err, size_t errlen);
+void hx_session_close(hx_session *s);  /* accepts NULL; does not close a store it was given */
+
+const eng_model *hx_session_model(const hx_session *s);
+hx_prepare_ctx  *hx_session_prepare(hx_session *s);
+hx_policy       *hx_session_policy(hx_session *s);   /* NULL before hx_session_start */
+int32_t          hx_session_n_ctx(const hx_session *s);
+bool             hx_session_fault_planted(const hx_session *s);
+
+/* Creates the policy (p's policy, quirks and policy options) and the cold
+ * sequence for n_ctx positions; cold (may be NULL) is the shared cold cache;
+ * resume: the run completes an interrupted one (a policy keeps stored state). */
+int  hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, bool resume, char *err, size_t errlen);
+/* The run's calibration: measured now, and the modeled TTFT priced at it or
+ * at p->calibration's reference entry; fills meta's calib and price fields
+ * (source: a buffer the meta points to, at least 600 bytes). */
+int  hx_session_calibrate(hx_session *s, hx_run_meta *meta, char *source, size_t source_cap, char *err,
+                          size_t errlen);
+/* Initializes meta and fills its configuration columns from p and the loaded
+ * model; extra (a buffer of extra_cap bytes meta->extra points to) gets the
+ * JSON members anchor_tokens and n_ctx_arg, then more (a JSON object's
+ * members, or NULL). The caller adds the run's identity (transcript,
+ * experiment, shard). */
+void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int32_t n_ctx_arg, int64_t n_requests, const char *more,
+                          hx_run_meta *meta, char *extra, size_t extra_cap);
+/* Where turns write their rows (NULL: nowhere), and the transcript the rows
+ * name (borrowed); the price a resumed run keeps. */
+void hx_session_set_store(hx_session *s, hx_store *store, int64_t run_id, const char *transcript);
+void hx_session_set_price(hx_session *s, double gflops, double restore_gbs);
+
+/* One request (see the file comment); compared when p->verify. ENG_OK;
+ * ENG_ERR_MISMATCH (a --repeat repetition gave other bits); ENG_ERR_RANGE
+ * (a new response that does not fit the context, before anything ran);
+ * ENG_ERR_ARG (a fault that cannot be planted, a row the store refuses: err
+ * says); or the engine's status. */
+int  hx_session_turn(hx_session *s, const hx_turn *t, hx_turn_result *r, char *err, size_t errlen);
+
+#endif /* HX_SESSION_H */
