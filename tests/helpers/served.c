@@ -2,8 +2,11 @@
 #include "served.h"
 #include "runcli.h"
 
+#include "child.h"
+#include "http.h"
+#include "status.h"
+
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -50,71 +53,30 @@ int served_start(served *sv, const char *dir, const char *name, const char *cons
     snprintf(sv->dir, sizeof sv->dir, "%s", dir);
     snprintf(sv->log, sizeof sv->log, "%s/%s.log", dir, name);
     snprintf(sv->db, sizeof sv->db, "%s/%s.sqlite", dir, name);
-    char portf[192];
-    snprintf(portf, sizeof portf, "%s/%s.port", dir, name);
-    unlink(portf);
     const char *bin = kvr_bin();
     if (!bin) return -1;
-    char *argv[96];
+    const char *argv[96];
     int n = 0;
-    argv[n++] = "kvreplay";
-    argv[n++] = "serve";
-    argv[n++] = "--listen";
-    argv[n++] = "127.0.0.1:0";
-    argv[n++] = "--port-file";
-    argv[n++] = portf;
     argv[n++] = "--db";
     argv[n++] = sv->db;
-    for (int i = 0; args && args[i] && n < 94; i++) argv[n++] = (char *)args[i];
+    for (int i = 0; args && args[i] && n < 94; i++) argv[n++] = args[i];
     argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int fd = open(sv->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) { dup2(fd, 2); dup2(fd, 1); close(fd); }
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) { dup2(nul, 0); close(nul); }
-        execv(bin, argv);
-        _exit(127);
-    }
-    sv->pid = pid;
-    live_set(0, pid);
-    for (double t0 = now_s(); now_s() - t0 < 30;) {
-        FILE *f = fopen(portf, "r");
-        if (f) {
-            int p = 0;
-            bool ok = fscanf(f, "%d", &p) == 1 && p > 0;
-            fclose(f);
-            if (ok) { sv->port = p; return 0; }
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { live_set(pid, 0); sv->pid = -1; return -1; }
-        usleep(20000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    live_set(pid, 0);
-    sv->pid = -1;
-    return -1;
+    hx_serve_child c;
+    char err[1200];
+    if (hx_serve_child_start(bin, argv, sv->log, 30, &c, err, sizeof err) != ENG_OK) return -1;
+    sv->pid = c.pid;
+    sv->port = c.port;
+    live_set(0, c.pid);
+    return 0;
 }
 
 int served_stop(served *sv) {
     if (sv->pid <= 0) return -1;
-    kill(sv->pid, SIGTERM);
-    int st = 0;
-    for (double t0 = now_s(); now_s() - t0 < 60; usleep(10000)) {
-        if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
-            live_set(sv->pid, 0);
-            sv->pid = -1;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-    }
-    kill(sv->pid, SIGKILL);
-    waitpid(sv->pid, NULL, 0);
+    hx_serve_child c = {.pid = sv->pid, .port = sv->port};
+    int code = hx_serve_child_stop(&c, 60);
     live_set(sv->pid, 0);
     sv->pid = -1;
-    return -1;
+    return code == 128 + SIGKILL ? -1 : code;
 }
 
 bool served_log_has(const served *sv, const char *text) {
@@ -127,70 +89,32 @@ bool served_log_has(const served *sv, const char *text) {
     return found;
 }
 
-typedef struct sink { http_resp *r; double t0; size_t cap; } sink;
-
-static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
-    sink *s = ud;
-    size_t n = sz * nm;
-    if (s->r->n == 0 && s->r->t_first == 0) s->r->t_first = now_s() - s->t0;
-    if (s->r->n + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap < s->r->n + n + 1) cap *= 2;
-        char *b = realloc(s->r->body, cap);
-        if (!b) return 0;
-        s->r->body = b;
-        s->cap = cap;
-    }
-    memcpy(s->r->body + s->r->n, p, n);
-    s->r->n += n;
-    s->r->body[s->r->n] = '\0';
-    return n;
-}
-
-static size_t on_header(char *p, size_t sz, size_t nm, void *ud) {
-    http_resp *r = ud;
-    size_t n = sz * nm, have = strlen(r->headers);
-    if (have + n + 1 < sizeof r->headers) {
-        memcpy(r->headers + have, p, n);
-        r->headers[have + n] = '\0';
-    }
-    return n;
-}
-
 void http_do(const served *sv, const char *method, const char *path, const char *body, const char *const *headers,
              double timeout_s, http_resp *r) {
-    static bool inited;
-    if (!inited) { curl_global_init(CURL_GLOBAL_DEFAULT); inited = true; }
     memset(r, 0, sizeof *r);
-    CURL *c = curl_easy_init();
-    if (!c) { snprintf(r->curl_error, sizeof r->curl_error, "curl_easy_init"); return; }
-    char url[512];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv->port, path);
-    sink s = {r, now_s(), 0};
-    struct curl_slist *h = NULL;
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, "Expect:");
-    for (int i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", sv->port);
+    hx_http_opts o;
+    hx_http_opts_default(&o);
+    o.timeout_s = o.idle_s = timeout_s > 0 ? timeout_s : 120;
+    o.headers = headers;
+    hx_http *h = hx_http_new(url, &o);
+    if (!h) { snprintf(r->curl_error, sizeof r->curl_error, "cannot start libcurl"); return; }
+    hx_http_resp hr;
+    int rc = hx_http_do(h, method, path, body, body ? strlen(body) : 0, NULL, NULL, &hr);
+    if (rc == ENG_OK) r->status = hr.status;
+    else snprintf(r->curl_error, sizeof r->curl_error, "%.250s", hr.message[0] ? hr.message : "out of memory");
+    r->n = hr.body.len;
+    r->body = malloc(r->n + 1);
+    if (r->body) {
+        if (r->n) memcpy(r->body, hr.body.data, r->n);
+        r->body[r->n] = '\0';
     }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(1000 * (timeout_s > 0 ? timeout_s : 120)));
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    CURLcode rc = curl_easy_perform(c);
-    if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-    else snprintf(r->curl_error, sizeof r->curl_error, "%s", curl_easy_strerror(rc));
-    r->t_total = now_s() - s.t0;
-    if (!r->body) r->body = calloc(1, 1);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
+    snprintf(r->headers, sizeof r->headers, "%.*s", (int)hr.headers.len, hr.headers.data ? hr.headers.data : "");
+    r->t_first = hr.first_byte_ms >= 0 ? hr.first_byte_ms / 1e3 : 0;
+    r->t_total = hr.total_ms / 1e3;
+    hx_http_resp_free(&hr);
+    hx_http_free(h);
 }
 
 void http_free(http_resp *r) {
