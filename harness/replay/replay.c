@@ -121,8 +121,8 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     if (rc == ENG_OK && !o->transcript_path) snprintf(err, sizeof err, "-t/--transcript is required"), rc = ENG_ERR_ARG;
     if (rc == ENG_OK && !o->db_path) snprintf(err, sizeof err, "--db is required"), rc = ENG_ERR_ARG;
     if (rc != ENG_OK) {
-        char e2[1100];
-        snprintf(e2, sizeof e2, "replay: %s", err);
+        char e2[1024];
+        snprintf(e2, sizeof e2, "replay: %.1000s", err);
         snprintf(err, sizeof err, "%s", e2);
         code = HX_EXIT_USAGE;
         goto fail;

@@ -28,7 +28,6 @@
  * request).
  */
 #include "serve.h"
-#include "cli.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

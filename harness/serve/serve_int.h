@@ -19,7 +19,7 @@
 
 #include "api.h"
 #include "prepare.h"
-#include "serve.h"
+#include "serve_opts.h"
 #include "session.h"
 #include "store.h"
 #include "str.h"

@@ -30,30 +30,14 @@
 sqlite3    *hx_store_db(hx_store *s) { return s->db; }
 const char *hx_store_path(const hx_store *s) { return s->path; }
 
-/* Maps a sqlite result code onto an eng_status. */
-int hx_store_map_rc(int rc) {
-    switch (rc & 0xff) {
-    case SQLITE_CONSTRAINT: return ENG_ERR_ARG;
-    case SQLITE_MISMATCH:   return ENG_ERR_ARG;
-    case SQLITE_NOTADB:     return ENG_ERR_FORMAT;
-    case SQLITE_NOMEM:      return ENG_ERR_NOMEM;
-    default:                return ENG_ERR_IO;
-    }
-}
-
-/* Formats "PATH: WHAT: sqlite's message" (WHAT from fmt) and returns the
- * mapped status of rc. Call before anything else touches the connection. */
-int hx_store_fail(hx_store *s, int rc, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
 int hx_store_fail(hx_store *s, int rc, char *err, size_t errlen, const char *fmt, ...) {
     char what[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
-    eng_errf(err, errlen, "%s: %s: %s", s ? s->path : "?", what, msg);
-    return hx_store_map_rc(rc);
+    hx_sqldb d = {s ? s->db : NULL, s ? s->path : NULL};
+    return hx_sql_fail(&d, rc, err, errlen, "%s", what);
 }
 
 static const char *stmt_sql(hx_store *s, enum stmt_id id) {
@@ -206,7 +190,7 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
     }
     s->readonly = readonly;
     s->lockfd = -1;
-    for (int t = 0; t < 3; t++) s->insert_sql[t] = hx_store_insert_sql(t);
+    for (int t = 0; t < 3; t++) s->insert_sql[t] = hx_schema_insert_sql(t);
     if (!s->insert_sql[0] || !s->insert_sql[1] || !s->insert_sql[2]) {
         eng_errf(err, errlen, "%s: out of memory", path);
         status = ENG_ERR_NOMEM;
@@ -246,11 +230,14 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
 
     /* The first read tells a non-database file apart (SQLITE_NOTADB). */
     int64_t v = 0;
-    status = hx_store_pragma_int(s, "PRAGMA user_version", &v, err, errlen);
-    if (status != ENG_OK && readonly && reopen_immutable(s, sqlite3_extended_errcode(s->db)))
-        status = hx_store_pragma_int(s, "PRAGMA user_version", &v, err, errlen);
+    hx_sqldb d = {s->db, s->path};
+    status = hx_sql_pragma_int(&d, "PRAGMA user_version", &v, err, errlen);
+    if (status != ENG_OK && readonly && reopen_immutable(s, sqlite3_extended_errcode(s->db))) {
+        d.db = s->db;
+        status = hx_sql_pragma_int(&d, "PRAGMA user_version", &v, err, errlen);
+    }
     if (status != ENG_OK) goto out;
-    if ((status = hx_store_check_version(s, v, err, errlen)) != ENG_OK) goto out;
+    if ((status = hx_schema_check_version(&d, v, err, errlen)) != ENG_OK) goto out;
 
     if (readonly) {
         if (v == 0) {
@@ -258,7 +245,7 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
             status = ENG_ERR_FORMAT;
             goto out;
         }
-        if ((status = hx_store_schema_views(s, v, err, errlen)) != ENG_OK) goto out;
+        if ((status = hx_schema_views(&d, v, err, errlen)) != ENG_OK) goto out;
         sqlite3_exec(s->db, "PRAGMA query_only = 1", NULL, NULL, NULL);
         goto out;
     }
@@ -285,7 +272,7 @@ static int open_common(const char *path, bool readonly, hx_store **out, char *er
         status = hx_store_fail(s, rc, err, errlen, "setting pragmas");
         goto out;
     }
-    status = hx_store_schema_update(s, v, err, errlen);
+    status = hx_schema_update(&d, v, err, errlen);
 
 out:
     if (status != ENG_OK) {

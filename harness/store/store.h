@@ -67,9 +67,7 @@
 #include <sqlite3.h>
 
 #include "compare.h"
-
-/* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 7
+#include "store_schema.h"  /* HX_STORE_SCHEMA_VERSION */
 
 typedef struct hx_store hx_store;  /* opaque: connection + cached statements */
 

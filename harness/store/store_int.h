@@ -9,7 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "store_schema.h"
+
+typedef struct hx_store hx_store;  /* as store.h declares it */
 
 enum stmt_id {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
@@ -28,8 +30,6 @@ struct hx_store {
     int           lockfd;         /* PATH.lock, for the runs this store writes (-1: not open) */
 };
 
-/* Maps a sqlite result code onto an eng_status. */
-int  hx_store_map_rc(int rc);
 /* Formats "PATH: WHAT: sqlite's message" (WHAT from fmt) into err and returns
  * the mapped status of rc. Call before anything else touches the connection. */
 int  hx_store_fail(hx_store *s, int rc, char *err, size_t errlen, const char *fmt, ...)
@@ -50,15 +50,5 @@ int  hx_bind_real(sqlite3_stmt *st, const char *name, double v);
 int  hx_bind_hexfloat(sqlite3_stmt *st, const char *name, float v);
 /* a_first, b_first (as %a text) and ulp_first where the logits differ, NULL otherwise. */
 void hx_bind_first_diff(sqlite3_stmt *st, bool diff, float a, float b, uint64_t ulp);
-
-/* store_schema.c: the schema version of a file (PRAGMA user_version) and
- * whether this build can use it; the INSERT of table 0 (runs), 1 (requests)
- * or 2 (steps), malloc'd; a read-only file shown in the current schema; a
- * read-write file brought to it. */
-int   hx_store_pragma_int(hx_store *s, const char *sql, int64_t *out, char *err, size_t errlen);
-int   hx_store_check_version(hx_store *s, int64_t v, char *err, size_t errlen);
-char *hx_store_insert_sql(int table);
-int   hx_store_schema_views(hx_store *s, int64_t v, char *err, size_t errlen);
-int   hx_store_schema_update(hx_store *s, int64_t v, char *err, size_t errlen);
 
 #endif /* HX_STORE_INT_H */

@@ -1,6 +1,6 @@
 /*
  * harness/store/store_schema.c: the results schema (docs/sqlite.md) and how
- * a file reaches it.
+ * a file reaches it (see store_schema.h).
  *
  * The schema lives in `migrations`: entry v turns a version-v database into
  * version v+1, and PRAGMA user_version records how far a file has come. Each
@@ -9,13 +9,36 @@
  * schema through temp views. INSERT statements are generated from the
  * column lists here, so a column cannot be bound to the wrong placeholder.
  */
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
-#include "store_int.h"
+#include "store_schema.h"
 #include "util.h"
+
+int hx_sql_map_rc(int rc) {
+    switch (rc & 0xff) {
+    case SQLITE_CONSTRAINT: return ENG_ERR_ARG;
+    case SQLITE_MISMATCH:   return ENG_ERR_ARG;
+    case SQLITE_NOTADB:     return ENG_ERR_FORMAT;
+    case SQLITE_NOMEM:      return ENG_ERR_NOMEM;
+    default:                return ENG_ERR_IO;
+    }
+}
+
+int hx_sql_fail(const hx_sqldb *s, int rc, char *err, size_t errlen, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+    eng_errf(err, errlen, "%s: %s: %s", s && s->path ? s->path : "?", what, msg);
+    return hx_sql_map_rc(rc);
+}
 
 // ----------------------------------------------------------------------------
 // The schema and its migrations
@@ -295,7 +318,7 @@ static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
 // ----------------------------------------------------------------------------
 // Opening: pragmas, schema version, migrations
 
-int hx_store_pragma_int(hx_store *s, const char *sql, int64_t *out, char *err, size_t errlen) {
+int hx_sql_pragma_int(hx_sqldb *s, const char *sql, int64_t *out, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {
@@ -308,12 +331,12 @@ int hx_store_pragma_int(hx_store *s, const char *sql, int64_t *out, char *err, s
             rc = SQLITE_OK;
         }
     }
-    int status = rc == SQLITE_OK ? ENG_OK : hx_store_fail(s, rc, err, errlen, "%s", sql);
+    int status = rc == SQLITE_OK ? ENG_OK : hx_sql_fail(s, rc, err, errlen, "%s", sql);
     sqlite3_finalize(st);
     return status;
 }
 
-int hx_store_check_version(hx_store *s, int64_t v, char *err, size_t errlen) {
+int hx_schema_check_version(hx_sqldb *s, int64_t v, char *err, size_t errlen) {
     if (v > HX_STORE_SCHEMA_VERSION) {
         eng_errf(err, errlen,
                  "%s: schema version %lld is newer than this kvreplay supports (%d): "
@@ -366,7 +389,7 @@ static bool has_table(sqlite3 *db, const char *table) {
 
 /* Counts the statements of the hole migrations a version-v file lacks (v > HOLE_FIRST: those
  * migrations should have run); with apply, runs them. Returns ENG_OK or an error. */
-static int fill_holes(hx_store *s, int64_t v, bool apply, int *n_missing, char *err, size_t errlen) {
+static int fill_holes(hx_sqldb *s, int64_t v, bool apply, int *n_missing, char *err, size_t errlen) {
     *n_missing = 0;
     for (int m = HOLE_FIRST; m <= HOLE_LAST && m < v; m++) {
         const char *p = migrations[m];
@@ -395,7 +418,7 @@ static int fill_holes(hx_store *s, int64_t v, bool apply, int *n_missing, char *
             if (apply) {
                 int rc = sqlite3_exec(s->db, stmt, NULL, NULL, NULL);
                 if (rc != SQLITE_OK)
-                    return hx_store_fail(s, rc, err, errlen, "schema repair (migration %d -> %d)", m, m + 1);
+                    return hx_sql_fail(s, rc, err, errlen, "schema repair (migration %d -> %d)", m, m + 1);
             }
         }
     }
@@ -404,7 +427,7 @@ static int fill_holes(hx_store *s, int64_t v, bool apply, int *n_missing, char *
 
 /* A read-only file with a hole: temp views give it every current column (NULL where it has none),
  * appended after its own. */
-static int hole_views(hx_store *s, char *err, size_t errlen) {
+static int hole_views(hx_sqldb *s, char *err, size_t errlen) {
     static const struct { const char *table; const char *const *cols; size_t n; } t[] = {
         {"runs", runs_columns, N_OF(runs_columns)},
         {"requests", requests_columns, N_OF(requests_columns)},
@@ -422,21 +445,21 @@ static int hole_views(hx_store *s, char *err, size_t errlen) {
         sqlite3_free(sql);
         int rc = all ? sqlite3_exec(s->db, all, NULL, NULL, NULL) : SQLITE_NOMEM;
         sqlite3_free(all);
-        if (rc != SQLITE_OK) return hx_store_fail(s, rc, err, errlen, "schema compatibility views (%s)", t[i].table);
+        if (rc != SQLITE_OK) return hx_sql_fail(s, rc, err, errlen, "schema compatibility views (%s)", t[i].table);
     }
     return ENG_OK;
 }
 
 /* Inside BEGIN IMMEDIATE: re-reads the version (another process may have
  * migrated meanwhile) and applies the missing migrations. */
-static int migrate(hx_store *s, char *err, size_t errlen) {
+static int migrate(hx_sqldb *s, char *err, size_t errlen) {
     int rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) return hx_store_fail(s, rc, err, errlen, "creating the schema: BEGIN");
+    if (rc != SQLITE_OK) return hx_sql_fail(s, rc, err, errlen, "creating the schema: BEGIN");
     int64_t v = 0, n_objects = 0;
-    int status = hx_store_pragma_int(s, "PRAGMA user_version", &v, err, errlen);
-    if (status == ENG_OK) status = hx_store_check_version(s, v, err, errlen);
+    int status = hx_sql_pragma_int(s, "PRAGMA user_version", &v, err, errlen);
+    if (status == ENG_OK) status = hx_schema_check_version(s, v, err, errlen);
     if (status == ENG_OK && v == 0)
-        status = hx_store_pragma_int(s, "SELECT count(*) FROM sqlite_master", &n_objects, err, errlen);
+        status = hx_sql_pragma_int(s, "SELECT count(*) FROM sqlite_master", &n_objects, err, errlen);
     if (status == ENG_OK && v == 0 && n_objects > 0) {
         eng_errf(err, errlen, "%s: has tables but user_version 0: not a kvreplay results "
                  "database (refusing to add tables to it)", s->path);
@@ -452,12 +475,12 @@ static int migrate(hx_store *s, char *err, size_t errlen) {
             rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
         }
         if (rc != SQLITE_OK)
-            status = hx_store_fail(s, rc, err, errlen, "schema migration %lld -> %lld",
+            status = hx_sql_fail(s, rc, err, errlen, "schema migration %lld -> %lld",
                               (long long)v, (long long)v + 1);
     }
     if (status == ENG_OK) {
         rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
-        if (rc != SQLITE_OK) status = hx_store_fail(s, rc, err, errlen, "creating the schema: COMMIT");
+        if (rc != SQLITE_OK) status = hx_sql_fail(s, rc, err, errlen, "creating the schema: COMMIT");
     }
     if (status != ENG_OK && !sqlite3_get_autocommit(s->db))
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -483,7 +506,7 @@ static char *make_insert(const char *table, const char *const *cols, size_t n) {
 }
 
 
-char *hx_store_insert_sql(int table) {
+char *hx_schema_insert_sql(int table) {
     switch (table) {
     case 0:  return make_insert("runs", runs_columns, N_OF(runs_columns));
     case 1:  return make_insert("requests", requests_columns, N_OF(requests_columns));
@@ -491,17 +514,17 @@ char *hx_store_insert_sql(int table) {
     }
 }
 
-int hx_store_schema_views(hx_store *s, int64_t v, char *err, size_t errlen) {
+int hx_schema_views(hx_sqldb *s, int64_t v, char *err, size_t errlen) {
     /* A read-only store cannot migrate: an older file is shown in the current
      * schema through temp views (temp names shadow main's). */
     if (v < HX_STORE_SCHEMA_VERSION && sqlite3_exec(s->db, compat_views[v], NULL, NULL, NULL) != SQLITE_OK)
-        return hx_store_fail(s, sqlite3_errcode(s->db), err, errlen, "schema compatibility views");
+        return hx_sql_fail(s, sqlite3_errcode(s->db), err, errlen, "schema compatibility views");
     int n_holes = 0, status = fill_holes(s, v, false, &n_holes, err, errlen);
     if (status == ENG_OK && n_holes > 0) status = hole_views(s, err, errlen);
     return status;
 }
 
-int hx_store_schema_update(hx_store *s, int64_t v, char *err, size_t errlen) {
+int hx_schema_update(hx_sqldb *s, int64_t v, char *err, size_t errlen) {
     int n_holes = 0, status = fill_holes(s, v, false, &n_holes, err, errlen);
     if (status == ENG_OK && (v < HX_STORE_SCHEMA_VERSION || n_holes > 0)) status = migrate(s, err, errlen);
     return status;

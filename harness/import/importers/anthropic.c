@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "api.h"
+#include "import.h"
 #include "importer.h"
 
 static int anthropic_request(json_t *j, const char *path, int64_t line, hx_request *q, char *err, size_t errlen) {

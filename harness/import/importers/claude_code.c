@@ -40,6 +40,7 @@
 
 #include "cc_standin.h"
 #include "errors.h"
+#include "import.h"
 #include "importer.h"
 #include "json.h"
 #include "jsonl.h"

@@ -21,8 +21,9 @@
 #include <stdint.h>
 
 #include "options.h"
-#include "import.h"
 #include "transcript.h"
+
+typedef struct hx_import_opts hx_import_opts;  /* import.h */
 
 /* The stand-in (or override) system prompt and tools for one request. */
 typedef struct hx_imp_standin {

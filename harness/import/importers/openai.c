@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "api.h"
+#include "import.h"
 #include "importer.h"
 
 static int openai_request(json_t *j, const char *path, int64_t line, hx_request *q, char *err, size_t errlen) {

@@ -10,6 +10,7 @@
 
 #include "api.h"
 #include "errors.h"
+#include "import.h"
 #include "importer.h"
 #include "status.h"
 #include "str.h"
