@@ -1,5 +1,5 @@
 /*
- * harness/base/str.h: strings and a string -> int64 map: what every room of
+ * harness/base/str.h: strings and a string -> int64 map: what every part of
  * the harness uses to own text and look it up.
  */
 #ifndef HX_STR_H

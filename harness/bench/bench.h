@@ -7,7 +7,7 @@
  * `kvreplay bench --disk-cache ...`                   disk checkpoint files (bench_diskcache.c)
  * `kvreplay bench --serve -m M ...`                   serve's TTFT over the in-process TTFT of the
  *                                                     same request (serve/bench_serve.c, serve.h: it
- *                                                     stands on serve's rooms, above this one)
+ *                                                     stands on serve's files, above this folder)
  * `kvreplay bench --contention -m M ...`              prefill quiet vs beside busy competitors
  *                                                     it starts itself (bench_load.c)
  * `kvreplay bench --depth LIST -m M ...`              prefill of N tokens at a depth of context,

@@ -6,7 +6,7 @@
  *
  * Positions are token counts: a checkpoint "at p" covers tokens [0, p).
  * Every position returned here lies on the chunk grid (a multiple of C), as
- * the bit-exactness invariant requires (DESIGN.md).
+ * the bit-exactness invariant requires (docs/design.md).
  *
  * - The anchor A: the end of the stable prefix (system prompt + tool
  *   definitions, known to the harness from the rendered spans, or a fixed

@@ -1,6 +1,6 @@
 /*
  * harness/cli/main.c: `kvreplay`, the command-line entry point. Dispatches to
- * the subcommands of DESIGN.md's CLI contract (cli/cmd_*.c) through the
+ * the subcommands of the CLI contract (docs/design.md) (cli/cmd_*.c) through the
  * table below.
  */
 #include "cli.h"

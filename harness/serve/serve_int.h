@@ -1,5 +1,5 @@
 /*
- * harness/serve/serve_int.h: what the rooms of serve share: the server, a
+ * harness/serve/serve_int.h: what the files of serve share: the server, a
  * request in flight (a job), the queue, the recorder, the script and the
  * counters. Internal to harness/serve/.
  *

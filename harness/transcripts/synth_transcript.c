@@ -15,6 +15,11 @@
  * other than the billing header change only when a commit rewrites the
  * git-status block; request t+1 of a session extends request t by its
  * response and new messages (the template prefix property).
+ *
+ * One file over 1,200 lines, one story: a seeded generator whose text pieces
+ * (prose, code, tools, repositories) and scenarios (agent, extend, static)
+ * share the same random streams, word lists and template engine; read it
+ * top to bottom, one banner per part.
  */
 #include "synth_transcript.h"
 

@@ -13,7 +13,7 @@
  *                       the teacher-forced recorded response: the sequence
  *                       holds prompt + response; the policy keeps what it keeps.
  *
- * Policies mirror real servers (DESIGN.md): cold, slot-lcp (llama.cpp slots
+ * Policies mirror real servers (docs/design.md): cold, slot-lcp (llama.cpp slots
  * with context checkpoints), disk-anchor (ds4-server disk checkpoints),
  * block-hash (vLLM's hashed block pool), radix (SGLang's radix tree). A bug
  * from an issue report is a named quirk of its policy, off by default.
