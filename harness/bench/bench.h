@@ -1,6 +1,6 @@
 /*
  * harness/bench/bench.h: benchmark entry points that `kvreplay bench` dispatches to.
- * `kvreplay bench -m M [--threads T --chunk C ...]`  engine prefill (cmd_bench.c)
+ * `kvreplay bench -m M [--threads T --chunk C ...]`  engine prefill (bench_prefill.c)
  * `kvreplay bench --tokenizer -m VOCAB.gguf`          tokenizer MB/s (bench_tokenize.c)
  * `kvreplay bench --checkpoints -m M ...`             checkpoint save/restore vs memcpy, prefill
  *                                                     tok/s at 2K/8K/32K (bench_checkpoints.c)
@@ -21,6 +21,7 @@
 #ifndef HX_BENCH_H
 #define HX_BENCH_H
 
+int hx_bench_prefill(int argc, char **argv);
 int hx_bench_tokenizer(int argc, char **argv);
 int hx_bench_disk_cache(int argc, char **argv);
 int hx_bench_checkpoints(int argc, char **argv);
