@@ -1,7 +1,9 @@
 /*
  * harness/cli/cmd_bench.c: `kvreplay bench`: runs the benchmark its first
  * benchmark flag names (bench/bench.h; --serve is serve/serve.h's), engine
- * prefill when none does.
+ * prefill when none does, and turns the status it returns into the exit
+ * code (hx_check: 2 for usage and a bad input the user named, 3 when the
+ * work failed).
  */
 #include "cli.h"
 
@@ -10,21 +12,27 @@
 #include "bench.h"
 #include "serve.h"
 
+static const struct {
+    const char *flag;
+    hx_bench_fn fn;
+} k_benches[] = {
+    {"--tokenizer", hx_bench_tokenizer},
+    {"--disk-cache", hx_bench_disk_cache},
+    {"--checkpoints", hx_bench_checkpoints},
+    {"--serve", hx_serve_bench},
+    {"--contention", hx_bench_contention},
+    {"--depth", hx_bench_depth},
+    {"--memory", hx_bench_memory},
+    {"--memory-child", hx_bench_memory_child},
+    {"--table", hx_bench_table},
+};
+
 int hx_cmd_bench(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer")) return hx_bench_tokenizer(argc, argv);
-        if (!strcmp(argv[i], "--disk-cache")) return hx_bench_disk_cache(argc, argv);
-        if (!strcmp(argv[i], "--checkpoints")) return hx_bench_checkpoints(argc, argv);
-        if (!strcmp(argv[i], "--serve")) {
-            char err[1200] = "";
-            hx_check(hx_serve_bench(argc, argv, err, sizeof err), err);
-            return HX_EXIT_OK;
-        }
-        if (!strcmp(argv[i], "--contention")) return hx_bench_contention(argc, argv);
-        if (!strcmp(argv[i], "--depth")) return hx_bench_depth(argc, argv);
-        if (!strcmp(argv[i], "--memory")) return hx_bench_memory(argc, argv);
-        if (!strcmp(argv[i], "--memory-child")) return hx_bench_memory_child(argc, argv);
-        if (!strcmp(argv[i], "--table")) return hx_bench_table(argc, argv);
-    }
-    return hx_bench_prefill(argc, argv);
+    hx_bench_fn fn = NULL;
+    for (int i = 1; i < argc && !fn; i++)
+        for (size_t k = 0; k < sizeof k_benches / sizeof *k_benches && !fn; k++)
+            if (!strcmp(argv[i], k_benches[k].flag)) fn = k_benches[k].fn;
+    char err[1200] = "";
+    hx_check((fn ? fn : hx_bench_prefill)(argc, argv, err, sizeof err), err);
+    return HX_EXIT_OK;
 }
