@@ -28,9 +28,8 @@
 #include <string.h>
 
 #include "bench.h"
-#include "cli.h"
+#include "bench_engine.h"
 #include "bench_util.h"
-#include "errors.h"
 #include "model.h"
 #include "options.h"
 #include "stats.h"
@@ -79,55 +78,68 @@ typedef struct op_ctx {
     const eng_ckpt *c;
     void           *a, *b;  /* memcpy buffers, or the serialize buffer in a */
     size_t          n;      /* bytes */
+    char           *err;
+    size_t          errlen;
 } op_ctx;
 
-typedef void (*op_fn)(op_ctx *x);
+/* One call of the operation: ENG_OK, or its failure with x->err set. */
+typedef int (*op_fn)(op_ctx *x);
 
-static void op_save(op_ctx *x) {
+static int op_save(op_ctx *x) {
     eng_ckpt *c = eng_seq_checkpoint(x->s);
-    if (!c) hx_die(HX_EXIT_INTERNAL, "bench: checkpoint: out of memory");
+    if (!c) return eng_errf(x->err, x->errlen, "bench: checkpoint: out of memory"), ENG_ERR_NOMEM;
     eng_ckpt_free(c);
+    return ENG_OK;
 }
 
-static void op_restore(op_ctx *x) {
+static int op_restore(op_ctx *x) {
     int rc = eng_seq_restore(x->s, x->c);
-    if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: restore failed: %s", eng_status_str(rc));
+    if (rc != ENG_OK) eng_errf(x->err, x->errlen, "bench: restore failed: %s", eng_status_str(rc));
+    return hx_bench_failed(rc);
 }
 
-static void op_serialize(op_ctx *x) {
+static int op_serialize(op_ctx *x) {
     int rc = eng_seq_serialize(x->s, x->a, x->n, NULL);
-    if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: serialize failed: %s", eng_status_str(rc));
+    if (rc != ENG_OK) eng_errf(x->err, x->errlen, "bench: serialize failed: %s", eng_status_str(rc));
+    return hx_bench_failed(rc);
 }
 
-static void op_memcpy(op_ctx *x) {
+static int op_memcpy(op_ctx *x) {
     memcpy(x->b, x->a, x->n);
     __asm__ __volatile__("" : : "r"(x->b) : "memory");  /* keep the copy */
+    return ENG_OK;
 }
 
-static void op_memcpy_fresh(op_ctx *x) {
+static int op_memcpy_fresh(op_ctx *x) {
     void *d = malloc(x->n ? x->n : 1);
-    if (!d) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    if (!d) return eng_errf(x->err, x->errlen, "bench: out of memory"), ENG_ERR_NOMEM;
     memcpy(d, x->a, x->n);
     __asm__ __volatile__("" : : "r"(d) : "memory");
     free(d);
+    return ENG_OK;
 }
 
-static double time_op(op_fn f, op_ctx *x) {
+/* Seconds per call into *sec; the first failing call's status. */
+static int time_op(op_fn f, op_ctx *x, double *sec) {
     int64_t k = 1;
+    int rc = ENG_OK;
     for (;;) {  /* calls per batch: enough for BATCH_S */
         double t0 = eng_now_s();
-        for (int64_t i = 0; i < k; i++) f(x);
+        for (int64_t i = 0; i < k && !rc; i++) rc = f(x);
         double dt = eng_now_s() - t0;
+        if (rc) return rc;
         if (dt >= BATCH_S || k >= ((int64_t)1 << 30)) break;
         k = dt > 0 ? (int64_t)(k * (BATCH_S / dt) * 1.2) + 1 : k * 10;
     }
     double t[BATCHES];
     for (int b = 0; b < BATCHES; b++) {
         double t0 = eng_now_s();
-        for (int64_t i = 0; i < k; i++) f(x);
+        for (int64_t i = 0; i < k && !rc; i++) rc = f(x);
         t[b] = (eng_now_s() - t0) / (double)k;
+        if (rc) return rc;
     }
-    return hx_median(t, BATCHES);
+    *sec = hx_median(t, BATCHES);
+    return ENG_OK;
 }
 
 // ----------------------------------------------------------------------------
@@ -141,42 +153,90 @@ typedef struct row {
 
 static double rate(size_t bytes, double s) { return s > 0 ? (double)bytes / s : 0.0; }
 
-int hx_bench_checkpoints(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
+/* Times the operations on the checkpoint of s at r->tokens into r. */
+static int measure_ckpt(eng_seq *s, row *r, char *err, size_t errlen) {
+    op_ctx x = {.s = s, .err = err, .errlen = errlen};
+    eng_ckpt *c = eng_seq_checkpoint(s);
+    int rc = ENG_OK;
+    if (!c) {
+        rc = (eng_errf(err, errlen, "bench: checkpoint: out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
+    x.c = c;
+    r->ckpt_bytes = eng_ckpt_size(c);
+    r->ser_bytes = eng_seq_serialized_size(s);
+    if ((rc = time_op(op_save, &x, &r->save_s)) || (rc = time_op(op_restore, &x, &r->restore_s))) goto out;
+    x.n = r->ser_bytes;
+    if (!(x.a = malloc(x.n))) {
+        rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
+    if ((rc = time_op(op_serialize, &x, &r->ser_s))) goto out;
+    free(x.a);
+    x.n = r->ckpt_bytes;
+    x.a = calloc(x.n ? x.n : 1, 1);
+    x.b = calloc(x.n ? x.n : 1, 1);
+    if (!x.a || !x.b) {
+        rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
+    if ((rc = time_op(op_memcpy, &x, &r->memcpy_s))) goto out;
+    rc = time_op(op_memcpy_fresh, &x, &r->memcpy_fresh_s);
+out:
+    free(x.a);
+    free(x.b);
+    eng_ckpt_free(c);
+    return rc;
+}
+
+static int prefill_failed(int rc, char *err, size_t errlen) {
+    eng_errf(err, errlen, "bench: prefill failed: %s", eng_status_str(rc));
+    return hx_bench_failed(rc);
+}
+
+int hx_bench_checkpoints(int argc, char **argv, char *err, size_t errlen) {
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
     ckpt_args a = {.num = eng_numerics_default(), .chunk = 64, .reps = 1, .lengths = {{2048, 8192, 32768}, 3}};
-    for (int i = 1; i < argc; i++)
-        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --checkpoints", argv[i]);
+    int rc = hx_bench_args(k_options, &a, argc, argv, "bench --checkpoints", err, errlen);
+    if (rc) return rc;
     const char *model = a.model;
     eng_numerics num = a.num;
     int64_t chunk = a.chunk, reps = a.reps, seed = a.seed;
     const int32_t *lengths = a.lengths.v;
     int n_len = a.lengths.n;
     bool json = a.json;
-    if (!model) hx_die(HX_EXIT_USAGE, "bench --checkpoints: -m MODEL.gguf is required (see --help)");
+    if (!model)
+        return eng_errf(err, errlen, "bench --checkpoints: -m MODEL.gguf is required (see --help)"), ENG_ERR_ARG;
 
-    char err[512] = "";
     eng_model *m = NULL;
-    int rc = eng_model_load(model, &num, &m, err, sizeof err);
-    if (rc != ENG_OK)
-        hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
+    int32_t *toks = NULL;
+    float *logits = NULL;
+    eng_seq *s = NULL;
+    double *t = NULL;
+    row *rows = NULL;
+    if ((rc = hx_bench_load(model, &num, &m, err, errlen))) goto out;
     const eng_model_info *in = eng_model_get_info(m);
     int32_t max_len = 0;
     for (int i = 0; i < n_len; i++) max_len = lengths[i] > max_len ? lengths[i] : max_len;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_len);
-    float *logits = malloc(sizeof(float) * (size_t)in->n_vocab);
-    eng_seq *s = eng_seq_new(m, max_len);
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    row *rows = calloc((size_t)n_len, sizeof *rows);
-    if (!toks || !logits || !s || !t || !rows) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    hx_random_tokens((uint64_t)seed, toks, max_len, in->n_vocab);
+    toks = malloc(sizeof(int32_t) * (size_t)max_len);
+    logits = malloc(sizeof(float) * (size_t)in->n_vocab);
+    s = eng_seq_new(m, max_len);
+    t = malloc(sizeof(double) * (size_t)reps);
+    rows = calloc((size_t)n_len, sizeof *rows);
+    if (!toks || !logits || !s || !t || !rows || hx_random_tokens((uint64_t)seed, toks, max_len, in->n_vocab)) {
+        rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
     eng_prefill_params pp = eng_prefill_params_default();
     pp.chunk = (int32_t)chunk;
 
     {   /* warm-up: the smallest length, untimed */
         int32_t w = lengths[0];
         for (int i = 1; i < n_len; i++) w = lengths[i] < w ? lengths[i] : w;
-        if ((rc = eng_prefill(s, toks, w, &pp, logits)) != ENG_OK)
-            hx_die(HX_EXIT_INTERNAL, "bench: prefill failed: %s", eng_status_str(rc));
+        if ((rc = eng_prefill(s, toks, w, &pp, logits)) != ENG_OK) {
+            rc = prefill_failed(rc, err, errlen);
+            goto out;
+        }
     }
     for (int li = 0; li < n_len; li++) {
         row *r = &rows[li];
@@ -185,8 +245,10 @@ int hx_bench_checkpoints(int argc, char **argv) {
         for (int k = 0; k < reps; k++) {
             eng_seq_reset(s);
             double t0 = eng_now_s();
-            if ((rc = eng_prefill(s, toks, L, &pp, logits)) != ENG_OK)
-                hx_die(HX_EXIT_INTERNAL, "bench: prefill failed: %s", eng_status_str(rc));
+            if ((rc = eng_prefill(s, toks, L, &pp, logits)) != ENG_OK) {
+                rc = prefill_failed(rc, err, errlen);
+                goto out;
+            }
             t[k] = eng_now_s() - t0;
             if (eng_stderr_is_tty())
                 fprintf(stderr, "\rbench: %d tokens, rep %d/%lld: %.2f s   ", L, k + 1, (long long)reps, t[k]);
@@ -195,28 +257,7 @@ int hx_bench_checkpoints(int argc, char **argv) {
         r->prefill_s = hx_median(t, (int)reps);
         r->tok_s = L / r->prefill_s;
         r->gflops = eng_model_prefill_flops_params(m, 0, L, &pp) / r->prefill_s / 1e9;
-
-        eng_ckpt *c = eng_seq_checkpoint(s);
-        if (!c) hx_die(HX_EXIT_INTERNAL, "bench: checkpoint: out of memory");
-        r->ckpt_bytes = eng_ckpt_size(c);
-        r->ser_bytes = eng_seq_serialized_size(s);
-        op_ctx x = {.s = s, .c = c};
-        r->save_s = time_op(op_save, &x);
-        r->restore_s = time_op(op_restore, &x);
-        x.n = r->ser_bytes;
-        x.a = malloc(x.n);
-        if (!x.a) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-        r->ser_s = time_op(op_serialize, &x);
-        free(x.a);
-        x.n = r->ckpt_bytes;
-        x.a = calloc(x.n ? x.n : 1, 1);
-        x.b = calloc(x.n ? x.n : 1, 1);
-        if (!x.a || !x.b) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-        r->memcpy_s = time_op(op_memcpy, &x);
-        r->memcpy_fresh_s = time_op(op_memcpy_fresh, &x);
-        free(x.a);
-        free(x.b);
-        eng_ckpt_free(c);
+        if ((rc = measure_ckpt(s, r, err, errlen))) goto out;
     }
 
     if (json) {
@@ -257,7 +298,10 @@ int hx_bench_checkpoints(int argc, char **argv) {
             json_array_append_new(arr, e);
         }
         json_object_set_new(o, "lengths", arr);
-        hx_bench_print_json(o);
+        if (hx_bench_print_json(o)) {
+            rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+            goto out;
+        }
     } else {
         printf("model %s (%s): %d layers: %d attn, %d attn_swa (window %d), %d recurrent; %s/%s, %d threads, "
                "chunk %lld, median of %lld prefills\n",
@@ -282,11 +326,13 @@ int hx_bench_checkpoints(int argc, char **argv) {
         printf("save/mc, rest/mc: save and restore throughput as a fraction of the warm memcpy of the same bytes;\n"
                "fresh: malloc + memcpy + free of a new buffer, as a save also allocates\n");
     }
+    rc = hx_bench_flush("bench --checkpoints", err, errlen);
+out:
     free(rows);
     free(t);
     eng_seq_free(s);
     free(logits);
     free(toks);
     eng_model_free(m);
-    return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
+    return rc;
 }

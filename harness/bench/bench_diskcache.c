@@ -22,10 +22,8 @@
  * filesystem reported is a disk one.
  */
 #include "bench.h"
-#include "cli.h"
 #include "bench_util.h"
 #include "diskcache.h"
-#include "errors.h"
 #include "options.h"
 #include "stats.h"
 #include "status.h"
@@ -214,30 +212,30 @@ out:
 // ----------------------------------------------------------------------------
 // The command
 
-int hx_bench_disk_cache(int argc, char **argv) {
+int hx_bench_disk_cache(int argc, char **argv, char *err, size_t errlen) {
     if (hx_wants_help(argc, argv)) {
         hx_usage(stdout, k_usage, k_options);
-        return HX_EXIT_OK;
+        return ENG_OK;
     }
     disk_args a = {.mb = 64, .reps = 5, .parent = "/tmp"};
-    for (int i = 1; i < argc; i++)
-        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --disk-cache", argv[i]);
+    int rc = hx_bench_args(k_options, &a, argc, argv, "bench --disk-cache", err, errlen);
+    if (rc) return rc;
     int64_t mb = a.mb, reps = a.reps;
     const char *parent = a.parent;
     bool json = a.json;
 
     const size_t size = (size_t)mb * 1000000u;
     enum { N_TOK = 4096 };
-    int code = HX_EXIT_INTERNAL;
-    char err[512] = "", work[PATH_MAX] = "", plain[PATH_MAX + 16] = "", cache[PATH_MAX + 16] = "";
+    char why[512] = "", work[PATH_MAX] = "", plain[PATH_MAX + 16] = "", cache[PATH_MAX + 16] = "";
     int32_t *tokens = malloc(N_TOK * sizeof *tokens);
     uint8_t *payload = malloc(size);
     double *v = calloc((size_t)reps * 7, sizeof *v);
     if (!tokens || !payload || !v) {
-        fprintf(stderr, "kvreplay: bench --disk-cache: out of memory for %zu bytes\n", size);
+        eng_errf(err, errlen, "bench --disk-cache: out of memory for %zu bytes", size);
+        rc = ENG_ERR_NOMEM;
         goto out;
     }
-    double *wp = v, *rp = v + reps, *rpd = v + 2 * reps, *wc = v + 3 * reps, *rc_ = v + 4 * reps,
+    double *wp = v, *rp = v + reps, *rpd = v + 2 * reps, *wc = v + 3 * reps, *rck = v + 4 * reps,
            *rcd = v + 5 * reps, *xx = v + 6 * reps;
     uint64_t s = 0x5eed;
     for (size_t i = 0; i < size; i += 8) {
@@ -248,16 +246,15 @@ int hx_bench_disk_cache(int argc, char **argv) {
     for (int i = 0; i < N_TOK; i++) tokens[i] = (int32_t)(i * 2654435761u % 32000u);
 
     if (snprintf(work, sizeof work, "%s/kvr_bench_dc_XXXXXX", parent) >= (int)sizeof work) {
-        fprintf(stderr, "kvreplay: bench --disk-cache: --dir: path too long\n");
+        eng_errf(err, errlen, "bench --disk-cache: --dir: path too long");
         work[0] = '\0';
-        code = HX_EXIT_USAGE;
+        rc = ENG_ERR_ARG;
         goto out;
     }
     if (!mkdtemp(work)) {
         int e = errno;  /* a --dir that is missing, not a directory or not writable is the user's to fix */
-        fprintf(stderr, "kvreplay: bench --disk-cache: --dir %s: cannot create %s in it: %s\n", parent, work,
-                strerror(e));
-        if (e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS) code = HX_EXIT_USAGE;
+        eng_errf(err, errlen, "bench --disk-cache: --dir %s: cannot create %s in it: %s", parent, work, strerror(e));
+        rc = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS ? ENG_ERR_ARG : ENG_ERR_IO;
         work[0] = '\0';
         goto out;
     }
@@ -278,21 +275,24 @@ int hx_bench_disk_cache(int argc, char **argv) {
         int k = r < 0 ? 0 : r;
         for (int side = 0; side < 2; side++) {
             if ((side ^ (k & 1)) == 0) {  // plain
-                double tw = plain_write(plain, payload, size, err, sizeof err);
-                double tr = tw < 0 ? -1 : plain_read(plain, size, err, sizeof err);
+                double tw = plain_write(plain, payload, size, why, sizeof why);
+                double tr = tw < 0 ? -1 : plain_read(plain, size, why, sizeof why);
                 if (tr >= 0) drop_pages(plain);
-                double td = tr < 0 ? -1 : plain_read(plain, size, err, sizeof err);
+                double td = tr < 0 ? -1 : plain_read(plain, size, why, sizeof why);
                 unlink(plain);
-                if (td < 0) goto io_fail;
+                if (td < 0) {
+                    rc = ENG_ERR_IO;
+                    goto io_fail;
+                }
                 wp[k] = mbytes / tw;
                 rp[k] = mbytes / tr;
                 rpd[k] = mbytes / td;
             } else {
                 ckpt_times t = {0};
-                if (ckpt_rep(cache, tokens, N_TOK, payload, size, &t, err, sizeof err) != ENG_OK)
+                if ((rc = ckpt_rep(cache, tokens, N_TOK, payload, size, &t, why, sizeof why)) != ENG_OK)
                     goto io_fail;
                 wc[k] = mbytes / t.write;
-                rc_[k] = mbytes / t.read;
+                rck[k] = mbytes / t.read;
                 rcd[k] = mbytes / t.read_dropped;
             }
         }
@@ -306,7 +306,7 @@ int hx_bench_disk_cache(int argc, char **argv) {
     if (eng_stderr_is_tty()) fputc('\n', stderr);
 
     double m_wp = hx_median(wp, (int)reps), m_rp = hx_median(rp, (int)reps), m_rpd = hx_median(rpd, (int)reps);
-    double m_wc = hx_median(wc, (int)reps), m_rc = hx_median(rc_, (int)reps), m_rcd = hx_median(rcd, (int)reps);
+    double m_wc = hx_median(wc, (int)reps), m_rc = hx_median(rck, (int)reps), m_rcd = hx_median(rcd, (int)reps);
     double m_xx = hx_median(xx, (int)reps);
     const char *note = strcmp(fs, "tmpfs") == 0 || strcmp(fs, "ramfs") == 0
                            ? "tmpfs: every read and write is a memory copy; DONTNEED has no effect"
@@ -334,7 +334,8 @@ int hx_bench_disk_cache(int argc, char **argv) {
         char *txt = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
         json_decref(o);
         if (!txt) {
-            fprintf(stderr, "kvreplay: bench --disk-cache: cannot format JSON\n");
+            eng_errf(err, errlen, "bench --disk-cache: cannot format JSON");
+            rc = ENG_ERR_NOMEM;
             goto out;
         }
         printf("%s\n", txt);
@@ -350,11 +351,11 @@ int hx_bench_disk_cache(int argc, char **argv) {
         printf("\nXXH3-64 over the payload in memory: %.1f MB/s\n", m_xx);
         printf("note: %s\n", note);
     }
-    code = HX_EXIT_OK;
+    rc = hx_bench_flush("bench --disk-cache", err, errlen);
     goto out;
-io_fail:
-    fprintf(stderr, "kvreplay: bench --disk-cache: %s\n", err);
-    code = HX_EXIT_INTERNAL;
+io_fail:  /* files of the benchmark's own scratch directory: never the user's input */
+    eng_errf(err, errlen, "bench --disk-cache: %s", why);
+    rc = hx_bench_failed(rc);
 out:
     if (work[0] && plain[0]) {
         unlink(plain);
@@ -364,5 +365,5 @@ out:
     free(tokens);
     free(payload);
     free(v);
-    return code;
+    return rc;
 }

@@ -1,6 +1,5 @@
 /* harness/bench/bench_engine.c: see bench_engine.h. */
 #include "bench_engine.h"
-#include "cli.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -14,7 +13,6 @@
 
 #include "bench_peak.h"
 #include "bench_util.h"
-#include "errors.h"
 #include "stats.h"
 #include "status.h"
 #include "util.h"
@@ -28,7 +26,7 @@ static void sleep_s(double s) {
     while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
 }
 
-void hx_peak_init(hx_peak *p, int32_t n, int cap, int threads) {
+int hx_peak_init(hx_peak *p, int32_t n, int cap, int threads, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->n = n;
     p->threads = threads;
@@ -38,13 +36,19 @@ void hx_peak_init(hx_peak *p, int32_t n, int cap, int threads) {
     p->c = calloc((size_t)n * (size_t)n, sizeof(float));
     p->sgemm = malloc(sizeof(double) * (size_t)cap);
     p->fma = malloc(sizeof(double) * (size_t)cap);
-    if (!p->a || !p->b || !p->c || !p->sgemm || !p->fma) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    hx_random_floats(1, p->a, (int64_t)n * n);
-    hx_random_floats(2, p->b, (int64_t)n * n);
+    p->tmp = malloc(sizeof(double) * (size_t)cap);
+    if (!p->a || !p->b || !p->c || !p->sgemm || !p->fma || !p->tmp || hx_random_floats(1, p->a, (int64_t)n * n) ||
+        hx_random_floats(2, p->b, (int64_t)n * n)) {
+        hx_peak_free(p);
+        eng_errf(err, errlen, "bench: out of memory");
+        return ENG_ERR_NOMEM;
+    }
+    return ENG_OK;
 }
 
 void hx_peak_free(hx_peak *p) {
-    free(p->a); free(p->b); free(p->c); free(p->sgemm); free(p->fma);
+    free(p->a); free(p->b); free(p->c); free(p->sgemm); free(p->fma); free(p->tmp);
+    memset(p, 0, sizeof *p);
 }
 
 /* One sample of each: sustained GFLOP/s of back-to-back square sgemms over
@@ -80,18 +84,15 @@ void hx_peak_sample(hx_peak *p) {
     }
 }
 
-static double median_copy(const double *v, int n) {
+/* The median of v (a copy: the samples keep their order). */
+static double median_copy(const double *v, int n, double *tmp) {
     if (n <= 0) return NAN;
-    double *c = malloc(sizeof(double) * (size_t)n);
-    if (!c) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    memcpy(c, v, sizeof(double) * (size_t)n);
-    const double m = hx_median(c, n);
-    free(c);
-    return m;
+    memcpy(tmp, v, sizeof(double) * (size_t)n);
+    return hx_median(tmp, n);
 }
 
-double hx_peak_sgemm(hx_peak *p) { return median_copy(p->sgemm, p->n_samples); }
-double hx_peak_fma(hx_peak *p) { return median_copy(p->fma, p->n_samples); }
+double hx_peak_sgemm(hx_peak *p) { return median_copy(p->sgemm, p->n_samples, p->tmp); }
+double hx_peak_fma(hx_peak *p) { return median_copy(p->fma, p->n_samples, p->tmp); }
 
 bool hx_peak_plausible(double sgemm, double fma) { return !(fma < sgemm); }
 
@@ -111,41 +112,55 @@ void *hx_bench_json_head(const char *model, int threads, int chunk, int n_tokens
     return o;
 }
 
-eng_model *hx_bench_load(const char *path, const eng_numerics *num) {
-    eng_model *m = NULL;
-    char err[512] = "";
-    int rc = eng_model_load(path, num, &m, err, sizeof err);
-    if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err[0] ? err : eng_status_str(rc));
-    return m;
+int hx_bench_load(const char *path, const eng_numerics *num, eng_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    int rc = eng_model_load(path, num, out, err, errlen);
+    if (rc == ENG_OK) return ENG_OK;
+    if (err && errlen && !err[0]) eng_errf(err, errlen, "%s", eng_status_str(rc));
+    return rc == ENG_ERR_NOMEM ? rc : ENG_ERR_ARG;
 }
 
-void hx_measure_prefill(const eng_model *m, const int32_t *toks_depth, int32_t depth, const int32_t *toks, int32_t n,
-                        int32_t chunk, int reps, hx_peak *pk, hx_run *out) {
+/* A failed engine call rc: "bench: WHAT: <rc>" (or out of memory) in err, and its status. */
+static int engine_failed(int rc, const char *what, char *err, size_t errlen) {
+    if (rc == ENG_ERR_NOMEM || rc == ENG_OK) {
+        eng_errf(err, errlen, "bench: out of memory");
+        return ENG_ERR_NOMEM;
+    }
+    eng_errf(err, errlen, "bench: %s: %s", what, eng_status_str(rc));
+    return hx_bench_failed(rc);
+}
+
+int hx_measure_prefill(const eng_model *m, const int32_t *toks_depth, int32_t depth, const int32_t *toks, int32_t n,
+                       int32_t chunk, int reps, hx_peak *pk, hx_run *out, char *err, size_t errlen) {
     eng_seq *s = eng_seq_new(m, depth + n);
     float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
     double *t = malloc(sizeof(double) * (size_t)reps);
-    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    eng_ckpt *ck = NULL;
+    int rc = ENG_OK;
+    if (!s || !logits || !t) { rc = engine_failed(ENG_ERR_NOMEM, NULL, err, errlen); goto out; }
     eng_prefill_params pp = eng_prefill_params_default();
     pp.chunk = chunk;
     const eng_numerics *num = eng_model_get_numerics(m);
-    eng_ckpt *ck = NULL;
     if (depth > 0) {  /* the context, once: restored (a truncation, plus any recurrent state) before each rep */
         double t0 = eng_now_s();
-        int rc = eng_prefill(s, toks_depth, depth, &pp, NULL);
-        if (rc != ENG_OK || !(ck = eng_seq_checkpoint(s)))
-            hx_die(HX_EXIT_INTERNAL, "bench: depth prefill failed: %s", eng_status_str(rc));
+        if ((rc = eng_prefill(s, toks_depth, depth, &pp, NULL)) != ENG_OK || !(ck = eng_seq_checkpoint(s))) {
+            rc = engine_failed(rc, "depth prefill failed", err, errlen);
+            goto out;
+        }
         if (eng_stderr_is_tty())
             fprintf(stderr, "\rbench: %s depth %d prefilled in %.1f s   ", eng_kernel_name(num->kernel), depth,
                     eng_now_s() - t0);
     }
     for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
         if (r >= 0 && pk) hx_peak_sample(pk);
-        int rc = ck ? eng_seq_restore(s, ck) : (eng_seq_reset(s), ENG_OK);
-        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: restore: %s", eng_status_str(rc));
+        if ((rc = ck ? eng_seq_restore(s, ck) : (eng_seq_reset(s), ENG_OK)) != ENG_OK) {
+            rc = engine_failed(rc, "restore", err, errlen);
+            goto out;
+        }
         double t0 = eng_now_s();
         rc = eng_prefill(s, toks, n, &pp, logits);
         double dt = eng_now_s() - t0;
-        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: prefill failed: %s", eng_status_str(rc));
+        if (rc != ENG_OK) { rc = engine_failed(rc, "prefill failed", err, errlen); goto out; }
         if (r >= 0) t[r] = dt;
         if (eng_stderr_is_tty())
             fprintf(stderr, "\rbench: %s C=%d depth %d rep %d/%d: %.3f s   ", eng_kernel_name(num->kernel), chunk, depth,
@@ -161,27 +176,33 @@ void hx_measure_prefill(const eng_model *m, const int32_t *toks_depth, int32_t d
     out->tok_s = n / out->seconds;
     out->gflops = eng_model_prefill_flops_params(m, depth, n, &pp) / out->seconds / 1e9;
     out->ratio = out->ratio_fma = NAN;
+out:
     eng_ckpt_free(ck);
     free(t);
     free(logits);
     eng_seq_free(s);
+    return rc;
 }
 
-void hx_measure_decode(const eng_model *m, const int32_t *toks, int32_t n, int32_t steps, int reps, hx_run *out) {
+int hx_measure_decode(const eng_model *m, const int32_t *toks, int32_t n, int32_t steps, int reps, hx_run *out,
+                      char *err, size_t errlen) {
     eng_seq *s = eng_seq_new(m, n + steps);
     float *logits = malloc(sizeof(float) * (size_t)eng_model_get_info(m)->n_vocab);
     double *t = malloc(sizeof(double) * (size_t)reps);
-    if (!s || !logits || !t) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    int rc = eng_prefill(s, toks, n, NULL, logits);
-    eng_ckpt *ck = rc == ENG_OK ? eng_seq_checkpoint(s) : NULL;
-    if (!ck) hx_die(HX_EXIT_INTERNAL, "bench: prompt prefill failed: %s", eng_status_str(rc));
+    eng_ckpt *ck = NULL;
+    int rc = ENG_OK;
+    if (!s || !logits || !t) { rc = engine_failed(ENG_ERR_NOMEM, NULL, err, errlen); goto out; }
+    if ((rc = eng_prefill(s, toks, n, NULL, logits)) != ENG_OK || !(ck = eng_seq_checkpoint(s))) {
+        rc = engine_failed(rc, "prompt prefill failed", err, errlen);
+        goto out;
+    }
     const eng_numerics *num = eng_model_get_numerics(m);
     for (int r = -1; r < reps; r++) {  /* r == -1: warm-up */
-        if ((rc = eng_seq_restore(s, ck)) != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: restore: %s", eng_status_str(rc));
+        if ((rc = eng_seq_restore(s, ck)) != ENG_OK) { rc = engine_failed(rc, "restore", err, errlen); goto out; }
         double t0 = eng_now_s();
         for (int32_t k = 0; k < steps && rc == ENG_OK; k++) rc = eng_decode(s, toks[n + k], logits);
         double dt = eng_now_s() - t0;
-        if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "bench: decode failed: %s", eng_status_str(rc));
+        if (rc != ENG_OK) { rc = engine_failed(rc, "decode failed", err, errlen); goto out; }
         if (r >= 0) t[r] = dt;
         if (eng_stderr_is_tty())
             fprintf(stderr, "\rbench: %s decode rep %d/%d: %.3f s   ", eng_kernel_name(num->kernel), r + 1, reps, dt);
@@ -195,10 +216,12 @@ void hx_measure_decode(const eng_model *m, const int32_t *toks, int32_t n, int32
     out->seconds = hx_median(t, reps);
     out->tok_s = steps / out->seconds;
     out->gflops = out->ratio = out->ratio_fma = NAN;
+out:
     eng_ckpt_free(ck);
     free(t);
     free(logits);
     eng_seq_free(s);
+    return rc;
 }
 
 void hx_machine_get(hx_machine *mc) {

@@ -33,12 +33,11 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "cli.h"
 #include "bench_engine.h"
 #include "bench_util.h"
-#include "errors.h"
 #include "options.h"
 #include "stats.h"
+#include "status.h"
 #include "util.h"
 
 typedef struct load_args {
@@ -118,32 +117,44 @@ typedef struct variant {
     double     *quiet, *loaded;
 } variant;
 
-/* Wall seconds of `sh -c cmd` (exits 3 when it fails). */
-static double time_command(const char *cmd) {
+/* Wall seconds of `sh -c cmd` into *sec; ENG_ERR_IO when it fails. */
+static int time_command(const char *cmd, double *sec, char *err, size_t errlen) {
     fflush(stdout);
     const double t0 = eng_now_s();
     const int st = system(cmd);
-    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        hx_die(HX_EXIT_INTERNAL, "bench --contention: the command failed (status %d): %s",
-               st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, cmd);
-    return eng_now_s() - t0;
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        eng_errf(err, errlen, "bench --contention: the command failed (status %d): %s",
+                 st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, cmd);
+        return ENG_ERR_IO;
+    }
+    *sec = eng_now_s() - t0;
+    return ENG_OK;
 }
 
-static int contention_exec(const load_args *a, int k, const hx_machine *mc) {
+/* All k competitors started, or none left running and ENG_ERR_IO. */
+static int competitors(pid_t *pids, int k, char *err, size_t errlen) {
+    const int started = start_competitors(pids, k);
+    if (started == k) return ENG_OK;
+    stop_competitors(pids, started);
+    eng_errf(err, errlen, "bench --contention: cannot start %d competitors", k);
+    return ENG_ERR_IO;
+}
+
+static int contention_exec(const load_args *a, int k, const hx_machine *mc, char *err, size_t errlen) {
     double *q = calloc((size_t)a->reps, sizeof(double)), *l = calloc((size_t)a->reps, sizeof(double));
     pid_t *pids = malloc(sizeof(pid_t) * (size_t)k);
-    if (!q || !l || !pids) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
+    int rc = ENG_OK;
+    if (!q || !l || !pids) {
+        rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
     double load0[3] = {0, 0, 0};
     getloadavg(load0, 3);
     for (int r = 0; r < a->reps; r++) {
-        q[r] = time_command(a->exec);
-        const int started = start_competitors(pids, k);
-        if (started < k) {
-            stop_competitors(pids, started);
-            hx_die(HX_EXIT_INTERNAL, "bench --contention: cannot start %d competitors", k);
-        }
-        l[r] = time_command(a->exec);
+        if ((rc = time_command(a->exec, &q[r], err, errlen)) || (rc = competitors(pids, k, err, errlen))) goto out;
+        rc = time_command(a->exec, &l[r], err, errlen);
         stop_competitors(pids, k);
+        if (rc) goto out;
     }
     const double mq = hx_median(q, a->reps), ml = hx_median(l, a->reps);
     if (a->json) {
@@ -159,28 +170,91 @@ static int contention_exec(const load_args *a, int k, const hx_machine *mc) {
         json_object_set_new(e, "slowdown", json_real(ml / mq));
         json_array_append_new(arr, e);
         json_object_set_new(o, "runs", arr);
-        hx_bench_print_json(o);
+        if (hx_bench_print_json(o)) {
+            rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+            goto out;
+        }
     } else {
         printf("command: %s\n%d rounds; %d busy competitors pinned one per core (%d cores); load average at start "
                "%.2f\nquiet %.1f s, loaded %.1f s (medians): loaded/quiet %.2f\n", a->exec, a->reps, k, mc->cores,
                load0[0], mq, ml, ml / mq);
     }
+    rc = hx_bench_flush("bench --contention", err, errlen);
+out:
     free(q);
     free(l);
     free(pids);
-    return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
+    return rc;
 }
 
-int hx_bench_contention(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
+/* Loads each variant's model, KVREPLAY_POOL_SPIN_US set as it asks while
+ * its pool starts, and the caller's value put back after. */
+static int load_variants(variant *v, int nv, const load_args *a, char *err, size_t errlen) {
+    const char *env0 = getenv("KVREPLAY_POOL_SPIN_US");
+    char *saved = env0 ? strdup(env0) : NULL;
+    int rc = env0 && !saved ? (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM) : ENG_OK;
+    for (int i = 0; i < nv && !rc; i++) {
+        eng_numerics n = a->num;
+        n.kernel = v[i].kernel;
+        if (v[i].spin) setenv("KVREPLAY_POOL_SPIN_US", v[i].spin, 1);
+        else if (saved) setenv("KVREPLAY_POOL_SPIN_US", saved, 1);
+        else unsetenv("KVREPLAY_POOL_SPIN_US");
+        if ((rc = hx_bench_load(a->model, &n, &v[i].m, err, errlen))) break;
+        v[i].quiet = calloc((size_t)a->reps, sizeof(double));
+        v[i].loaded = calloc((size_t)a->reps, sizeof(double));
+        if (!v[i].quiet || !v[i].loaded) rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+    }
+    if (saved) setenv("KVREPLAY_POOL_SPIN_US", saved, 1);
+    else if (!env0) unsetenv("KVREPLAY_POOL_SPIN_US");
+    free(saved);
+    return rc;
+}
+
+static int print_contention(const load_args *a, const variant *v, int nv, int k, const hx_machine *mc,
+                            double load0, char *err, size_t errlen) {
+    double q[4], l[4];
+    for (int i = 0; i < nv; i++) {
+        q[i] = hx_median(v[i].quiet, a->reps);
+        l[i] = hx_median(v[i].loaded, a->reps);
+    }
+    if (a->json) {
+        json_t *o = hx_bench_json_head(a->model, a->num.n_threads, a->chunk, a->n_tok, a->reps), *arr = json_array();
+        json_object_set_new(o, "competitors", json_integer(k));
+        json_object_set_new(o, "cores", json_integer(mc->cores));
+        json_object_set_new(o, "loadavg_at_start", json_real(load0));
+        for (int i = 0; i < nv; i++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "variant", json_string(v[i].name));
+            json_object_set_new(e, "kernel", json_string(eng_kernel_name(v[i].kernel)));
+            json_object_set_new(e, "quiet_tok_s", json_real(a->n_tok / q[i]));
+            json_object_set_new(e, "loaded_tok_s", json_real(a->n_tok / l[i]));
+            json_object_set_new(e, "slowdown", json_real(l[i] / q[i]));
+            json_array_append_new(arr, e);
+        }
+        json_object_set_new(o, "runs", arr);
+        if (hx_bench_print_json(o)) return eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM;
+        return ENG_OK;
+    }
+    printf("model %s: %d tokens, C = %d, %d threads, %d rounds; %d busy competitors pinned one per core "
+           "(%d cores); load average at start %.2f\n", a->model, a->n_tok, a->chunk, a->num.n_threads, a->reps, k,
+           mc->cores, load0);
+    printf("%-20s %12s %12s %15s\n", "variant", "quiet tok/s", "loaded tok/s", "loaded/quiet");
+    for (int i = 0; i < nv; i++)
+        printf("%-20s %12.1f %12.1f %15.2f\n", v[i].name, a->n_tok / q[i], a->n_tok / l[i], l[i] / q[i]);
+    return ENG_OK;
+}
+
+int hx_bench_contention(int argc, char **argv, char *err, size_t errlen) {
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
     load_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 512, .reps = 3};
-    for (int i = 1; i < argc; i++)
-        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --contention", argv[i]);
+    int rc = hx_bench_args(k_options, &a, argc, argv, "bench --contention", err, errlen);
+    if (rc) return rc;
     hx_machine mc;
     hx_machine_get(&mc);
     const int k = a.competitors > 0 ? a.competitors : (mc.cores > 0 ? mc.cores : 1);
-    if (a.exec) return contention_exec(&a, k, &mc);
-    if (!a.model) hx_die(HX_EXIT_USAGE, "bench --contention: -m MODEL.gguf is required (see --help)");
+    if (a.exec) return contention_exec(&a, k, &mc, err, errlen);
+    if (!a.model)
+        return eng_errf(err, errlen, "bench --contention: -m MODEL.gguf is required (see --help)"), ENG_ERR_ARG;
     variant v[4] = {
         {.name = "ref", .kernel = ENG_KERNEL_REF},
         {.name = "blas", .kernel = ENG_KERNEL_BLAS},
@@ -188,77 +262,37 @@ int hx_bench_contention(int argc, char **argv) {
         {.name = "ref spinning 200us", .kernel = ENG_KERNEL_REF, .spin = "200"},
     };
     const int nv = a.policies ? 4 : 2;
-    const char *env0 = getenv("KVREPLAY_POOL_SPIN_US");
-    char *saved = env0 ? strdup(env0) : NULL;
-    for (int i = 0; i < nv; i++) {
-        eng_numerics n = a.num;
-        n.kernel = v[i].kernel;
-        if (v[i].spin) setenv("KVREPLAY_POOL_SPIN_US", v[i].spin, 1);
-        else if (saved) setenv("KVREPLAY_POOL_SPIN_US", saved, 1);
-        else unsetenv("KVREPLAY_POOL_SPIN_US");
-        v[i].m = hx_bench_load(a.model, &n);
-        v[i].quiet = calloc((size_t)a.reps, sizeof(double));
-        v[i].loaded = calloc((size_t)a.reps, sizeof(double));
-        if (!v[i].quiet || !v[i].loaded) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    }
-    if (saved) setenv("KVREPLAY_POOL_SPIN_US", saved, 1);
-    else unsetenv("KVREPLAY_POOL_SPIN_US");
-    free(saved);
+    int32_t *toks = NULL;
+    pid_t *pids = NULL;
+    if ((rc = load_variants(v, nv, &a, err, errlen))) goto out;
     const eng_model_info *in = eng_model_get_info(v[0].m);
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)a.n_tok);
-    pid_t *pids = malloc(sizeof(pid_t) * (size_t)k);
-    if (!toks || !pids) hx_die(HX_EXIT_INTERNAL, "bench: out of memory");
-    hx_random_tokens((uint64_t)a.seed, toks, a.n_tok, in->n_vocab);
+    toks = malloc(sizeof(int32_t) * (size_t)a.n_tok);
+    pids = malloc(sizeof(pid_t) * (size_t)k);
+    if (!toks || !pids || hx_random_tokens((uint64_t)a.seed, toks, a.n_tok, in->n_vocab)) {
+        rc = (eng_errf(err, errlen, "bench: out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
     double load0[3] = {0, 0, 0};
     getloadavg(load0, 3);
     for (int r = 0; r < a.reps; r++) {
         hx_run run;
         for (int i = 0; i < nv; i++) {
-            hx_measure_prefill(v[i].m, NULL, 0, toks, a.n_tok, a.chunk, 1, NULL, &run);
+            if ((rc = hx_measure_prefill(v[i].m, NULL, 0, toks, a.n_tok, a.chunk, 1, NULL, &run, err, errlen)))
+                goto out;
             v[i].quiet[r] = run.seconds;
         }
-        const int started = start_competitors(pids, k);
-        if (started < k) {
-            stop_competitors(pids, started);
-            hx_die(HX_EXIT_INTERNAL, "bench --contention: cannot start %d competitors", k);
-        }
-        for (int i = 0; i < nv; i++) {
-            hx_measure_prefill(v[i].m, NULL, 0, toks, a.n_tok, a.chunk, 1, NULL, &run);
-            v[i].loaded[r] = run.seconds;
-        }
+        if ((rc = competitors(pids, k, err, errlen))) goto out;
+        for (int i = 0; i < nv && !rc; i++)
+            if (!(rc = hx_measure_prefill(v[i].m, NULL, 0, toks, a.n_tok, a.chunk, 1, NULL, &run, err, errlen)))
+                v[i].loaded[r] = run.seconds;
         stop_competitors(pids, k);
+        if (rc) goto out;
         if (eng_stderr_is_tty()) fprintf(stderr, "\rbench --contention: round %d/%d   ", r + 1, a.reps);
     }
     if (eng_stderr_is_tty()) fprintf(stderr, "\r%50s\r", "");
-    double q[4], l[4];
-    for (int i = 0; i < nv; i++) {
-        q[i] = hx_median(v[i].quiet, a.reps);
-        l[i] = hx_median(v[i].loaded, a.reps);
-    }
-    if (a.json) {
-        json_t *o = hx_bench_json_head(a.model, a.num.n_threads, a.chunk, a.n_tok, a.reps), *arr = json_array();
-        json_object_set_new(o, "competitors", json_integer(k));
-        json_object_set_new(o, "cores", json_integer(mc.cores));
-        json_object_set_new(o, "loadavg_at_start", json_real(load0[0]));
-        for (int i = 0; i < nv; i++) {
-            json_t *e = json_object();
-            json_object_set_new(e, "variant", json_string(v[i].name));
-            json_object_set_new(e, "kernel", json_string(eng_kernel_name(v[i].kernel)));
-            json_object_set_new(e, "quiet_tok_s", json_real(a.n_tok / q[i]));
-            json_object_set_new(e, "loaded_tok_s", json_real(a.n_tok / l[i]));
-            json_object_set_new(e, "slowdown", json_real(l[i] / q[i]));
-            json_array_append_new(arr, e);
-        }
-        json_object_set_new(o, "runs", arr);
-        hx_bench_print_json(o);
-    } else {
-        printf("model %s: %d tokens, C = %d, %d threads, %d rounds; %d busy competitors pinned one per core "
-               "(%d cores); load average at start %.2f\n", a.model, a.n_tok, a.chunk, a.num.n_threads, a.reps, k,
-               mc.cores, load0[0]);
-        printf("%-20s %12s %12s %15s\n", "variant", "quiet tok/s", "loaded tok/s", "loaded/quiet");
-        for (int i = 0; i < nv; i++)
-            printf("%-20s %12.1f %12.1f %15.2f\n", v[i].name, a.n_tok / q[i], a.n_tok / l[i], l[i] / q[i]);
-    }
+    if (!(rc = print_contention(&a, v, nv, k, &mc, load0[0], err, errlen)))
+        rc = hx_bench_flush("bench --contention", err, errlen);
+out:
     for (int i = 0; i < nv; i++) {
         eng_model_free(v[i].m);
         free(v[i].quiet);
@@ -266,5 +300,5 @@ int hx_bench_contention(int argc, char **argv) {
     }
     free(toks);
     free(pids);
-    return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
+    return rc;
 }

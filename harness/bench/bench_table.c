@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 
 #include "bench.h"
-#include "cli.h"
 #include "bench_engine.h"
-#include "errors.h"
+#include "bench_util.h"
+#include "status.h"
 
 typedef struct tab {
     const char *dir;
@@ -133,7 +133,7 @@ static void row(tab *t, const char *what, double goal, bool up, double value, co
     printf("| %s | %s | %s | %s | %s | %s | `%s` |\n", what, g, v, met, l, ll, cmd);
 }
 
-int hx_bench_table(int argc, char **argv) {
+int hx_bench_table(int argc, char **argv, char *err, size_t errlen) {
     tab t = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--table") && i + 1 < argc) t.dir = argv[++i];
@@ -141,13 +141,13 @@ int hx_bench_table(int argc, char **argv) {
             printf("usage: kvreplay bench --table DIR\n\nThe targets of issue 23 in one markdown table, from the JSON "
                    "files of a make bench run in DIR\n(and DIR/llama-*.json from llama-bench -o json). A ratio to an FMA peak "
                    "below the same file's\nsustained sgemm is \"untrusted\" (its samples were disturbed), not judged.\n");
-            return HX_EXIT_OK;
-        } else hx_bad_arg("bench --table", argv[i]);
+            return ENG_OK;
+        } else return hx_bench_bad_arg("bench --table", argv[i], err, errlen);
     }
-    if (!t.dir) hx_die(HX_EXIT_USAGE, "bench --table: a directory is required");
+    if (!t.dir) return eng_errf(err, errlen, "bench --table: a directory is required"), ENG_ERR_ARG;
     struct stat st;
     if (stat(t.dir, &st) != 0 || !S_ISDIR(st.st_mode))  /* a table of "-" for a mistyped DIR would say nothing */
-        hx_die(HX_EXIT_USAGE, "bench --table: %s: not a directory", t.dir);
+        return eng_errf(err, errlen, "bench --table: %s: not a directory", t.dir), ENG_ERR_ARG;
     json_t *p2 = load(&t, "prefill-t2.json"), *p1 = load(&t, "prefill-t1.json"), *ct = load(&t, "contention.json");
     json_t *d1 = load(&t, "depth-t1.json"), *d2 = load(&t, "depth-t2.json"), *mem = load(&t, "memory.json");
     json_t *seed = load(&t, "seed003-contention.json");
@@ -271,5 +271,5 @@ int hx_bench_table(int argc, char **argv) {
                "stderr names the file)\n", t.untrusted);
     json_t *all[] = {p2, p1, ct, d1, d2, mem, seed, dec[0][0], dec[0][1], dec[1][0], dec[1][1], lpp, ltg, ldp};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) json_decref(all[i]);
-    return fflush(stdout) == 0 ? HX_EXIT_OK : HX_EXIT_INTERNAL;
+    return hx_bench_flush("bench --table", err, errlen);
 }

@@ -22,8 +22,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "cli.h"
-#include "errors.h"
+#include "bench_util.h"
 #include "gguf.h"
 #include "options.h"
 #include "status.h"
@@ -232,81 +231,105 @@ static const hx_option k_options[] = {
     {0},
 };
 
-int hx_bench_tokenizer(int argc, char **argv) {
-    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
+/* One vocabulary on the text: its line (or JSON entry into jv); *exact false
+ * when detokenize did not give the text back. */
+static int bench_vocab(const char *path, const eng_buf *text, int reps, bool json, json_t *jv, bool *exact,
+                       char *err, size_t errlen) {
+    eng_gguf *g = NULL;
+    eng_tokenizer *t = NULL;
+    int32_t *ids = NULL;
+    char *back = NULL;
+    int rc = eng_gguf_open(path, &g, err, errlen);
+    if (rc == ENG_OK) rc = eng_tokenizer_load(g, &t, err, errlen);
+    eng_gguf_close(g);
+    if (rc != ENG_OK) {  /* the file the user named */
+        rc = rc == ENG_ERR_NOMEM ? rc : ENG_ERR_ARG;
+        goto out;
+    }
+    int32_t cap = (int32_t)text->len + 16;
+    ids = malloc((size_t)cap * sizeof *ids);
+    back = malloc(text->len + 1);
+    if (!ids || !back) {
+        rc = (eng_errf(err, errlen, "out of memory"), ENG_ERR_NOMEM);
+        goto out;
+    }
+    double best_tok = 1e30, best_detok = 1e30;
+    int32_t n = 0;
+    int64_t nb = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = eng_now_s();
+        n = eng_tokenize(t, text->data, text->len, false, false, true, ids, cap, NULL);
+        double t1 = eng_now_s();
+        if (n < 0) {  /* more tokens than cap */
+            rc = (eng_errf(err, errlen, "%s: tokenize failed (%d)", path, n), ENG_ERR_RANGE);
+            goto out;
+        }
+        nb = eng_detokenize(t, ids, n, true, back, text->len + 1);
+        double t2 = eng_now_s();
+        if (t1 - t0 < best_tok) best_tok = t1 - t0;
+        if (t2 - t1 < best_detok) best_detok = t2 - t1;
+    }
+    *exact = nb == (int64_t)text->len && memcmp(back, text->data, text->len) == 0;
+    double mbs = (double)text->len / 1e6 / best_tok, tps = n / best_tok;
+    double dmbs = (double)text->len / 1e6 / best_detok;
+    const char *type = eng_tokenizer_type_name(t);
+    const char *pre = eng_tokenizer_pre(t);
+    if (json) {
+        json_array_append_new(jv, json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:b}", "path", path,
+                                            "type", type, "pre", pre, "n_vocab", (int)eng_tokenizer_n_vocab(t), "tokens",
+                                            (json_int_t)n, "tokenize_s", best_tok, "tokenize_mb_s", mbs,
+                                            "tokens_s", tps, "detokenize_mb_s", dmbs, "roundtrip_exact", *exact));
+    } else {
+        printf("%-40s %-5s %-16s %8d tokens  tokenize %7.2f MB/s  %9.0f tokens/s  detokenize %7.1f MB/s  round trip %s\n",
+               path, type, pre[0] ? pre : "-", n, mbs, tps, dmbs, *exact ? "exact" : "DIFFERS");
+    }
+out:
+    free(ids);
+    free(back);
+    eng_tokenizer_free(t);
+    return rc;
+}
+
+int hx_bench_tokenizer(int argc, char **argv, char *err, size_t errlen) {
+    if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
     tok_args a = {.mb = 1.0, .seed = 1, .reps = 3};
-    for (int i = 1; i < argc; i++)
-        if (!hx_options_parse(k_options, &a, argc, argv, &i)) hx_bad_arg("bench --tokenizer", argv[i]);
-    const char *const *paths = a.vocabs.v;
-    int n_paths = a.vocabs.n, reps = a.reps;
-    double mb = a.mb;
-    uint64_t seed = (uint64_t)a.seed;
-    bool json = a.json;
-    if (n_paths == 0) hx_die(HX_EXIT_USAGE, "bench --tokenizer: -m VOCAB.gguf is required");
+    int rc = hx_bench_args(k_options, &a, argc, argv, "bench --tokenizer", err, errlen);
+    if (rc) return rc;
+    const uint64_t seed = (uint64_t)a.seed;
+    if (a.vocabs.n == 0) return eng_errf(err, errlen, "bench --tokenizer: -m VOCAB.gguf is required"), ENG_ERR_ARG;
 
     eng_buf text = {0};
-    if (make_agent_text(&text, (size_t)(mb * 1e6), seed) != ENG_OK) hx_die(HX_EXIT_INTERNAL, "out of memory");
-    json_t *jv = json_array();
-    if (!json)
-        printf("tokenizer bench: %zu bytes of agent-style text (seed %llu), best of %d, 1 thread\n", text.len,
-               (unsigned long long)seed, reps);
-    int exit_code = HX_EXIT_OK;
-    for (int k = 0; k < n_paths; k++) {
-        char err[512];
-        eng_gguf *g = NULL;
-        eng_tokenizer *t = NULL;
-        int rc = eng_gguf_open(paths[k], &g, err, sizeof err);
-        if (rc == ENG_OK) rc = eng_tokenizer_load(g, &t, err, sizeof err);
-        eng_gguf_close(g);
-        if (rc != ENG_OK)
-            hx_die(rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
-        int32_t cap = (int32_t)text.len + 16;
-        int32_t *ids = malloc((size_t)cap * sizeof *ids);
-        char *back = malloc(text.len + 1);
-        if (!ids || !back) hx_die(HX_EXIT_INTERNAL, "out of memory");
-        double best_tok = 1e30, best_detok = 1e30;
-        int32_t n = 0;
-        int64_t nb = 0;
-        for (int r = 0; r < reps; r++) {
-            double t0 = eng_now_s();
-            n = eng_tokenize(t, text.data, text.len, false, false, true, ids, cap, NULL);
-            double t1 = eng_now_s();
-            if (n < 0) hx_die(HX_EXIT_INTERNAL, "%s: tokenize failed (%d)", paths[k], n);
-            nb = eng_detokenize(t, ids, n, true, back, text.len + 1);
-            double t2 = eng_now_s();
-            if (t1 - t0 < best_tok) best_tok = t1 - t0;
-            if (t2 - t1 < best_detok) best_detok = t2 - t1;
-        }
-        bool exact = nb == (int64_t)text.len && memcmp(back, text.data, text.len) == 0;
-        if (!exact) exit_code = HX_EXIT_INTERNAL;
-        double mbs = (double)text.len / 1e6 / best_tok, tps = n / best_tok;
-        double dmbs = (double)text.len / 1e6 / best_detok;
-        const char *type = eng_tokenizer_type_name(t);
-        const char *pre = eng_tokenizer_pre(t);
-        if (json) {
-            json_array_append_new(jv, json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:b}", "path", paths[k],
-                                                "type", type, "pre", pre, "n_vocab", (int)eng_tokenizer_n_vocab(t), "tokens",
-                                                (json_int_t)n, "tokenize_s", best_tok, "tokenize_mb_s", mbs,
-                                                "tokens_s", tps, "detokenize_mb_s", dmbs, "roundtrip_exact", exact));
-        } else {
-            printf("%-40s %-5s %-16s %8d tokens  tokenize %7.2f MB/s  %9.0f tokens/s  detokenize %7.1f MB/s  round trip %s\n",
-                   paths[k], type, pre[0] ? pre : "-", n, mbs, tps, dmbs, exact ? "exact" : "DIFFERS");
-        }
-        free(ids);
-        free(back);
-        eng_tokenizer_free(t);
+    json_t *jv = NULL;
+    bool all_exact = true;
+    if ((rc = make_agent_text(&text, (size_t)(a.mb * 1e6), seed)) != ENG_OK || !(jv = json_array())) {
+        rc = (eng_errf(err, errlen, "out of memory"), ENG_ERR_NOMEM);
+        goto out;
     }
-    if (json) {
-        json_t *o = json_pack("{s:I, s:I, s:i, s:i, s:o}", "bytes", (json_int_t)text.len, "seed", (json_int_t)seed,
-                              "reps", reps, "threads", 1, "vocabs", jv);
-        char *s = json_dumps(o, JSON_COMPACT);
+    if (!a.json)
+        printf("tokenizer bench: %zu bytes of agent-style text (seed %llu), best of %d, 1 thread\n", text.len,
+               (unsigned long long)seed, a.reps);
+    for (int k = 0; k < a.vocabs.n && !rc; k++) {
+        bool exact = false;
+        rc = bench_vocab(a.vocabs.v[k], &text, a.reps, a.json, jv, &exact, err, errlen);
+        all_exact = all_exact && exact;
+    }
+    if (rc) goto out;
+    if (a.json) {
+        json_t *o = json_pack("{s:I, s:I, s:i, s:i, s:O}", "bytes", (json_int_t)text.len, "seed", (json_int_t)seed,
+                              "reps", a.reps, "threads", 1, "vocabs", jv);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (!s) {
+            rc = (eng_errf(err, errlen, "out of memory"), ENG_ERR_NOMEM);
+            goto out;
+        }
         printf("%s\n", s);
         free(s);
-        json_decref(o);
-    } else {
-        json_decref(jv);
     }
+    if (!all_exact) rc = (eng_errf(err, errlen, "bench --tokenizer: a round trip differed"), ENG_ERR_MISMATCH);
+    else rc = hx_bench_flush("bench --tokenizer", err, errlen);
+out:
+    json_decref(jv);
     eng_buf_free(&text);
-    if (exit_code != HX_EXIT_OK) fprintf(stderr, "kvreplay: bench --tokenizer: a round trip differed\n");
-    return exit_code;
+    return rc;
 }
