@@ -21,7 +21,9 @@
  *   - the contract: a span that leaves its grid cell, a sequence twice, a
  *     sequence of another model, a token outside the vocabulary, n_ctx
  *     exceeded are refused with a message naming the span, and no state
- *     changes; eng_batch_chunk_len cuts eng_prefill's chunks.
+ *     changes; eng_batch_chunk_len cuts eng_prefill's chunks;
+ *   - `kvreplay bench --batch` (skipped without $BUILD/kvreplay): its rows
+ *     per kernel and size, bits identical under ref and for one span.
  *
  * Paths the CPU does not run are skipped with a message (the scalar path
  * always runs).
@@ -32,6 +34,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,7 @@
 #include "internal.h"
 #include "kernels.h"
 #include "model.h"
+#include "runcli.h"
 #include "seqcheck.h"
 #include "status.h"
 #include "synth.h"
@@ -521,6 +525,68 @@ static void chunk_len_cuts_the_chunks_of_eng_prefill(void **state) {
     eng_model_free(m);
 }
 
+// ----------------------------------------------------------------------------
+// `kvreplay bench --batch`
+
+/* Runs cmd, parses its stdout as one JSON object (fails the test otherwise). */
+static json_t *run_json(const char *cmd) {
+    char *out = NULL;
+    size_t n = 0;
+    const int rc = kvr_run(cmd, &out, &n);
+    if (rc != 0) fail_msg("%s: exit %d", cmd, rc);
+    json_error_t e;
+    json_t *o = json_loadb(out ? out : "", n, 0, &e);
+    if (!o) fail_msg("%s: not JSON: %s", cmd, e.text);
+    free(out);
+    return o;
+}
+
+/* The sweep 1, 2, B for ref and blas: aggregate tokens/s, and every batched
+ * logit row compared with the one-by-one run: identical under ref, and
+ * under blas for b = 1 (a step of one span is the sequence's own). */
+static void bench_batch_reports_throughput_and_bits_per_kernel_and_size(void **state) {
+    (void)state;
+    const char *bin = kvr_bin();
+    if (!bin) skip();
+    int a = 0;
+    while (a < g_n_arch && strcmp(g_arch[a], "hybrid")) a++;
+    assert_true(a < g_n_arch);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s bench --batch 3 -m %s --tokens 70 --decode-steps 4 --prefill-tokens 70 --reps 1 "
+             "--threads 2 --json", bin, g_path[a]);
+    json_t *o = run_json(cmd);
+    json_t *runs = json_object_get(o, "runs");
+    assert_int_equal(json_array_size(runs), 6);
+    assert_int_equal(json_array_size(json_object_get(o, "load_avg_before")), 3);
+    const int want_b[6] = {1, 2, 3, 1, 2, 3};
+    for (size_t i = 0; i < 6; i++) {
+        json_t *r = json_array_get(runs, i);
+        const char *k = json_string_value(json_object_get(r, "kernel"));
+        const int b = (int)json_integer_value(json_object_get(r, "batch"));
+        assert_string_equal(k, i < 3 ? "ref" : "blas");
+        assert_int_equal(b, want_b[i]);
+        assert_int_equal(json_integer_value(json_object_get(r, "decode_rows")), 4 * b);
+        assert_int_equal(json_integer_value(json_object_get(r, "prefill_rows")), b);
+        const char *tk[] = {"decode_single_tok_s", "decode_batched_tok_s", "prefill_single_tok_s",
+                            "prefill_batched_tok_s"};
+        for (int j = 0; j < 4; j++) assert_true(json_real_value(json_object_get(r, tk[j])) > 0);
+        const int64_t dd = json_integer_value(json_object_get(r, "decode_rows_differ"));
+        const int64_t pd = json_integer_value(json_object_get(r, "prefill_rows_differ"));
+        if (i < 3 || b == 1) {
+            assert_int_equal(dd, 0);
+            assert_int_equal(pd, 0);
+            assert_true(json_is_true(json_object_get(r, "bits_identical")));
+        }
+        print_message("bench --batch: %s b %d: decode rows differing %lld of %d, prefill %lld of %d\n", k, b,
+                      (long long)dd, 4 * b, (long long)pd, b);
+    }
+    json_decref(o);
+    snprintf(cmd, sizeof cmd, "%s bench --batch 2 -m %s --bogus >/dev/null 2>&1", bin, g_path[a]);
+    assert_int_equal(kvr_run(cmd, NULL, NULL), 2);
+    snprintf(cmd, sizeof cmd, "%s bench --batch 2 -m %s/missing.gguf >/dev/null 2>&1", bin, g_dir);
+    assert_int_equal(kvr_run(cmd, NULL, NULL), 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chunk_len_cuts_the_chunks_of_eng_prefill),
@@ -528,6 +594,7 @@ int main(void) {
         cmocka_unit_test(ref_rows_do_not_depend_on_the_other_sequences_of_a_step),
         cmocka_unit_test(a_row_reduced_in_another_order_when_batched_is_caught),
         cmocka_unit_test(blas_rows_change_with_the_other_sequences_of_a_step),
+        cmocka_unit_test(bench_batch_reports_throughput_and_bits_per_kernel_and_size),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -100,6 +100,7 @@ int hx_cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--memory")) return hx_bench_memory(argc, argv);
         if (!strcmp(argv[i], "--memory-child")) return hx_bench_memory_child(argc, argv);
         if (!strcmp(argv[i], "--table")) return hx_bench_table(argc, argv);
+        if (!strcmp(argv[i], "--batch")) return hx_bench_batch(argc, argv);
     }
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return HX_EXIT_OK; }
     bench_args a = {.num = eng_numerics_default(), .chunk = 64, .n_tok = 1024, .reps = 3, .peak_n = 1024,
