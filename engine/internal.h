@@ -1,7 +1,7 @@
 /*
  * engine/internal.h: the engine's internal structures, shared by model.c
- * (load), seq.c (sequence state), forward.c (prefill/decode) and the layer
- * kinds (engine/layers/). Public headers keep these types opaque; only the
+ * (load), seq.c (sequence state), forward.c (prefill/decode), batch.c (steps
+ * of several sequences) and the layer kinds (engine/layers/). Public headers keep these types opaque; only the
  * engine's .c files and its own tests include this file.
  *
  * A model is a stack of layers, each of one kind (engine/layers/layer.h):
@@ -93,10 +93,19 @@ struct eng_ckpt {
 // ----------------------------------------------------------------------------
 // Internal functions shared between the engine's files
 
-/* forward.c: runs one chunk of T tokens at positions [pos0, pos0 + T) of s
- * (pos0 == s->n_tokens), writing its memory and tokens; when logits_rows is
- * not NULL, applies the output head to all T rows (M = T) and writes them
- * there [T, V]. Does not advance n_tokens. ENG_ERR_NOMEM on workspace OOM. */
+/* forward.c: runs one step on scratch w: n_span >= 1 spans stacked in
+ * order (sp[i].r0 the sum of the T of the spans before it; each span's
+ * sequence of model m, pos0 == its n_tokens, room for T more; no sequence
+ * twice), span i's T tokens tokens[i] (ids checked by the caller). Writes
+ * each span's tokens and memory; does not advance n_tokens. The spans with
+ * want[i] (want may be NULL: none) get the output head on all their rows:
+ * [sum of their T, V] in stack order, into out when not NULL, else into
+ * w->logits. ENG_ERR_NOMEM (scratch) before any state changes, else ENG_OK. */
+int  eng_forward_step(eng_ws *w, const eng_model *m, const eng_fspan *sp, int32_t n_span,
+                      const int32_t *const *tokens, const bool *want, float *out);
+/* forward.c: one chunk of T tokens of s at pos0 == s->n_tokens, a step of
+ * one span on s's own scratch; when logits_rows is not NULL, the output
+ * head on all T rows (M = T) into logits_rows [T, V]. */
 int  eng_forward_chunk(eng_seq *s, const int32_t *tokens, int32_t T, float *logits_rows);
 void eng_ws_free(eng_ws *ws);
 

@@ -1,11 +1,15 @@
 /*
  * engine/model.h: the inference engine's public API: models, numerics,
- * sequence state (KV cache, recurrent state, checkpoints), chunked prefill
- * and single-token decode.
+ * sequence state (KV cache, recurrent state, checkpoints), chunked prefill,
+ * single-token decode, and batched steps over several sequences.
  *
  * Dimension letters used in this file and in the engine's .c files:
  *   V vocabulary, D model dim (n_embd), L layers, H query heads, G kv heads,
  *   E head dim, F feed-forward dim, T tokens in a chunk, P positions in a sequence.
+ *
+ * Batches (the end of this file): one step computes a span of tokens of
+ * each of several sequences together, the weight products over the stacked
+ * rows, attention and recurrent state per sequence.
  *
  * The bit-exactness invariant (DESIGN.md): with align CHUNK, a prompt token
  * at absolute position p is computed inside the chunk [floor(p/C)*C,
@@ -277,5 +281,100 @@ int eng_decode(eng_seq *s, int32_t token, float *logits);
 
 /* Greedy argmax (lowest index wins ties). */
 int32_t eng_argmax(const float *logits, int32_t n);
+
+// ----------------------------------------------------------------------------
+// Batches: one step over several sequences (continuous batching)
+//
+// A step computes one span of tokens of each of several sequences together:
+// the weight products (QKV, output projection, FFN, the recurrent kinds'
+// projections, the logits head) run ONCE over the stacked rows of every
+// span, so each weight is read once per step for all of them; attention,
+// sliding windows and recurrent state (Mamba-2, RWKV-7) are computed per
+// sequence, each span exactly as a step of that sequence alone would
+// (docs/engine.md, "Batches").
+//
+// A span is either one decode token or one chunk of a prefill: with align
+// CHUNK its tokens lie in one cell [kC, (k+1)C) of the sequence's absolute
+// grid (eng_batch_chunk_len gives the span eng_prefill would cut next), so
+// a sequence prefilled through batch steps gets eng_prefill's chunks.
+// Batch invariance: with kernel ref a span's logits, KV rows and recurrent
+// state are memcmp-identical whatever the other spans of the step
+// (tests/test_batch.c); with blas they may differ, as in real servers
+// (OpenBLAS's per-row results depend on M: sgemv for one row, sgemm blocks
+// for more).
+//
+// Threads: the model's (eng_numerics.n_threads), as for eng_prefill. A
+// model runs one step at a time: eng_batch_forward, eng_prefill and
+// eng_decode on the same model must not run concurrently.
+//
+// Usage (a prefill and a decode in one step):
+//     eng_batch *b = eng_batch_new(m);
+//     eng_batch_span sp[2] = {
+//         {.seq = s1, .tokens = prompt + done, .n = eng_batch_chunk_len(s1, n_prompt - done, NULL)},
+//         {.seq = s2, .tokens = &next, .n = 1, .logits = lg2},   // lg2: V floats
+//     };
+//     if (eng_batch_forward(b, sp, 2, NULL, err, sizeof err) != ENG_OK) { ... }  // no state changed
+//     done += sp[0].n;                   // s1 and s2 advanced by their spans
+//     eng_batch_free(b);
+
+/* A batch: the scratch of steps over sequences of one model (the stacked
+ * rows, the logits of the head), grown on demand and kept between steps.
+ * It holds no sequence: any sequence of its model may join any step. */
+typedef struct eng_batch eng_batch;
+
+/* One sequence's tokens in a step. The caller owns every pointer; the step
+ * reads tokens and writes logits before it returns, keeping neither. */
+typedef struct eng_batch_span {
+    eng_seq       *seq;        /* the sequence the tokens extend; at most one span per sequence in a step */
+    const int32_t *tokens;     /* n ids in [0, V), at positions [n_tokens, n_tokens + n) of seq */
+    int32_t        n;          /* >= 1: one decode token, or a prefill chunk (see eng_batch_params) */
+    float         *logits;     /* NULL: not wanted; else V floats, the logits of the span's last token,
+                                  or n * V (one row per token) with all_logits */
+    bool           all_logits;
+} eng_batch_span;
+
+typedef struct eng_batch_params {
+    int32_t   chunk;   /* C >= 1, default 64 */
+    eng_align align;   /* default ENG_ALIGN_CHUNK: a span's tokens lie in one cell [kC, (k+1)C) of its
+                          sequence's absolute grid; ENG_ALIGN_NONE: any n <= ubatch (llama.cpp's ubatch) */
+    int32_t   ubatch;  /* >= 1, default 512 */
+} eng_batch_params;
+
+eng_batch_params eng_batch_params_default(void);
+
+/* A batch for sequences of m (which must outlive it). NULL on OOM or m NULL. */
+eng_batch *eng_batch_new(const eng_model *m);
+void       eng_batch_free(eng_batch *b);  /* accepts NULL */
+
+/* The length of the next span of a prefill of s with n_left >= 1 prompt
+ * tokens still to compute: min(n_left, C - n_tokens % C) with align CHUNK
+ * (the end of the grid cell), min(n_left, ubatch) with NONE: the chunks
+ * eng_prefill cuts. p NULL: the defaults. 0 when n_left < 1 or p is invalid. */
+int32_t eng_batch_chunk_len(const eng_seq *s, int32_t n_left, const eng_batch_params *p);
+
+/* One step over spans[0, n), n >= 1, stacked in that order: every span's
+ * tokens are appended to its sequence (n_tokens advances by span.n), and
+ * the logits asked for are written. p NULL: the defaults. Returns ENG_OK;
+ * ENG_ERR_ARG (NULL or empty spans, a NULL sequence or tokens, n < 1, a
+ * token outside the vocabulary, a sequence of another model or twice in
+ * the step, a span that leaves its grid cell or exceeds ubatch), or
+ * ENG_ERR_RANGE (a sequence's n_ctx exceeded), with a message naming the
+ * span's index and field in err (may be NULL); ENG_ERR_NOMEM. On any error
+ * no sequence has changed and no logits are written. */
+int eng_batch_forward(eng_batch *b, const eng_batch_span *spans, int32_t n, const eng_batch_params *p, char *err,
+                      size_t errlen);
+
+/* For tests and checkers only: a known batch-variance bug to plant, so
+ * that a checker of batch invariance can show it catches one. */
+typedef enum eng_batch_fault {
+    ENG_BATCH_FAULT_NONE    = 0,
+    /* In a step of more than one span, every row the head computes logits
+     * for reduces over k in two halves (split-K, two chains summed), as a
+     * server whose kernel choice depends on the batch size: the row's bits
+     * then depend on the batch. Steps of one span are untouched. */
+    ENG_BATCH_FAULT_SPLIT_K = 1,
+} eng_batch_fault;
+
+void eng_batch_set_fault(eng_batch *b, eng_batch_fault f);
 
 #endif /* ENG_MODEL_H */

@@ -12,7 +12,9 @@
  *
  * Attention (eng_k_attention): one chunk attends the keys [0, pos0 + T)
  * with the causal mask; the chunk's own K/V rows are written before it
- * reads them; nothing reads a row at or beyond pos0 + T.
+ * reads them; nothing reads a row at or beyond pos0 + T. In a step of
+ * several sequences each span is one such chunk over its own sequence's
+ * rows (the projections before and after run over the stacked rows).
  */
 #include "attn.h"
 
@@ -136,8 +138,9 @@ void eng_attn_ws_free(eng_attn_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t pos0, int32_t P, int32_t n_ctx) {
+int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, const eng_fwd *f, bool full) {
     const eng_model_info *in = &m->info;
+    const int32_t T = f->T, P = full ? eng_fwd_max_P(f) : 0, n_ctx = eng_fwd_max_ctx(f);
     const int64_t D = in->n_embd, HE = (int64_t)in->n_head * in->head_dim;
     const int64_t QKV = HE + 2 * (int64_t)in->n_head_kv * in->head_dim;
     if (T > w->cap_T) {
@@ -169,7 +172,10 @@ int eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *w, int32_t T, int32_t p
         w->cap_P = cap;
         w->scores_cap = n;
     }
-    eng_k_rope_table(T, pos0, in->n_rot, in->rope_freq_base, w->rope_c, w->rope_s);
+    const int64_t half = in->n_rot / 2;  /* each span's rows: the table of its own positions */
+    for (int32_t i = 0; i < f->n_span; i++)
+        eng_k_rope_table(f->span[i].T, f->span[i].pos0, in->n_rot, in->rope_freq_base, w->rope_c + f->span[i].r0 * half,
+                         w->rope_s + f->span[i].r0 * half);
     return ENG_OK;
 }
 
@@ -214,18 +220,24 @@ void eng_attn_layer(eng_fwd *f, int32_t il, const eng_attn_weights *aw, eng_attn
 // ----------------------------------------------------------------------------
 // The kind: full attention over the KV rows
 
+/* Per span: its K/V rows into its sequence's memory, then its queries over
+ * the keys [0, pos0 + T) of that memory. */
 static void full_core(eng_fwd *f, int32_t il, eng_attn_ws *ws) {
     const eng_model_info *in = &f->m->info;
-    eng_attn_mem *mem = f->s->mem[il].state;
-    const int32_t T = f->T, pos0 = f->pos0, H = in->n_head, G = in->n_head_kv, E = in->head_dim;
+    const int32_t H = in->n_head, G = in->n_head_kv, E = in->head_dim;
     const int32_t HE = H * E, GE = G * E, QKV = HE + 2 * GE;
-    for (int32_t t = 0; t < T; t++) {
-        const float *row = ws->qkv + (int64_t)t * QKV;
-        memcpy(mem->k + (int64_t)(pos0 + t) * GE, row + HE, sizeof(float) * (size_t)GE);
-        memcpy(mem->v + (int64_t)(pos0 + t) * GE, row + HE + GE, sizeof(float) * (size_t)GE);
+    for (int32_t i = 0; i < f->n_span; i++) {
+        const eng_fspan *sp = &f->span[i];
+        eng_attn_mem *mem = sp->s->mem[il].state;
+        const float *qkv = ws->qkv + (int64_t)sp->r0 * QKV;
+        for (int32_t t = 0; t < sp->T; t++) {
+            const float *row = qkv + (int64_t)t * QKV;
+            memcpy(mem->k + (int64_t)(sp->pos0 + t) * GE, row + HE, sizeof(float) * (size_t)GE);
+            memcpy(mem->v + (int64_t)(sp->pos0 + t) * GE, row + HE + GE, sizeof(float) * (size_t)GE);
+        }
+        eng_k_attention(f->k, sp->T, sp->pos0, H, G, E, qkv, QKV, mem->k, mem->v, GE, ws->att + (int64_t)sp->r0 * HE,
+                        HE, ws->qg, ws->og, ws->scores, ws->scores_cap);
     }
-    eng_k_attention(f->k, T, pos0, H, G, E, ws->qkv, QKV, mem->k, mem->v, GE, ws->att, HE, ws->qg, ws->og,
-                    ws->scores, ws->scores_cap);
 }
 
 static int attn_load(eng_loader *ld, eng_model *m, int32_t il, void **w) {
@@ -248,9 +260,9 @@ static double attn_pos_flops(const eng_model *m, int32_t il, int64_t p0, int64_t
     return 2.0 * 2.0 * EH * keys;
 }
 
-static int attn_prepare(const eng_model *m, int32_t il, void **ws, int32_t T, int32_t pos0, int32_t n_ctx) {
+static int attn_prepare(const eng_model *m, int32_t il, void **ws, const eng_fwd *f) {
     if (!*ws && !(*ws = calloc(1, sizeof(eng_attn_ws)))) return ENG_ERR_NOMEM;
-    return eng_attn_ws_prepare(m, *ws, T, pos0, pos0 + T, n_ctx);
+    return eng_attn_ws_prepare(m, *ws, f, true);
 }
 
 static void attn_ws_free(void *ws) {

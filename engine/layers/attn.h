@@ -42,7 +42,7 @@ typedef struct eng_attn_ws {
     float  *og;      /* [H * T, E] their attention outputs */
     float  *scores;  /* [nb * H/G * T, P] scores of a batch of nb KV heads (full attention) */
     int64_t scores_cap;
-    float  *rope_c;  /* [T, n_rot/2] the chunk's RoPE table */
+    float  *rope_c;  /* [T, n_rot/2] the step's RoPE table (row r: the position of stacked row r) */
     float  *rope_s;
 } eng_attn_ws;
 
@@ -58,13 +58,14 @@ int64_t eng_attn_params(const eng_model *m, int32_t il);
 /* Weight products of one token (and its FFN). */
 double  eng_attn_token_flops(const eng_model *m, int32_t il);
 
-/* Room for a chunk of T tokens at pos0; P > 0 reserves full-attention
- * scores for P keys (capped at n_ctx). Fills the RoPE table of the chunk. */
-int  eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *ws, int32_t T, int32_t pos0, int32_t P, int32_t n_ctx);
+/* Room for the step f's rows; full: the full attention's scores for each
+ * span's keys (the largest pos0 + T, capped at the largest n_ctx). Fills
+ * the RoPE table, each span's rows with its own positions. */
+int  eng_attn_ws_prepare(const eng_model *m, eng_attn_ws *ws, const eng_fwd *f, bool full);
 void eng_attn_ws_free(eng_attn_ws *ws);
 
 /* The attention core of a kind: ws->att [T, H*E] from ws->qkv (Q and K
- * after RoPE), updating the layer's memory. */
+ * after RoPE), per span over its own sequence's memory, updating it. */
 typedef void (*eng_attn_core)(eng_fwd *f, int32_t il, eng_attn_ws *ws);
 /* Runs layer il (see the top of this file) around the kind's core. */
 void eng_attn_layer(eng_fwd *f, int32_t il, const eng_attn_weights *w, eng_attn_ws *ws, eng_attn_core core);

@@ -89,6 +89,30 @@ void eng_ffn_residual(eng_fwd *f, const eng_ffn_weights *fw) {
 }
 
 // ----------------------------------------------------------------------------
+// The spans of a step
+
+int32_t eng_fwd_max_P(const eng_fwd *f) {
+    int32_t P = 0;
+    for (int32_t i = 0; i < f->n_span; i++)
+        if (f->span[i].pos0 + f->span[i].T > P) P = f->span[i].pos0 + f->span[i].T;
+    return P;
+}
+
+int32_t eng_fwd_max_T(const eng_fwd *f) {
+    int32_t T = 0;
+    for (int32_t i = 0; i < f->n_span; i++)
+        if (f->span[i].T > T) T = f->span[i].T;
+    return T;
+}
+
+int32_t eng_fwd_max_ctx(const eng_fwd *f) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < f->n_span; i++)
+        if (f->span[i].s->n_ctx > n) n = f->span[i].s->n_ctx;
+    return n;
+}
+
+// ----------------------------------------------------------------------------
 // Small helpers
 
 int eng_grow(float **buf, int64_t *cap, int64_t n) {

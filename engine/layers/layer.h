@@ -4,7 +4,8 @@
  *
  * A layer kind is one file under engine/layers/ that fills one
  * eng_layer_ops table: its hyperparameters and tensors from GGUF, its
- * forward pass over a chunk of T tokens (a chunk of one is the decode step),
+ * forward pass over a step of stacked rows (eng_fwd: one chunk of each of
+ * one or more sequences; a chunk of one token is a decode step),
  * the size and rules of its per-sequence memory (truncate, copy, compare,
  * serialise, checkpoint), its parameter count and its FLOPs. The rest of the
  * engine (model.c, forward.c, seq.c, synth.c) never names a kind: it calls
@@ -18,11 +19,19 @@
  * through engine/layers/rwkv7.c as the example.
  *
  * Contracts every kind keeps (the bit-exactness invariant, DESIGN.md):
- *   - forward(f, il) computes layer il for the chunk [pos0, pos0 + T) from
- *     the layer's memory at pos0 and the residual stream f->w->x [T, D],
- *     updating both; a token's result may depend on where its chunk starts
- *     and ends (blas) but on nothing else (no thread count, no earlier
- *     chunking of the sequence);
+ *   - forward(f, il) computes layer il for every span of the step: span i
+ *     is the chunk [pos0, pos0 + T) of its own sequence, rows [r0, r0 + T)
+ *     of the residual stream f->w->x [f->T, D], computed from the layer's
+ *     memory of that sequence at pos0; it updates both. A token's result
+ *     may depend on where its chunk starts and ends (blas) but on nothing
+ *     else (no thread count, no earlier chunking of the sequence);
+ *   - the batch (eng_batch_forward): weight products run once over the
+ *     stacked rows of every span (M = f->T), row-wise ops row by row, and
+ *     everything that reads or writes a sequence's memory (attention, a
+ *     window, a scan, a convolution, a token shift) per span, on that
+ *     span's rows alone, exactly as for a step of that span alone. Under
+ *     ref a row's bits then do not depend on the other spans (the products
+ *     are batch-invariant, kernels.h); under blas they may (the shapes);
  *   - prepare() is called for every kind present, before the chunk's first
  *     layer runs: after it succeeds forward cannot fail, so a chunk that
  *     runs out of memory changes no state;
@@ -84,27 +93,47 @@ int eng_ld_matrix(eng_loader *ld, const eng_model *m, const char *name, int64_t 
 // ----------------------------------------------------------------------------
 // The forward pass of one chunk, as a kind sees it
 
-/* Core scratch of a sequence (forward.c), zeroed when (re)allocated. */
+/* Core scratch of a step (forward.c): a sequence's own (eng_prefill,
+ * eng_decode) or a batch's (eng_batch), zeroed when (re)allocated. T: the
+ * step's rows. */
 struct eng_ws {
     int32_t cap_T;
+    int32_t cap_logits;  /* rows of logits */
     float  *x;       /* [T, D] residual stream */
     float  *xn;      /* [T, D] normed input of a sublayer */
     float  *proj;    /* [T, D] sublayer output before the residual add */
     float  *gu;      /* [T, 2F] FFN gate and up projections (F = info.n_ff > 0) */
     float  *hid;     /* [T, F] FFN activations */
     float  *xn_thr;  /* [n_threads][T, D]: each thread's normed rows in a fused product (eng_kfuse.ws) */
-    float  *logits;  /* [T, V] output head of a whole chunk */
+    float  *logits;  /* [cap_logits, V] output head of the rows whose logits a step needs */
     void   *kind[16];  /* each kind's own scratch, indexed like eng_layer_kinds[] */
 };
 
+/* One sequence's chunk in a step: its tokens at positions [pos0, pos0 + T)
+ * are the rows [r0, r0 + T) of the step's stacked rows. */
+typedef struct eng_fspan {
+    eng_seq *s;     /* the sequence (s->mem[il].state: the layer's memory) */
+    int32_t  r0;    /* its first row in the stack */
+    int32_t  T;     /* its rows, >= 1 */
+    int32_t  pos0;  /* its first position (== the sequence's n_tokens) */
+} eng_fspan;
+
+/* One step: the spans of one or more sequences, stacked. A single
+ * sequence's chunk (eng_prefill, eng_decode) is a step of one span. */
 typedef struct eng_fwd {
-    eng_seq         *s;     /* the sequence (s->mem[il].state: the layer's memory) */
     const eng_model *m;
     const eng_kctx  *k;
-    int32_t          T;     /* tokens in the chunk */
-    int32_t          pos0;  /* its first position (== the sequence's n_tokens) */
-    eng_ws          *w;     /* core scratch: x, xn, proj, gu, hid */
+    int32_t          T;       /* rows of the step: every span's, stacked */
+    int32_t          n_span;  /* >= 1 */
+    const eng_fspan *span;    /* [n_span], span i's rows follow span i-1's (span[0].r0 == 0) */
+    eng_ws          *w;       /* core scratch over the T rows: x, xn, proj, gu, hid */
 } eng_fwd;
+
+/* Positions a span reads keys of: pos0 + T (its last position + 1). The
+ * largest over the step's spans, and their largest T and n_ctx. */
+int32_t eng_fwd_max_P(const eng_fwd *f);
+int32_t eng_fwd_max_T(const eng_fwd *f);
+int32_t eng_fwd_max_ctx(const eng_fwd *f);
 
 // ----------------------------------------------------------------------------
 // Architectures
@@ -141,17 +170,17 @@ typedef struct eng_layer_ops {
     double  (*token_flops)(const eng_model *m, int32_t il);
     double  (*pos_flops)(const eng_model *m, int32_t il, int64_t p0, int64_t p1);
 
-    /* Scratch (and per-chunk tables) for a chunk of T tokens at pos0 in a
-     * sequence of n_ctx positions, shared by every layer of the kind (il:
-     * the first one; *ws NULL the first time). Called before the chunk's
-     * first layer; ENG_OK or ENG_ERR_NOMEM. */
-    int     (*prepare)(const eng_model *m, int32_t il, void **ws, int32_t T, int32_t pos0, int32_t n_ctx);
+    /* Scratch (and per-step tables) for the step f (its spans: rows,
+     * positions, sequences), shared by every layer of the kind (il: the
+     * first one; *ws NULL the first time). Called before the step's first
+     * layer; ENG_OK or ENG_ERR_NOMEM. */
+    int     (*prepare)(const eng_model *m, int32_t il, void **ws, const eng_fwd *f);
     void    (*ws_free)(void *ws);  /* accepts NULL */
-    /* Layer il over the chunk: x [T, D] (f->w->x) updated in place, the
-     * layer's memory advanced from pos0 to pos0 + T. Cannot fail. A chunk
-     * of one token is the decode step: a kind whose chunk kernel differs
-     * from its step kernel (the blas scans of Mamba-2 and RWKV-7) switches
-     * on T == 1 here. */
+    /* Layer il over the step: x [f->T, D] (f->w->x) updated in place, each
+     * span's sequence's memory advanced from its pos0 to pos0 + T. Cannot
+     * fail. A span of one token is a decode step: a kind whose chunk
+     * kernel differs from its step kernel (the blas scans of Mamba-2 and
+     * RWKV-7) switches on the span's T == 1 here. */
     void    (*forward)(eng_fwd *f, int32_t il, void *ws);
 
     /* Per-sequence memory of layer il: zeroed, for n_ctx positions, swa_slack

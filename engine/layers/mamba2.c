@@ -388,36 +388,49 @@ static void scan_ssd(const eng_kctx *ctx, scan_args *a) {
 // ----------------------------------------------------------------------------
 // The mixer of one chunk
 
-int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w, eng_ssm_state *st,
-                    int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws,
-                    const eng_kfuse *in_fu, const eng_kfuse *out_fu) {
-    ENG_ASSERT(T >= 1);
+int eng_ssm_forward_spans(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w,
+                          const eng_ssm_span *sp, int32_t n_span, int32_t T, const float *xn, int32_t ldx, float *out,
+                          int32_t ldo, eng_ssm_ws *ws, const eng_kfuse *in_fu, const eng_kfuse *out_fu) {
+    ENG_ASSERT(T >= 1 && n_span >= 1);
     int rc = eng_ssm_ws_reserve(ws, hp, T);
     if (rc != ENG_OK) return rc;
-    const int32_t NI = hp->d_inner, CD = hp->conv_dim, K = hp->d_conv, DP = hp->d_in_proj;
+    const int32_t NI = hp->d_inner, CD = hp->conv_dim, K = hp->d_conv, DP = hp->d_in_proj, NH = hp->n_head;
 
     eng_k_matmul_fused(ctx, &w->in_proj, T, xn, ldx, ws->zxbcdt, DP, in_fu);  /* [T, z | xBC | dt] */
 
-    /* conv input: the state's K-1 rows, then this chunk's xBC rows */
     const int64_t nc = eng_ssm_state_floats_conv(hp);
-    if (nc > 0) memcpy(ws->xpad, st->conv, sizeof(float) * (size_t)nc);
-    for (int32_t t = 0; t < T; t++)
-        memcpy(ws->xpad + (int64_t)(K - 1 + t) * CD, ws->zxbcdt + (int64_t)t * DP + NI, sizeof(float) * (size_t)CD);
-    conv_args ca = {.hp = hp, .w = w, .bf16 = ctx->bf16, .xpad = ws->xpad, .xbc = ws->xbc,
-                    .zxbcdt = ws->zxbcdt, .dt = ws->dt};
-    eng_k_parallel_rows(ctx, T, conv_rows, &ca);
-    if (nc > 0) memcpy(st->conv, ws->xpad + (int64_t)T * CD, sizeof(float) * (size_t)nc);
+    for (int32_t i = 0; i < n_span; i++) {  /* each span: its conv and scan from its own state */
+        eng_ssm_state *st = sp[i].st;
+        const int32_t r0 = sp[i].r0, Ti = sp[i].T;
+        ENG_ASSERT(Ti >= 1 && r0 >= 0 && r0 + Ti <= T);
+        const float *zx = ws->zxbcdt + (int64_t)r0 * DP;
+        /* conv input: the state's K-1 rows, then the span's xBC rows */
+        if (nc > 0) memcpy(ws->xpad, st->conv, sizeof(float) * (size_t)nc);
+        for (int32_t t = 0; t < Ti; t++)
+            memcpy(ws->xpad + (int64_t)(K - 1 + t) * CD, zx + (int64_t)t * DP + NI, sizeof(float) * (size_t)CD);
+        conv_args ca = {.hp = hp, .w = w, .bf16 = ctx->bf16, .xpad = ws->xpad, .xbc = ws->xbc + (int64_t)r0 * CD,
+                        .zxbcdt = zx, .dt = ws->dt + (int64_t)r0 * NH};
+        eng_k_parallel_rows(ctx, Ti, conv_rows, &ca);
+        if (nc > 0) memcpy(st->conv, ws->xpad + (int64_t)Ti * CD, sizeof(float) * (size_t)nc);
 
-    scan_args sa = {.hp = hp, .w = w, .T = T, .xbc = ws->xbc, .dt = ws->dt, .y = ws->y, .S = st->ssm,
-                    .blk = ws->blk, .gcb = ws->gcb};
-    if (ctx->kernel == ENG_KERNEL_BLAS && T > 1) scan_ssd(ctx, &sa);
-    else eng_k_parallel_rows(ctx, hp->n_head, scan_seq_heads, &sa);
+        scan_args sa = {.hp = hp, .w = w, .T = Ti, .xbc = ws->xbc + (int64_t)r0 * CD, .dt = ws->dt + (int64_t)r0 * NH,
+                        .y = ws->y + (int64_t)r0 * NI, .S = st->ssm, .blk = ws->blk, .gcb = ws->gcb};
+        if (ctx->kernel == ENG_KERNEL_BLAS && Ti > 1) scan_ssd(ctx, &sa);
+        else eng_k_parallel_rows(ctx, hp->n_head, scan_seq_heads, &sa);
+    }
 
     gate_args ga = {.ctx = ctx, .hp = hp, .w = w, .bf16 = ctx->bf16, .xbc = ws->xbc, .zxbcdt = ws->zxbcdt,
                     .y = ws->y, .yn = ws->yn};
     eng_k_parallel_rows(ctx, T, gate_rows, &ga);  /* the gate, then each group's RMSNorm of the row */
     eng_k_matmul_fused(ctx, &w->out_proj, T, ws->yn, NI, out, ldo, out_fu);
     return ENG_OK;
+}
+
+int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w, eng_ssm_state *st,
+                    int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws,
+                    const eng_kfuse *in_fu, const eng_kfuse *out_fu) {
+    const eng_ssm_span sp = {.st = st, .r0 = 0, .T = T};
+    return eng_ssm_forward_spans(ctx, hp, w, &sp, 1, T, xn, ldx, out, ldo, ws, in_fu, out_fu);
 }
 
 // ----------------------------------------------------------------------------
@@ -429,6 +442,13 @@ typedef struct mamba2_layer {
     eng_ssm_weights ssm;
     eng_ffn_weights ffn;  /* when has_ffn */
 } mamba2_layer;
+
+/* The kind's scratch: the mixer's, and the step's spans as the mixer takes them. */
+typedef struct mamba2_ws {
+    eng_ssm_ws    ssm;
+    eng_ssm_span *span;  /* [cap_span] */
+    int32_t       cap_span;
+} mamba2_ws;
 
 static const eng_arch granitehybrid_arch;
 
@@ -530,25 +550,38 @@ static double mamba2_token_flops(const eng_model *m, int32_t il) {
     return f + eng_ssm_token_flops(&((const mamba2_layer *)m->layers[il].w)->hp);
 }
 
-static int mamba2_prepare(const eng_model *m, int32_t il, void **ws, int32_t T, int32_t pos0, int32_t n_ctx) {
-    if (!*ws && !(*ws = calloc(1, sizeof(eng_ssm_ws)))) return ENG_ERR_NOMEM;
-    return eng_ssm_ws_reserve(*ws, eng_mamba2_hparams(m, il), T);
+static int mamba2_prepare(const eng_model *m, int32_t il, void **v, const eng_fwd *f) {
+    if (!*v && !(*v = calloc(1, sizeof(mamba2_ws)))) return ENG_ERR_NOMEM;
+    mamba2_ws *ws = *v;
+    if (f->n_span > ws->cap_span) {
+        eng_ssm_span *sp = realloc(ws->span, sizeof(eng_ssm_span) * (size_t)f->n_span);
+        if (!sp) return ENG_ERR_NOMEM;
+        ws->span = sp;
+        ws->cap_span = f->n_span;
+    }
+    return eng_ssm_ws_reserve(&ws->ssm, eng_mamba2_hparams(m, il), f->T);
 }
 
-static void mamba2_ws_free(void *ws) {
-    eng_ssm_ws_free(ws);
+static void mamba2_ws_free(void *v) {
+    mamba2_ws *ws = v;
+    if (!ws) return;
+    eng_ssm_ws_free(&ws->ssm);
+    free(ws->span);
     free(ws);
 }
 
-static void mamba2_forward(eng_fwd *f, int32_t il, void *ws) {
+static void mamba2_forward(eng_fwd *f, int32_t il, void *v) {
     const eng_model *m = f->m;
     const mamba2_layer *ly = m->layers[il].w;
+    mamba2_ws *ws = v;
     eng_ws *w = f->w;
     const int32_t D = m->info.n_embd;
+    for (int32_t i = 0; i < f->n_span; i++)
+        ws->span[i] = (eng_ssm_span){.st = f->span[i].s->mem[il].state, .r0 = f->span[i].r0, .T = f->span[i].T};
     eng_kfuse in = {0}, out = {.res = w->x, .ldres = D};  /* x += mixer(norm(x)): fused into the projections */
     eng_norm_fuse(f, &in, ly->ssm.attn_norm, NULL);
-    const int rc = eng_ssm_forward(f->k, &ly->hp, &ly->ssm, f->s->mem[il].state, f->T, w->x, D, w->proj, D, ws, &in,
-                                   &out);
+    const int rc = eng_ssm_forward_spans(f->k, &ly->hp, &ly->ssm, ws->span, f->n_span, f->T, w->x, D, w->proj, D,
+                                         &ws->ssm, &in, &out);
     ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by mamba2_prepare */
     if (m->layers[il].has_ffn) eng_ffn_residual(f, &ly->ffn);
 }

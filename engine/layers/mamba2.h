@@ -35,6 +35,9 @@
  *     study. A chunk of one token (decode) uses the recurrence.
  * Either way the result for a token depends only on its chunk's boundaries
  * and the state before the chunk, so the bit-exactness invariant holds.
+ * In a step of several sequences (eng_ssm_forward_spans) the projections,
+ * the gate and the grouped norm run over the stacked rows, the conv and
+ * the scan per span from its own state.
  *
  * Precision bf16 (kernels.h): in_proj and out_proj round as every product;
  * the fused conv + bias + SiLU rounds its output; the scan runs in fp32
@@ -149,6 +152,23 @@ int  eng_ssm_ws_reserve(eng_ssm_ws *ws, const eng_ssm_hparams *hp, int32_t T);
 int eng_ssm_forward(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w, eng_ssm_state *st,
                     int32_t T, const float *xn, int32_t ldx, float *out, int32_t ldo, eng_ssm_ws *ws,
                     const eng_kfuse *in_fu, const eng_kfuse *out_fu);
+
+/* One sequence's rows in a step of several (eng_ssm_forward_spans): its
+ * state, and its rows [r0, r0 + T) of the step's T rows. */
+typedef struct eng_ssm_span {
+    eng_ssm_state *st;
+    int32_t        r0, T;
+} eng_ssm_span;
+
+/* The mixer of a step of several sequences: the projections over all T
+ * rows (xn [T, D], out [T, D]), the conv and the scan per span from its
+ * own state (updated), each as eng_ssm_forward runs them for a chunk of
+ * that span alone (the blas scan picks the recurrence for a span of one
+ * token). The spans cover disjoint rows. eng_ssm_forward is this with one
+ * span of every row. ENG_OK or ENG_ERR_NOMEM (states untouched then). */
+int eng_ssm_forward_spans(const eng_kctx *ctx, const eng_ssm_hparams *hp, const eng_ssm_weights *w,
+                          const eng_ssm_span *sp, int32_t n_span, int32_t T, const float *xn, int32_t ldx, float *out,
+                          int32_t ldo, eng_ssm_ws *ws, const eng_kfuse *in_fu, const eng_kfuse *out_fu);
 
 /* Cost model: FLOPs of one token through the mixer (2 per multiply-add):
  * in_proj 2*D*DP, out_proj 2*I*D, conv 2*K*CD, scan 5*I*N (state update 3,

@@ -450,9 +450,10 @@ typedef struct rwkv7_ws {
     float  *scan;     /* [H, eng_rwkv7_scan_floats(S)] */
 } rwkv7_ws;
 
-static int rwkv7_prepare(const eng_model *m, int32_t il, void **vws, int32_t T, int32_t pos0, int32_t n_ctx) {
+static int rwkv7_prepare(const eng_model *m, int32_t il, void **vws, const eng_fwd *f) {
     if (!*vws && !(*vws = calloc(1, sizeof(rwkv7_ws)))) return ENG_ERR_NOMEM;
     rwkv7_ws *ws = *vws;
+    const int32_t T = f->T;
     if (T <= ws->cap_T) return ENG_OK;
     const rwkv7_hp *hp = &((const rwkv7_layer *)m->layers[il].w)->hp;
     int64_t R = hp->F;
@@ -491,7 +492,6 @@ static void rwkv7_forward(eng_fwd *f, int32_t il, void *vws) {
     const eng_kctx *kc = f->k;
     const rwkv7_layer *ly = m->layers[il].w;
     const rwkv7_hp *hp = &ly->hp;
-    eng_rwkv7_state *st = f->s->mem[il].state;
     rwkv7_ws *ws = vws;
     eng_ws *cw = f->w;
     const int32_t T = f->T, D = hp->D, S = hp->S, H = hp->H, F = hp->F;
@@ -500,11 +500,16 @@ static void rwkv7_forward(eng_fwd *f, int32_t il, void *vws) {
     rows_args p = {.ctx = kc, .ly = ly, .D = D, .S = S, .H = H, .T = T, .r = ws->r, .w = ws->w, .k = ws->k,
                    .v = ws->v, .a = ws->a, .g = ws->g, .b = ws->b, .z = ws->z, .vfirst = ws->vfirst, .o = ws->o};
 
-    /* time mix: the six token-shifted inputs */
+    /* time mix: the six token-shifted inputs, each span shifted from its own state */
     eng_k_layernorm(kc, T, D, cw->x, D, ly->ln1_w, ly->ln1_b, eps, ws->xa, D);
-    p.in = ws->xa; p.shift = st->shift_att; p.lerp = ly->lerp; p.n_lerp = 6; p.out = ws->xc;
-    run_rows(&p, ST_LERP, T, 12 * (int64_t)D);
-    memcpy(st->shift_att, ws->xa + TD - D, sizeof(float) * (size_t)D);
+    p.lerp = ly->lerp; p.n_lerp = 6;
+    for (int32_t i = 0; i < f->n_span; i++) {
+        const eng_fspan *sp = &f->span[i];
+        eng_rwkv7_state *st = sp->s->mem[il].state;
+        p.in = ws->xa + (int64_t)sp->r0 * D; p.shift = st->shift_att; p.out = ws->xc + (int64_t)sp->r0 * D;
+        run_rows(&p, ST_LERP, sp->T, 12 * (int64_t)D);
+        memcpy(st->shift_att, ws->xa + (int64_t)(sp->r0 + sp->T - 1) * D, sizeof(float) * (size_t)D);
+    }
     const float *xr = ws->xc, *xw = xr + TD, *xk = xw + TD, *xv = xk + TD, *xa = xv + TD, *xg = xa + TD;
     eng_k_matmul(kc, &ly->wr, T, xr, D, ws->r, D);
     eng_k_matmul(kc, &ly->wk, T, xk, D, ws->k, D);
@@ -533,7 +538,12 @@ static void rwkv7_forward(eng_fwd *f, int32_t il, void *vws) {
     eng_k_matmul(kc, &ly->a2, T, ws->h, hp->ra, ws->z, D);
     run_rows(&p, ST_KAB, T, 16 * (int64_t)D);
     /* wkv7, then group norm, the r.k bonus and the gate */
-    eng_rwkv7_scan(kc, T, H, S, ws->r, ws->w, ws->k, ws->v, ws->a, ws->b, st->wkv, ws->o, ws->scan);
+    for (int32_t i = 0; i < f->n_span; i++) {  /* each span from its own wkv state */
+        const int64_t o = (int64_t)f->span[i].r0 * D;
+        eng_rwkv7_state *st = f->span[i].s->mem[il].state;
+        eng_rwkv7_scan(kc, f->span[i].T, H, S, ws->r + o, ws->w + o, ws->k + o, ws->v + o, ws->a + o, ws->b + o,
+                       st->wkv, ws->o + o, ws->scan);
+    }
     for (int32_t h = 0; h < H; h++)
         eng_k_layernorm(kc, T, S, ws->o + (int64_t)h * S, D, ly->lnx_w + (int64_t)h * S, ly->lnx_b + (int64_t)h * S,
                         RWKV7_GN_EPS, ws->o + (int64_t)h * S, D);
@@ -543,9 +553,14 @@ static void rwkv7_forward(eng_fwd *f, int32_t il, void *vws) {
 
     /* channel mix */
     eng_k_layernorm(kc, T, D, cw->x, D, ly->ln2_w, ly->ln2_b, eps, ws->xa, D);
-    p.in = ws->xa; p.shift = st->shift_ffn; p.lerp = ly->cm_lerp; p.n_lerp = 1; p.out = ws->xc;
-    run_rows(&p, ST_LERP, T, 2 * (int64_t)D);
-    memcpy(st->shift_ffn, ws->xa + TD - D, sizeof(float) * (size_t)D);
+    p.lerp = ly->cm_lerp; p.n_lerp = 1;
+    for (int32_t i = 0; i < f->n_span; i++) {
+        const eng_fspan *sp = &f->span[i];
+        eng_rwkv7_state *st = sp->s->mem[il].state;
+        p.in = ws->xa + (int64_t)sp->r0 * D; p.shift = st->shift_ffn; p.out = ws->xc + (int64_t)sp->r0 * D;
+        run_rows(&p, ST_LERP, sp->T, 2 * (int64_t)D);
+        memcpy(st->shift_ffn, ws->xa + (int64_t)(sp->r0 + sp->T - 1) * D, sizeof(float) * (size_t)D);
+    }
     eng_k_matmul(kc, &ly->ck, T, ws->xc, D, ws->h, F);
     p.out = ws->h; p.n = F;
     run_rows(&p, ST_RELU2, T, 2 * (int64_t)F);

@@ -58,6 +58,12 @@
  * vectorises over the value index). Serialised and checkpointed as the
  * time-mix shift, the channel-mix shift, then the wkv state, floats.
  *
+ * A step of several sequences (layer.h): the norms, products, LoRAs and
+ * element-wise stages run over the stacked rows; each span's token shift
+ * (its first row's prev is its own sequence's shift row) and its scan
+ * (from its own wkv state, the blas recurrence for a span of one token)
+ * run per span.
+ *
  * Dimension letters: T tokens, D model dim, H = D / S heads, S head size
  * (wkv.head_size), F channel-mix size, R* LoRA ranks.
  */

@@ -306,9 +306,13 @@ static void swa_core(eng_fwd *f, int32_t il, eng_attn_ws *aws) {
     const eng_model_info *in = &f->m->info;
     swa_kind_ws *ws = (swa_kind_ws *)aws;
     const int32_t H = in->n_head, G = in->n_head_kv, E = in->head_dim, HE = H * E, QKV = HE + 2 * G * E;
-    const int rc = eng_swa_attend(f->k, f->s->mem[il].state, in->n_swa, f->T, f->pos0, H, G, E, aws->qkv, QKV,
-                                  aws->att, HE, &ws->swa);
-    ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by swa_prepare */
+    for (int32_t i = 0; i < f->n_span; i++) {  /* per span, over its own sequence's ring */
+        const eng_fspan *sp = &f->span[i];
+        const int rc = eng_swa_attend(f->k, sp->s->mem[il].state, in->n_swa, sp->T, sp->pos0, H, G, E,
+                                      aws->qkv + (int64_t)sp->r0 * QKV, QKV, aws->att + (int64_t)sp->r0 * HE, HE,
+                                      &ws->swa);
+        ENG_ASSERT(rc == ENG_OK);  /* scratch reserved by swa_prepare */
+    }
 }
 
 static int swa_load(eng_loader *ld, eng_model *m, int32_t il, void **w) {
@@ -330,13 +334,15 @@ static double swa_pos_flops(const eng_model *m, int32_t il, int64_t p0, int64_t 
     return 2.0 * 2.0 * EH * eng_swa_keys(m->info.n_swa, p0, p1);
 }
 
-static int swa_prepare(const eng_model *m, int32_t il, void **v, int32_t T, int32_t pos0, int32_t n_ctx) {
+static int swa_prepare(const eng_model *m, int32_t il, void **v, const eng_fwd *f) {
     const eng_model_info *in = &m->info;
     if (!*v && !(*v = calloc(1, sizeof(swa_kind_ws)))) return ENG_ERR_NOMEM;
     swa_kind_ws *ws = *v;
-    if (eng_swa_ws_reserve(&m->kctx, &ws->swa, T, pos0, in->n_swa, in->n_head, in->n_head_kv, in->head_dim) != ENG_OK)
-        return ENG_ERR_NOMEM;
-    return eng_attn_ws_prepare(m, &ws->attn, T, pos0, 0, n_ctx);
+    for (int32_t i = 0; i < f->n_span; i++)  /* grown to the largest span's needs */
+        if (eng_swa_ws_reserve(&m->kctx, &ws->swa, f->span[i].T, f->span[i].pos0, in->n_swa, in->n_head,
+                               in->n_head_kv, in->head_dim) != ENG_OK)
+            return ENG_ERR_NOMEM;
+    return eng_attn_ws_prepare(m, &ws->attn, f, false);
 }
 
 static void swa_ws_free(void *v) {

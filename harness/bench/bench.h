@@ -18,6 +18,8 @@
  *                                                     (bench_depth.c; --memory-child is its child)
  * `kvreplay bench --table DIR`                        the issue targets' table from the JSON of a
  *                                                     `make bench` run (bench_table.c)
+ * `kvreplay bench --batch B -m M ...`                 decode and prefill of b sequences one by one vs
+ *                                                     in batched steps, b up to B; bits (bench_batch.c)
  *
  * Each is an hx_bench_fn: it takes the subcommand's argv (argv[0] ==
  * "bench", its own flag among the options), prints --help itself and its
@@ -43,5 +45,6 @@ int hx_bench_depth(int argc, char **argv, char *err, size_t errlen);
 int hx_bench_memory(int argc, char **argv, char *err, size_t errlen);
 int hx_bench_memory_child(int argc, char **argv, char *err, size_t errlen);
 int hx_bench_table(int argc, char **argv, char *err, size_t errlen);
+int hx_bench_batch(int argc, char **argv, char *err, size_t errlen);
 
 #endif /* HX_BENCH_H */

@@ -25,6 +25,7 @@ static const struct {
     {"--memory", hx_bench_memory},
     {"--memory-child", hx_bench_memory_child},
     {"--table", hx_bench_table},
+    {"--batch", hx_bench_batch},
 };
 
 int hx_cmd_bench(int argc, char **argv) {
