@@ -631,10 +631,10 @@ static void each_dialect_writes_and_reads_its_own_error_shape(void **state) {
         const hx_api_dialect *dl = hx_api_dialects[d];
         hx_api_error e, back;
         hx_api_errf(&e, HX_API_ERR_INVALID, "max_tokens", "expected an integer");
-        char *body = dump(dl->error_body(&e));
+        char *body = dump(hx_api_error_body(dl, &e));
         if (!strcmp(dl->name, "anthropic")) assert_int_equal(strncmp(body, "{\"type\":\"error\",\"error\":{", 24), 0);
         else assert_int_equal(strncmp(body, "{\"error\":{", 10), 0);
-        assert_true(dl->read_error(body, strlen(body), 400, &back));
+        assert_true(hx_api_read_error(dl, body, strlen(body), 400, &back));
         assert_int_equal(back.kind, HX_API_ERR_INVALID);
         assert_int_equal(back.status, 400);
         assert_string_equal(back.message, "max_tokens: expected an integer");
@@ -644,23 +644,23 @@ static void each_dialect_writes_and_reads_its_own_error_shape(void **state) {
                     5000, 4096);
         e.n_prompt_tokens = 5000;
         e.n_ctx = 4096;
-        body = dump(dl->error_body(&e));
+        body = dump(hx_api_error_body(dl, &e));
         assert_non_null(strstr(body, "5000"));
         assert_non_null(strstr(body, "4096"));
-        assert_true(dl->read_error(body, strlen(body), 400, &back));
+        assert_true(hx_api_read_error(dl, body, strlen(body), 400, &back));
         assert_int_equal(back.kind, HX_API_ERR_CONTEXT);
         assert_int_equal(back.n_prompt_tokens, 5000);
         assert_int_equal(back.n_ctx, 4096);
         free(body);
         /* 503 keeps its kind */
         hx_api_errf(&e, HX_API_ERR_UNAVAILABLE, NULL, "the queue is full");
-        body = dump(dl->error_body(&e));
-        assert_true(dl->read_error(body, strlen(body), 503, &back));
+        body = dump(hx_api_error_body(dl, &e));
+        assert_true(hx_api_read_error(dl, body, strlen(body), 503, &back));
         assert_int_equal(back.kind, HX_API_ERR_UNAVAILABLE);
         free(body);
         /* an error event inside a stream ends it with that error */
         eng_buf out = {0};
-        assert_int_equal(dl->stream_error(&out, &e), ENG_OK);
+        assert_int_equal(hx_api_write_stream_error(dl, &out, 0, &e), ENG_OK);
         const hx_api_route *gen = hx_api_route_of(dl, HX_API_OP_GENERATE);
         hx_api_reader rd;
         hx_api_reader_init(&rd, gen);
@@ -683,9 +683,7 @@ static void the_endpoint_registry_is_consistent(void **state) {
     for (size_t d = 0; hx_api_dialects[d]; d++) {
         const hx_api_dialect *dl = hx_api_dialects[d];
         assert_ptr_equal(hx_api_dialect_find(dl->name), dl);
-        assert_non_null(dl->error_body);
-        assert_non_null(dl->read_error);
-        assert_non_null(dl->stream_error);
+        assert_non_null(dl->errors);
         for (const hx_api_route *r = dl->routes; r->path; r++, n_routes++) {
             assert_ptr_equal(r->dialect, dl);
             assert_true(!strcmp(r->method, "GET") || !strcmp(r->method, "POST"));

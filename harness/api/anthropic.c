@@ -168,54 +168,6 @@ static int prompt_json(const hx_request *q, json_t *o) {
 }
 
 // ----------------------------------------------------------------------------
-// Errors
-
-static const char *err_type(hx_api_err_kind k) {
-    switch (k) {
-    case HX_API_ERR_AUTH:        return "authentication_error";
-    case HX_API_ERR_NOT_FOUND:   return "not_found_error";
-    case HX_API_ERR_TOO_LARGE:   return "request_too_large";
-    case HX_API_ERR_SERVER:      return "api_error";
-    case HX_API_ERR_UNAVAILABLE: return "overloaded_error";
-    default:                     return "invalid_request_error";
-    }
-}
-
-static json_t *error_json(const hx_api_error *e) {
-    char msg[sizeof e->message];
-    if (e->kind == HX_API_ERR_CONTEXT)
-        snprintf(msg, sizeof msg, "prompt is too long: %lld tokens > %lld maximum", (long long)e->n_prompt_tokens,
-                 (long long)e->n_ctx);
-    else snprintf(msg, sizeof msg, "%s", e->message);
-    return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", e->type[0] ? e->type : err_type(e->kind),
-                     "message", msg);
-}
-
-static bool read_error_json(const json_t *j, int status, hx_api_error *e) {
-    if (!hx_api_read_error_object(json_object_get(j, "error"), status, e)) return false;
-    long long np, nc;  /* the context error's wording carries both lengths */
-    if (sscanf(e->message, "prompt is too long: %lld tokens > %lld maximum", &np, &nc) == 2) {
-        e->kind = HX_API_ERR_CONTEXT;
-        e->n_prompt_tokens = np;
-        e->n_ctx = nc;
-    }
-    return true;
-}
-
-static bool anthropic_read_error(const char *body, size_t n, int status, hx_api_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    bool ok = j && read_error_json(j, status, e);
-    json_decref(j);
-    return ok;
-}
-
-
-static int anthropic_stream_error(eng_buf *out, const hx_api_error *e) {
-    return hx_sse_write_json(out, "error", error_json(e));
-}
-
-// ----------------------------------------------------------------------------
 // Parsing requests (server side)
 
 static const char *const k_known[] = {"model", "messages", "system", "tools", "max_tokens", "stream",
@@ -527,7 +479,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
     }
     if (!strcmp(type, "ping")) goto out;
     if (!strcmp(type, "error")) {
-        if (!read_error_json(j, 0, e)) hx_api_errf(e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
+        if (!hx_api_read_error_json(&hx_api_anthropic, j, 0, e)) hx_api_errf(e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
         rc = ENG_ERR_FORMAT;
         goto out;
     }
@@ -599,12 +551,23 @@ static const hx_api_route anthropic_routes[] = {
     {0},
 };
 
-static json_t *anthropic_error_body(const hx_api_error *e) { return error_json(e); }
+/* {"type": "error", "error": {"type", "message"}}; in a stream, an "error" event */
+static const char *const anthropic_error_types[HX_API_ERR_KINDS] = {
+    [HX_API_ERR_INVALID] = "invalid_request_error", [HX_API_ERR_AUTH] = "authentication_error",
+    [HX_API_ERR_NOT_FOUND] = "not_found_error",     [HX_API_ERR_TOO_LARGE] = "request_too_large",
+    [HX_API_ERR_SERVER] = "api_error",              [HX_API_ERR_UNAVAILABLE] = "overloaded_error",
+};
+
+static const hx_api_error_shape anthropic_errors = {
+    .type_key = "type",
+    .types = anthropic_error_types,
+    .envelope = true,
+    .context_message = "prompt is too long: %lld tokens > %lld maximum",
+    .stream_event = "error",
+};
 
 const hx_api_dialect hx_api_anthropic = {
     .name = "anthropic",
     .routes = anthropic_routes,
-    .error_body = anthropic_error_body,
-    .read_error = anthropic_read_error,
-    .stream_error = anthropic_stream_error,
+    .errors = &anthropic_errors,
 };

@@ -73,6 +73,7 @@ int hx_api_err_status(hx_api_err_kind kind) {
     case HX_API_ERR_SERVER:        return 500;
     case HX_API_ERR_NOT_SUPPORTED: return 501;
     case HX_API_ERR_UNAVAILABLE:   return 503;
+    case HX_API_ERR_KINDS:         break;
     }
     return 500;
 }
@@ -551,7 +552,7 @@ int hx_api_stream_end(hx_api_stream *s) {
 
 int hx_api_stream_error(hx_api_stream *s, const hx_api_error *e) {
     s->ended = true;
-    return stream_rc(s, s->route->dialect->stream_error(&s->out, e));
+    return stream_rc(s, hx_api_write_stream_error(s->route->dialect, &s->out, s->seq++, e));
 }
 
 // ----------------------------------------------------------------------------
@@ -863,3 +864,102 @@ bool hx_api_read_error_object(const json_t *o, int status, hx_api_error *e) {
     return true;
 }
 
+
+// ----------------------------------------------------------------------------
+// Errors in a dialect's shape (hx_api_error_shape: the dialect table's data)
+
+const char *const hx_api_server_error_types[HX_API_ERR_KINDS] = {
+    [HX_API_ERR_INVALID] = "invalid_request_error", [HX_API_ERR_CONTEXT] = "exceed_context_size_error",
+    [HX_API_ERR_AUTH] = "authentication_error",     [HX_API_ERR_NOT_FOUND] = "not_found_error",
+    [HX_API_ERR_SERVER] = "server_error",           [HX_API_ERR_NOT_SUPPORTED] = "not_supported_error",
+    [HX_API_ERR_UNAVAILABLE] = "unavailable_error",
+};
+
+static const char *shape_type(const hx_api_error_shape *sh, hx_api_err_kind k) {
+    const char *t = (unsigned)k < HX_API_ERR_KINDS ? sh->types[k] : NULL;
+    return t ? t : sh->types[HX_API_ERR_INVALID];
+}
+
+/* The message e carries, in the shape's wording for a context error. */
+static void shape_message(const hx_api_error_shape *sh, const hx_api_error *e, char *msg, size_t cap) {
+    if (e->kind == HX_API_ERR_CONTEXT && sh->context_message)
+        snprintf(msg, cap, sh->context_message, (long long)e->n_prompt_tokens, (long long)e->n_ctx);
+    else snprintf(msg, cap, "%s", e->message);
+}
+
+/* The inner error object: "message", type_key, and what the shape's flags add. */
+static json_t *error_object(const hx_api_error_shape *sh, const hx_api_error *e) {
+    char msg[sizeof e->message];
+    shape_message(sh, e, msg, sizeof msg);
+    int status = e->status ? e->status : hx_api_err_status(e->kind);
+    json_t *o = json_object();
+    int bad = !o;
+    if (!bad && sh->code) bad = json_object_set_new(o, "code", json_integer(status));
+    const char *type = e->type[0] ? e->type : shape_type(sh, e->kind);
+    if (!bad && sh->envelope) bad = json_object_set_new(o, sh->type_key, json_string(type));  /* Anthropic's order */
+    if (!bad) bad = json_object_set_new(o, "message", json_string(msg));
+    if (!bad && !sh->envelope) bad = json_object_set_new(o, sh->type_key, json_string(type));
+    if (!bad && sh->param) bad = json_object_set_new(o, "param", e->field[0] ? json_string(e->field) : json_null());
+    if (!bad && sh->context_counts && e->kind == HX_API_ERR_CONTEXT)
+        bad = json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt_tokens)) ||
+              json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
+    if (bad) { json_decref(o); return NULL; }
+    return o;
+}
+
+json_t *hx_api_error_body(const hx_api_dialect *d, const hx_api_error *e) {
+    const hx_api_error_shape *sh = d->errors;
+    json_t *o = error_object(sh, e);
+    if (!o) return NULL;
+    return sh->envelope ? json_pack("{s:s, s:o}", "type", "error", "error", o) : json_pack("{s:o}", "error", o);
+}
+
+bool hx_api_read_error_json(const hx_api_dialect *d, const json_t *j, int status, hx_api_error *e) {
+    const hx_api_error_shape *sh = d->errors;
+    const json_t *o = sh->stream_flat && json_is_string(json_object_get(j, "message")) ? j : json_object_get(j, "error");
+    if (!json_is_object(o) || !json_is_string(json_object_get(o, "message"))) return false;
+    const char *name = json_string_value(json_object_get(o, sh->type_key));
+    if (o == j && sh->stream_flat) name = json_string_value(json_object_get(o, "code"));  /* the flat event's code */
+    hx_api_err_kind kind = HX_API_ERR_NONE;
+    for (int k = HX_API_ERR_INVALID; name && k < HX_API_ERR_KINDS && !kind; k++)
+        if (sh->types[k] && !strcmp(sh->types[k], name)) kind = (hx_api_err_kind)k;
+    const json_t *code = json_object_get(o, "code");
+    if (status <= 0 && json_is_integer(code)) status = (int)json_integer_value(code);
+    hx_api_errf(e, kind ? kind : kind_of_type(name, status), NULL, "%s", json_string_value(json_object_get(o, "message")));
+    if (status > 0) e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", name ? name : "");
+    const char *param = json_string_value(json_object_get(o, "param"));
+    if (param) snprintf(e->field, sizeof e->field, "%s", param);
+    const json_t *np = json_object_get(o, "n_prompt_tokens"), *nc = json_object_get(o, "n_ctx");
+    if (json_is_integer(np) && json_is_integer(nc)) {
+        e->kind = HX_API_ERR_CONTEXT;
+        e->n_prompt_tokens = json_integer_value(np);
+        e->n_ctx = json_integer_value(nc);
+    }
+    long long p, c;  /* the context error's wording carries both lengths */
+    if (sh->context_message && sscanf(e->message, sh->context_message, &p, &c) == 2) {
+        e->kind = HX_API_ERR_CONTEXT;
+        e->n_prompt_tokens = p;
+        e->n_ctx = c;
+    }
+    return true;
+}
+
+bool hx_api_read_error(const hx_api_dialect *d, const char *body, size_t n, int status, hx_api_error *e) {
+    json_error_t je;
+    json_t *j = json_loadb(body ? body : "", n, 0, &je);
+    bool ok = j && hx_api_read_error_json(d, j, status, e);
+    json_decref(j);
+    return ok;
+}
+
+int hx_api_write_stream_error(const hx_api_dialect *d, eng_buf *out, int64_t seq, const hx_api_error *e) {
+    const hx_api_error_shape *sh = d->errors;
+    if (!sh->stream_flat) return hx_sse_write_json(out, sh->stream_event, hx_api_error_body(d, e));
+    char msg[sizeof e->message];
+    shape_message(sh, e, msg, sizeof msg);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I}", "type", "error", "code",
+                          e->type[0] ? e->type : shape_type(sh, e->kind), "message", msg, "param",
+                          e->field[0] ? json_string(e->field) : json_null(), "sequence_number", (json_int_t)seq);
+    return hx_sse_write_json(out, sh->stream_event, o);
+}

@@ -34,7 +34,7 @@
  * Usage (server side):
  *     const hx_api_route *rt = hx_api_route_find("POST", "/v1/messages", NULL);
  *     hx_api_req q; hx_api_error e;
- *     if (rt->parse(rt, path, query, body, n, &q, &e) != ENG_OK) send(e.status, rt->dialect->error_body(&e));
+ *     if (rt->parse(rt, path, query, body, n, &q, &e) != ENG_OK) send(e.status, hx_api_error_body(rt->dialect, &e));
  *     ... render q.req, generate into hx_api_result r ...
  *     json_t *out = rt->respond(&q, &r);                       // not streamed
  *     hx_api_stream st; hx_api_stream_init(&st, &q, &r);        // streamed:
@@ -72,7 +72,11 @@ typedef enum hx_api_err_kind {
     HX_API_ERR_SERVER,         /* 500: kvreplay failed while working */
     HX_API_ERR_NOT_SUPPORTED,  /* 501: valid, but not something kvreplay does */
     HX_API_ERR_UNAVAILABLE,    /* 503: the queue is full (retry_after set) or the server stops */
+    HX_API_ERR_KINDS
 } hx_api_err_kind;
+
+/* llama-server's error types per kind, which its OpenAI routes share (llama.c, openai.c, responses.c) */
+extern const char *const hx_api_server_error_types[HX_API_ERR_KINDS];
 
 typedef struct hx_api_error {
     hx_api_err_kind kind;
@@ -277,6 +281,7 @@ typedef struct hx_api_stream {
     int32_t   n_blocks;       /* blocks started so far */
     int32_t   n_tools;        /* tool calls started (OpenAI tool_calls index) */
     int64_t   n_tokens;       /* token deltas sent */
+    int64_t   seq;            /* the next event's sequence number (dialects that number their events) */
     char      pending[4];     /* the incomplete UTF-8 tail of the text so far */
     int       n_pending;
     bool      began, ended;
@@ -362,16 +367,40 @@ typedef struct hx_api_route {
     int     (*stream_read)(hx_api_reader *rd, const hx_sse_event *ev);
 } hx_api_route;
 
+/* A dialect's error shape, as data: api.c writes and reads every dialect's
+ * errors from it (hx_api_error_body, hx_api_read_error, hx_api_stream_error).
+ * The body is {"error": {...}}, or {"type": "error", "error": {...}} with
+ * `envelope`; the inner object holds "message", the kind's name under
+ * type_key, and what the flags add. */
+typedef struct hx_api_error_shape {
+    const char *type_key;          /* "type" (most), "status" (Gemini's google.rpc code name) */
+    const char *const *types;      /* [HX_API_ERR_KINDS] the name per kind; NULL: types[HX_API_ERR_INVALID] */
+    bool        envelope;          /* {"type": "error", "error": {...}} (Anthropic) */
+    bool        code;              /* "code": the HTTP status */
+    bool        param;             /* "param": the field at fault, or null (OpenAI) */
+    bool        context_counts;    /* "n_prompt_tokens" and "n_ctx" on a context error (llama-server) */
+    const char *context_message;   /* a context error's message, printf of (prompt tokens, context), read
+                                      back with sscanf (Anthropic's wording); NULL: the message as it is */
+    const char *stream_event;      /* the SSE event name of an error in a stream; NULL: a data line */
+    bool        stream_flat;       /* a stream error is {"type": "error", "code", "message", "param",
+                                      "sequence_number"} (the Responses API) instead of the body */
+} hx_api_error_shape;
+
 typedef struct hx_api_dialect {
-    const char          *name;     /* "llama", "openai", "anthropic" */
+    const char          *name;     /* "llama", "openai", "anthropic", "responses", "gemini" */
     const hx_api_route  *routes;   /* {0}-terminated */
-    /* the dialect's error body for e (NULL on OOM) */
-    json_t *(*error_body)(const hx_api_error *e);
-    /* client: an error body (any status) -> *e; false when it is not this dialect's shape */
-    bool    (*read_error)(const char *body, size_t n, int status, hx_api_error *e);
-    /* the error event of a stream that already began (appended to out) */
-    int     (*stream_error)(eng_buf *out, const hx_api_error *e);
+    const hx_api_error_shape *errors;
 } hx_api_dialect;
+
+/* The error body of e in dialect d's shape (NULL on OOM). */
+json_t *hx_api_error_body(const hx_api_dialect *d, const hx_api_error *e);
+/* client: an error body (any status) -> *e; false when it is not d's shape. */
+bool    hx_api_read_error(const hx_api_dialect *d, const char *body, size_t n, int status, hx_api_error *e);
+/* The same for a parsed object (a stream's error event); false when it is not d's shape. */
+bool    hx_api_read_error_json(const hx_api_dialect *d, const json_t *j, int status, hx_api_error *e);
+/* The error event of a stream that already began, in d's shape, appended to out; seq is the
+ * event's sequence number where the shape numbers events. */
+int     hx_api_write_stream_error(const hx_api_dialect *d, eng_buf *out, int64_t seq, const hx_api_error *e);
 
 /* The registered dialects, NULL-terminated (api.c: one line each). */
 extern const hx_api_dialect *const hx_api_dialects[];

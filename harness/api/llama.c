@@ -26,48 +26,6 @@
 extern const hx_api_dialect hx_api_llama;
 
 // ----------------------------------------------------------------------------
-// Errors
-
-static const char *err_type(hx_api_err_kind k) {
-    switch (k) {
-    case HX_API_ERR_AUTH:          return "authentication_error";
-    case HX_API_ERR_NOT_FOUND:     return "not_found_error";
-    case HX_API_ERR_SERVER:        return "server_error";
-    case HX_API_ERR_NOT_SUPPORTED: return "not_supported_error";
-    case HX_API_ERR_UNAVAILABLE:   return "unavailable_error";
-    case HX_API_ERR_CONTEXT:       return "exceed_context_size_error";
-    default:                       return "invalid_request_error";
-    }
-}
-
-static json_t *error_object(const hx_api_error *e) {
-    json_t *o = json_pack("{s:i, s:s, s:s}", "code", e->status ? e->status : hx_api_err_status(e->kind), "message",
-                          e->message, "type", e->type[0] ? e->type : err_type(e->kind));
-    if (o && e->kind == HX_API_ERR_CONTEXT) {
-        json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt_tokens));
-        json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
-    }
-    return o;
-}
-
-static json_t *llama_error_body(const hx_api_error *e) {
-    json_t *o = error_object(e);
-    return o ? json_pack("{s:o}", "error", o) : NULL;
-}
-
-static bool llama_read_error(const char *body, size_t n, int status, hx_api_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    bool ok = j && hx_api_read_error_object(json_object_get(j, "error"), status, e);
-    json_decref(j);
-    return ok;
-}
-
-static int llama_stream_error(eng_buf *out, const hx_api_error *e) {
-    return hx_sse_write_json(out, NULL, llama_error_body(e));
-}
-
-// ----------------------------------------------------------------------------
 // POST /completion: the server side
 
 static const char *const k_completion_known[] = {"prompt", "n_predict", "max_tokens", "n_probs", "cache_prompt",
@@ -361,7 +319,7 @@ static int stream_read_completion(hx_api_reader *rd, const hx_sse_event *ev) {
     int rc;
     if (json_object_get(j, "error")) {
         rd->failed = true;
-        if (!hx_api_read_error_object(json_object_get(j, "error"), 0, rd->e))
+        if (!hx_api_read_error_json(&hx_api_llama, j, 0, rd->e))
             hx_api_errf(rd->e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
         rc = ENG_ERR_FORMAT;
     } else {
@@ -645,10 +603,16 @@ static const hx_api_route llama_routes[] = {
     {0},
 };
 
+/* {"error": {"code", "message", "type"}}, the context error with both lengths */
+static const hx_api_error_shape llama_errors = {
+    .type_key = "type",
+    .types = hx_api_server_error_types,
+    .code = true,
+    .context_counts = true,
+};
+
 const hx_api_dialect hx_api_llama = {
     .name = "llama",
     .routes = llama_routes,
-    .error_body = llama_error_body,
-    .read_error = llama_read_error,
-    .stream_error = llama_stream_error,
+    .errors = &llama_errors,
 };

@@ -390,47 +390,6 @@ int hx_api_openai_prompt_json(const hx_request *q, json_t *body) {
 }
 
 // ----------------------------------------------------------------------------
-// Errors: {"error": {"message", "type", "param", "code"}}
-
-static const char *err_type(hx_api_err_kind k) {
-    switch (k) {
-    case HX_API_ERR_AUTH:          return "authentication_error";
-    case HX_API_ERR_NOT_FOUND:     return "not_found_error";
-    case HX_API_ERR_SERVER:        return "server_error";
-    case HX_API_ERR_NOT_SUPPORTED: return "not_supported_error";
-    case HX_API_ERR_UNAVAILABLE:   return "unavailable_error";
-    case HX_API_ERR_CONTEXT:       return "exceed_context_size_error";
-    default:                       return "invalid_request_error";
-    }
-}
-
-static json_t *openai_error_body(const hx_api_error *e) {
-    json_t *o = json_pack("{s:s, s:s, s:o, s:i}", "message", e->message, "type", e->type[0] ? e->type : err_type(e->kind),
-                          "param", e->field[0] ? json_string(e->field) : json_null(), "code",
-                          e->status ? e->status : hx_api_err_status(e->kind));
-    if (o && e->kind == HX_API_ERR_CONTEXT) {
-        json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt_tokens));
-        json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
-    }
-    return o ? json_pack("{s:o}", "error", o) : NULL;
-}
-
-static bool openai_read_error(const char *body, size_t n, int status, hx_api_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    const json_t *o = json_object_get(j, "error");
-    bool ok = hx_api_read_error_object(o, status, e);
-    const char *param = ok ? json_string_value(json_object_get(o, "param")) : NULL;
-    if (param) snprintf(e->field, sizeof e->field, "%s", param);
-    json_decref(j);
-    return ok;
-}
-
-static int openai_stream_error(eng_buf *out, const hx_api_error *e) {
-    return hx_sse_write_json(out, NULL, openai_error_body(e));
-}
-
-// ----------------------------------------------------------------------------
 // Parsing requests (server side)
 
 static const char *const k_chat_known[] = {"messages", "model", "max_tokens", "max_completion_tokens", "stream",
@@ -1017,7 +976,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
     int rc = ENG_OK;
     if (json_object_get(j, "error")) {
         rd->failed = true;
-        if (!hx_api_read_error_object(json_object_get(j, "error"), 0, e))
+        if (!hx_api_read_error_json(&hx_api_openai, j, 0, e))
             hx_api_errf(e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
         json_decref(j);
         return ENG_ERR_FORMAT;
@@ -1086,10 +1045,18 @@ static const hx_api_route openai_routes[] = {
     {0},
 };
 
+/* {"error": {"message", "type", "param", "code"}}, code the HTTP status and the context error with both
+ * lengths, as llama-server writes them (OpenAI's own code is a string or null; readers take both) */
+static const hx_api_error_shape openai_errors = {
+    .type_key = "type",
+    .types = hx_api_server_error_types,
+    .code = true,
+    .param = true,
+    .context_counts = true,
+};
+
 const hx_api_dialect hx_api_openai = {
     .name = "openai",
     .routes = openai_routes,
-    .error_body = openai_error_body,
-    .read_error = openai_read_error,
-    .stream_error = openai_stream_error,
+    .errors = &openai_errors,
 };

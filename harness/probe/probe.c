@@ -599,7 +599,7 @@ static int generate(probe_ctx *x, hx_api_req *q, gen_run *g) {
     if (http_error) {
         hx_api_error e;
         memset(&e, 0, sizeof e);
-        if (x->dialect->read_error(hr.body.data ? hr.body.data : "", hr.body.len, (int)hr.status, &e))
+        if (hx_api_read_error(x->dialect, hr.body.data ? hr.body.data : "", hr.body.len, (int)hr.status, &e))
             failf(g, "http", "HTTP %ld: %s", hr.status, e.message);
         else
             failf(g, "http", "HTTP %ld with a body that is not %s's error shape: %.160s", hr.status, x->dialect->name,

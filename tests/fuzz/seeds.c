@@ -365,7 +365,7 @@ static void api_outputs(const char *target, const char *path, const char *req) {
     hx_api_errf(&err, HX_API_ERR_CONTEXT, NULL, "request (5000 tokens) exceeds the available context size (4096 tokens)");
     err.n_prompt_tokens = 5000;
     err.n_ctx = 4096;
-    put_json(target, "error-context.json", rt->dialect->error_body(&err));
+    put_json(target, "error-context.json", hx_api_error_body(rt->dialect, &err));
     hx_api_result_free(&r);
     hx_api_req_free(&q);
 }

@@ -442,7 +442,7 @@ static void run_api(const uint8_t *data, size_t size, int d) {
         }
     }
     hx_api_error e;
-    dl->read_error(body, size, 400, &e);
+    hx_api_read_error(dl, body, size, 400, &e);
 }
 
 // ----------------------------------------------------------------------------
