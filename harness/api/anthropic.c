@@ -47,15 +47,7 @@ static int message_from_json(const json_t *j, const char *path, int64_t line, co
         hx_errf_at(err, errlen, path, line, field, "expected a message object");
         return ENG_ERR_FORMAT;
     }
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)j, key, v) {
-        if (strcmp(key, "role") && strcmp(key, "content")) {
-            hx_api_pathf(f, sizeof f, "%s.%s", field, key);
-            hx_errf_at(err, errlen, path, line, f, "unknown field");
-            return ENG_ERR_FORMAT;
-        }
-    }
+    /* other members (Claude Code 2.1.328's output_config, ...) are accepted: hx_api_note_unknown lists them */
     const json_t *jr = json_object_get(j, "role");
     const char *role = json_string_value(jr);
     hx_api_pathf(f, sizeof f, "%s.role", field);
@@ -170,8 +162,23 @@ static int prompt_json(const hx_request *q, json_t *o) {
 // ----------------------------------------------------------------------------
 // Parsing requests (server side)
 
-static const char *const k_known[] = {"model", "messages", "system", "tools", "max_tokens", "stream",
-                                      "stop_sequences", "tool_choice", NULL};
+/* The body as far as kvreplay reads it (hx_api_note_unknown lists the rest; the importer walks it too). */
+static const hx_api_shape k_result_block = {.tag = "type", .variants = (const hx_api_variant[]){
+    HX_API_VARIANT("text", {"text", NULL}), HX_API_VARIANT("image", {"source", NULL}, {"placeholder", NULL}),
+    HX_API_VARIANT("document", {"source", NULL}, {"placeholder", NULL}, {"title", NULL}),
+    HX_API_VARIANT("tool_reference", {"tool_name", NULL}), {0}}};
+static const hx_api_shape k_block = {.tag = "type", .variants = (const hx_api_variant[]){
+    HX_API_VARIANT("text", {"text", NULL}), HX_API_VARIANT("thinking", {"thinking", NULL}),
+    HX_API_VARIANT("redacted_thinking", {"data", NULL}),
+    HX_API_VARIANT("tool_use", {"id", NULL}, {"name", NULL}, {"input", NULL}),
+    HX_API_VARIANT("tool_result", {"tool_use_id", NULL}, {"is_error", NULL}, {"content", HX_API_ARR(&k_result_block)}),
+    HX_API_VARIANT("image", {"source", NULL}, {"placeholder", NULL}),
+    HX_API_VARIANT("document", {"source", NULL}, {"placeholder", NULL}, {"title", NULL}), {0}}};
+const hx_api_shape hx_api_anthropic_body = {.members = HX_API_MEMBERS(
+    {"model", NULL}, {"max_tokens", NULL}, {"stream", NULL}, {"stop_sequences", NULL}, {"tool_choice", NULL},
+    {"system", HX_API_ARR(&k_block)},
+    {"tools", HX_API_ARR(HX_API_OBJ({"name", NULL}, {"description", NULL}, {"input_schema", NULL}))},
+    {"messages", HX_API_ARR(HX_API_OBJ({"role", NULL}, {"content", HX_API_ARR(&k_block)}))})};
 
 static int parse_body(const hx_api_route *rt, const char *body, size_t n, bool need_max, hx_api_req *q,
                       hx_api_error *e) {
@@ -204,7 +211,7 @@ static int parse_body(const hx_api_route *rt, const char *body, size_t n, bool n
         }
         if (!(p->tool_choice = hx_json_canonical(tc))) { rc = oom(e); goto out; }
     }
-    if (hx_api_note_ignored(p, j, k_known)) rc = oom(e);
+    if (hx_api_note_unknown(q, j, &hx_api_anthropic_body)) rc = oom(e);
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);

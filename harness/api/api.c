@@ -131,6 +131,8 @@ void hx_api_req_free(hx_api_req *q) {
     free(q->params.stop);
     free(q->params.tool_choice);
     free(q->params.ignored);
+    for (int32_t i = 0; i < q->n_ignored; i++) free(q->ignored_paths[i]);
+    free(q->ignored_paths);
     free(q->params.cache_salt);
     hx_api_req_init(q);
     q->route = rt;
@@ -681,24 +683,113 @@ static bool in_list(const char *key, const char *const *list, size_t n) {
     return false;
 }
 
-int hx_api_note_ignored(hx_api_params *p, const json_t *body, const char *const *known) {
-    size_t nk = 0;
-    while (known && known[nk]) nk++;
-    eng_buf b = {0};
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)body, key, v) {
-        if (in_list(key, known, nk) ||
-            in_list(key, k_sampling_named, sizeof k_sampling_named / sizeof k_sampling_named[0]) ||
-            in_list(key, k_other_sampling, sizeof k_other_sampling / sizeof k_other_sampling[0]))
-            continue;
-        if ((b.len && eng_buf_append(&b, ",", 1)) || eng_buf_append(&b, key, strlen(key))) {
-            eng_buf_free(&b);
-            return ENG_ERR_NOMEM;
-        }
+// ----------------------------------------------------------------------------
+// Fields kvreplay does not know: listed at any depth, never refused
+
+typedef struct walk_ctx {
+    void  (*cb)(void *ud, const char *path);
+    void   *ud;
+    int64_t n;
+    char    path[256];
+} walk_ctx;
+
+static const hx_api_member *member_of(const hx_api_member *ms, const char *key) {
+    for (; ms && ms->key; ms++)
+        if (!strcmp(ms->key, key)) return ms;
+    return NULL;
+}
+
+static void walk(walk_ctx *w, const json_t *v, const hx_api_shape *sh, bool top);
+
+/* Walks member key's value v with shape sh (NULL: a leaf) at path + ".key". */
+static void walk_member(walk_ctx *w, const char *key, const json_t *v, const hx_api_shape *sh, bool unknown) {
+    size_t at = strlen(w->path);
+    snprintf(w->path + at, sizeof w->path - at, "%s%s", at ? "." : "", key);
+    if (unknown) {
+        w->n++;
+        if (w->cb) w->cb(w->ud, w->path);
+    } else if (sh) {
+        walk(w, v, sh, false);
     }
-    free(p->ignored);
-    p->ignored = b.data;
+    w->path[at] = '\0';
+}
+
+static void walk(walk_ctx *w, const json_t *v, const hx_api_shape *sh, bool top) {
+    if (json_is_array(v) && sh->item) {
+        size_t at = strlen(w->path);
+        snprintf(w->path + at, sizeof w->path - at, "[]");
+        for (size_t i = 0; i < json_array_size(v); i++) walk(w, json_array_get(v, i), sh->item, false);
+        w->path[at] = '\0';
+        return;
+    }
+    if (!json_is_object(v) || sh->open || !(sh->members || sh->variants)) return;
+    const hx_api_member *own = NULL;
+    if (sh->tag) {
+        const char *tag = json_string_value(json_object_get(v, sh->tag));
+        const hx_api_variant *x = sh->variants;
+        while (tag && x && x->tag && strcmp(x->tag, tag)) x++;
+        if (!tag || !x || !x->tag) return;  /* not a variant kvreplay knows: the parser keeps or refuses it */
+        own = x->members;
+    }
+    const char *key;
+    json_t *m;
+    json_object_foreach((json_t *)v, key, m) {
+        if (sh->tag && !strcmp(key, sh->tag)) continue;
+        const hx_api_member *k = member_of(sh->members, key);
+        if (!k) k = member_of(own, key);
+        bool sampling = top && (in_list(key, k_sampling_named, sizeof k_sampling_named / sizeof k_sampling_named[0]) ||
+                                in_list(key, k_other_sampling, sizeof k_other_sampling / sizeof k_other_sampling[0]));
+        walk_member(w, key, m, k ? k->shape : NULL, !k && !sampling);
+    }
+}
+
+int64_t hx_api_walk_unknown(const json_t *v, const hx_api_shape *shape, const char *prefix,
+                            void (*cb)(void *ud, const char *path), void *ud) {
+    walk_ctx w = {.cb = cb, .ud = ud};
+    snprintf(w.path, sizeof w.path, "%s", prefix ? prefix : "");
+    if (shape) walk(&w, v, shape, false);
+    return w.n;
+}
+
+typedef struct note_ctx {
+    hx_api_req *q;
+    int64_t     dropped;
+    int         rc;
+} note_ctx;
+
+static void note_path(void *ud, const char *path) {
+    note_ctx *c = ud;
+    hx_api_req *q = c->q;
+    for (int32_t i = 0; i < q->n_ignored; i++)
+        if (!strcmp(q->ignored_paths[i], path)) return;
+    if (q->n_ignored >= HX_API_MAX_IGNORED) { c->dropped++; return; }
+    char *d = hx_strdup(path);
+    if (!d) { c->rc = ENG_ERR_NOMEM; return; }
+    q->ignored_paths[q->n_ignored++] = d;
+}
+
+static void free_ignored(hx_api_req *q) {
+    for (int32_t i = 0; i < q->n_ignored; i++) free(q->ignored_paths[i]);
+    free(q->ignored_paths);
+    q->ignored_paths = NULL;
+    q->n_ignored = 0;
+    free(q->params.ignored);
+    q->params.ignored = NULL;
+}
+
+int hx_api_note_unknown(hx_api_req *q, const json_t *body, const hx_api_shape *shape) {
+    free_ignored(q);
+    if (!(q->ignored_paths = calloc(HX_API_MAX_IGNORED, sizeof *q->ignored_paths))) return ENG_ERR_NOMEM;
+    note_ctx c = {.q = q};
+    walk_ctx w = {.cb = note_path, .ud = &c};
+    walk(&w, body, shape, true);
+    eng_buf b = {0};
+    for (int32_t i = 0; !c.rc && i < q->n_ignored; i++)
+        if ((i && eng_buf_append(&b, ",", 1)) || eng_buf_append(&b, q->ignored_paths[i], strlen(q->ignored_paths[i])))
+            c.rc = ENG_ERR_NOMEM;
+    if (!c.rc && c.dropped && eng_buf_append(&b, ",...", 4)) c.rc = ENG_ERR_NOMEM;
+    if (c.rc) { eng_buf_free(&b); free_ignored(q); return c.rc; }
+    q->params.ignored = b.data;
     return ENG_OK;
 }
 

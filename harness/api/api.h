@@ -140,8 +140,9 @@ typedef struct hx_api_params {
     char   **stop;            /* stop strings (stop, stop_sequences) */
     int32_t  n_stop;
     char    *tool_choice;     /* canonical JSON as given, or NULL */
-    char    *ignored;         /* comma list of the body's top-level fields kvreplay accepts but does not
-                                 act on (metadata, context_management, thinking, ...), or NULL */
+    char    *ignored;         /* comma list of the body's fields kvreplay accepts but does not act on, at any
+                                 depth, as normalized JSON paths ("metadata", "messages[].output_config"), or
+                                 NULL (hx_api_note_unknown; the same paths as hx_api_req.ignored_paths) */
     /* /tokenize */
     bool     add_special;     /* default false (llama-server's) */
     bool     parse_special;   /* default true */
@@ -164,6 +165,9 @@ typedef struct hx_api_req {
     hx_request     req;       /* the prompt: messages (+ system, tools), or prompt text, or tokens;
                                  session "", turn 0 (the caller assigns them) */
     hx_api_params  params;
+    char         **ignored_paths;      /* (n_ignored) the distinct paths of params.ignored, in body order, at
+                                          most HX_API_MAX_IGNORED (serve counts them by path) */
+    int32_t        n_ignored;
     int64_t        n_unknown_blocks;   /* content blocks of unknown types kept as their JSON text */
     char           unknown_types[160]; /* their types, comma-separated */
 } hx_api_req;
@@ -413,6 +417,53 @@ const hx_api_route *hx_api_route_find(const char *method, const char *path, bool
 const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op);
 
 // ----------------------------------------------------------------------------
+// What a request body may hold: the fields kvreplay reads, as data
+//
+// A field kvreplay does not know, at any depth, is accepted and listed, never
+// refused (clients add fields with every release): each dialect describes the
+// bodies it reads as a tree of hx_api_shape, and hx_api_note_unknown walks a
+// body against it. Types are the parsers' business (a wrongly typed known
+// field is a 400 there); the walk only lists members the shape does not name.
+
+typedef struct hx_api_member {
+    const char                *key;
+    const struct hx_api_shape *shape;  /* NULL: a leaf (or a value kvreplay keeps whole, e.g. a JSON schema) */
+} hx_api_member;
+
+typedef struct hx_api_variant {
+    const char                *tag;    /* the tag member's value ("text", "function_call", ...) */
+    const hx_api_member       *members;/* this variant's own members, {0}-terminated */
+} hx_api_variant;
+
+typedef struct hx_api_shape {
+    const hx_api_member       *members;  /* an object's members (every variant's, when tagged), {0}-terminated */
+    const struct hx_api_shape *item;     /* an array's items (a value that is not an array is not walked) */
+    const char                *tag;      /* tagged objects: the member naming the variant ("type"); an object
+                                            whose tag names no variant is not walked (the parser decides) */
+    const hx_api_variant      *variants; /* {0}-terminated */
+    bool                       open;     /* any member is fine (e.g. a function's arguments) */
+} hx_api_shape;
+
+/* Shapes written as data: an object of members, an array of items, a tagged object's variant. */
+#define HX_API_MEMBERS(...) ((const hx_api_member[]){__VA_ARGS__, {0}})
+#define HX_API_OBJ(...)     (&(const hx_api_shape){.members = HX_API_MEMBERS(__VA_ARGS__)})
+#define HX_API_ARR(shape)   (&(const hx_api_shape){.item = (shape)})
+#define HX_API_VARIANT(tag, ...) {tag, HX_API_MEMBERS(__VA_ARGS__)}
+
+#define HX_API_MAX_IGNORED 32  /* distinct ignored paths kept per request (the rest are counted as "...") */
+
+/* Lists the members of body that shape does not name, at any depth, as
+ * normalized paths ("messages[].output_config": array indexes as "[]"), into
+ * q->ignored_paths and q->params.ignored (replacing them). The top level also
+ * knows the sampling fields hx_api_read_sampling reads. ENG_OK or ENG_ERR_NOMEM. */
+int  hx_api_note_unknown(hx_api_req *q, const json_t *body, const hx_api_shape *shape);
+/* The same walk for the importers: each unknown path (normalized) is passed to
+ * cb once per call; cb may be NULL (then only the count is returned). Returns
+ * the number of unknown members found (>= 0). */
+int64_t hx_api_walk_unknown(const json_t *v, const hx_api_shape *shape, const char *prefix,
+                            void (*cb)(void *ud, const char *path), void *ud);
+
+// ----------------------------------------------------------------------------
 // What the dialects share (and their callers)
 
 /* Parses a request body: a JSON object, duplicate keys refused. NULL with e
@@ -452,9 +503,6 @@ int  hx_api_get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, in
 int  hx_api_get_str(const json_t *o, const char *key, char **out, hx_api_error *e);
 /* key: a string or an array of strings -> p->stop. */
 int  hx_api_get_stop(const json_t *o, const char *key, hx_api_params *p, hx_api_error *e);
-/* p->ignored: the keys of body that are neither in known (NULL-terminated)
- * nor sampling fields, comma-separated ("" stays NULL). ENG_OK or ENG_ERR_NOMEM. */
-int  hx_api_note_ignored(hx_api_params *p, const json_t *body, const char *const *known);
 /* An error object {"message", "type", ["code"], ["n_prompt_tokens", "n_ctx"]}
  * (llama-server's and OpenAI's "error", Anthropic's inner "error") -> e, its
  * kind from the type, else from status. false when o has no "message". */
@@ -485,6 +533,11 @@ int  hx_api_probs_read(const json_t *arr, const char *field, hx_api_result *r, h
  * a text block holding its JSON, counted in opts (hx_blocks_from_json_opts). */
 int hx_api_anthropic_prompt(const json_t *body, const char *path, int64_t line, hx_block_opts *opts, hx_request *q,
                             char *err, size_t errlen);
+/* The body shapes the importers walk too (hx_api_walk_unknown): anthropic.c's Messages body, openai.c's
+ * chat body and its tools (both shapes). */
+extern const hx_api_shape hx_api_anthropic_body;
+extern const hx_api_shape hx_api_openai_chat_body;
+extern const hx_api_shape hx_api_openai_tools;
 /* openai.c: a chat body's messages (system and developer messages before the
  * first other one become system blocks) and tools. */
 int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_request *q, char *err,

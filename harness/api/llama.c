@@ -28,8 +28,9 @@ extern const hx_api_dialect hx_api_llama;
 // ----------------------------------------------------------------------------
 // POST /completion: the server side
 
-static const char *const k_completion_known[] = {"prompt", "n_predict", "max_tokens", "n_probs", "cache_prompt",
-                                                 "id_slot", "stream", "return_tokens", "stop", "model", NULL};
+static const hx_api_shape k_completion = {.members = HX_API_MEMBERS(
+    {"prompt", NULL}, {"n_predict", NULL}, {"max_tokens", NULL}, {"n_probs", NULL}, {"cache_prompt", NULL},
+    {"id_slot", NULL}, {"stream", NULL}, {"return_tokens", NULL}, {"stop", NULL}, {"model", NULL})};
 
 /* prompt: a string, or a non-empty array of token ids. */
 static int read_prompt(const json_t *p, hx_request *q, hx_api_error *e) {
@@ -80,7 +81,7 @@ static int parse_completion(const hx_api_route *rt, const char *path, const char
         goto out;
     p->max_tokens = max_tokens;  /* -1: until the end of the turn or the context (llama-server's default) */
     p->logprobs = p->n_probs > 0;
-    if (hx_api_note_ignored(p, j, k_completion_known)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (hx_api_note_unknown(q, j, &k_completion)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);

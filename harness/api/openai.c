@@ -392,13 +392,28 @@ int hx_api_openai_prompt_json(const hx_request *q, json_t *body) {
 // ----------------------------------------------------------------------------
 // Parsing requests (server side)
 
-static const char *const k_chat_known[] = {"messages", "model", "max_tokens", "max_completion_tokens", "stream",
-                                           "stream_options", "logprobs", "top_logprobs", "stop", "tools",
-                                           "tool_choice", "cache_prompt", "id_slot", "n_probs", "n_predict",
-                                           "return_tokens", NULL};
-static const char *const k_cmpl_known[] = {"prompt", "model", "max_tokens", "stream", "stream_options", "logprobs",
-                                           "stop", "echo", "cache_prompt", "id_slot", "n_probs", "n_predict",
-                                           "return_tokens", NULL};
+/* The bodies as far as kvreplay reads them (hx_api_note_unknown lists the rest). */
+#define OA_COMMON {"model", NULL}, {"max_tokens", NULL}, {"stream", NULL}, {"stop", NULL}, \
+    {"stream_options", HX_API_OBJ({"include_usage", NULL})}, {"cache_prompt", NULL}, {"id_slot", NULL}, \
+    {"n_probs", NULL}, {"n_predict", NULL}, {"return_tokens", NULL}
+static const hx_api_shape k_part = {.tag = "type", .variants = (const hx_api_variant[]){
+    HX_API_VARIANT("text", {"text", NULL}), HX_API_VARIANT("refusal", {"refusal", NULL}),
+    HX_API_VARIANT("image_url", {"image_url", NULL}), HX_API_VARIANT("image", {"image", NULL}),
+    HX_API_VARIANT("input_audio", {"input_audio", NULL}), HX_API_VARIANT("file", {"file", NULL}), {0}}};
+static const hx_api_shape k_message = {.members = HX_API_MEMBERS(
+    {"role", NULL}, {"content", HX_API_ARR(&k_part)}, {"reasoning_content", NULL}, {"tool_call_id", NULL},
+    {"tool_call_ids", NULL},
+    {"tool_calls", HX_API_ARR(HX_API_OBJ({"id", NULL}, {"type", NULL}, {"index", NULL},
+                                         {"function", HX_API_OBJ({"name", NULL}, {"arguments", NULL})}))})};
+/* tools: the OpenAI shape, and the Anthropic one hx_tools_from_json also reads */
+const hx_api_shape hx_api_openai_tools = {.item = HX_API_OBJ(
+    {"type", NULL}, {"name", NULL}, {"description", NULL}, {"input_schema", NULL},
+    {"function", HX_API_OBJ({"name", NULL}, {"description", NULL}, {"parameters", NULL})})};
+const hx_api_shape hx_api_openai_chat_body = {.members = HX_API_MEMBERS(
+    OA_COMMON, {"messages", HX_API_ARR(&k_message)}, {"max_completion_tokens", NULL}, {"logprobs", NULL},
+    {"top_logprobs", NULL}, {"tools", &hx_api_openai_tools}, {"tool_choice", NULL})};
+static const hx_api_shape k_cmpl = {.members = HX_API_MEMBERS(OA_COMMON, {"prompt", NULL}, {"logprobs", NULL},
+                                                              {"echo", NULL})};
 
 /* The fields chat and completions share. */
 static int common_params(const json_t *j, hx_api_params *p, hx_api_error *e) {
@@ -454,7 +469,7 @@ static int parse_chat(const hx_api_route *rt, const char *path, const char *quer
         rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
         goto out;
     }
-    if (hx_api_note_ignored(p, j, k_chat_known)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (hx_api_note_unknown(q, j, &hx_api_openai_chat_body)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);
@@ -506,7 +521,7 @@ static int parse_completions(const hx_api_route *rt, const char *path, const cha
         p->logprobs = true;
         if (p->n_probs == 0) p->n_probs = lp;
     }
-    if (hx_api_note_ignored(p, j, k_cmpl_known)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (hx_api_note_unknown(q, j, &k_cmpl)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);

@@ -509,11 +509,7 @@ static void run_generate(hx_server *s, hx_job *j) {
         s->metrics.sampling_not_honoured++;
         pthread_mutex_unlock(&s->metrics.mu);
     }
-    if (q->params.ignored) {
-        pthread_mutex_lock(&s->metrics.mu);
-        s->metrics.ignored_fields++;
-        pthread_mutex_unlock(&s->metrics.mu);
-    }
+    if (q->params.ignored) hx_metrics_ignored(&s->metrics, q->ignored_paths, q->n_ignored, stderr);
     g = (gen_ctx){.s = s, .j = j, .scripted = scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
     for (int32_t i = 0; i < q->params.n_stop; i++)
         if (strlen(q->params.stop[i]) > g.hold) g.hold = strlen(q->params.stop[i]);
