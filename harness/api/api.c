@@ -22,6 +22,7 @@
     X(llama)                   \
     X(openai)                  \
     X(anthropic)               \
+    X(responses)               \
     /* one line per dialect, above this one */
 
 #define HX_API_DECLARE(id) extern const hx_api_dialect hx_api_##id;
@@ -134,6 +135,8 @@ void hx_api_req_free(hx_api_req *q) {
     for (int32_t i = 0; i < q->n_ignored; i++) free(q->ignored_paths[i]);
     free(q->ignored_paths);
     free(q->params.cache_salt);
+    free(q->params.previous_response_id);
+    free(q->params.cache_key);
     hx_api_req_init(q);
     q->route = rt;
 }
@@ -491,6 +494,8 @@ void hx_api_stream_init(hx_api_stream *s, const hx_api_req *q, const hx_api_resu
 
 void hx_api_stream_free(hx_api_stream *s) {
     eng_buf_free(&s->out);
+    eng_buf_free(&s->acc);
+    json_decref(s->items);
     memset(s, 0, sizeof *s);
 }
 
@@ -564,6 +569,7 @@ void hx_api_reader_init(hx_api_reader *rd, const hx_api_route *route) {
     memset(rd, 0, sizeof *rd);
     rd->route = route;
     rd->block = -1;
+    rd->seq = -1;
     hx_sse_parser_init(&rd->sse);
 }
 
@@ -725,7 +731,8 @@ static void walk(walk_ctx *w, const json_t *v, const hx_api_shape *sh, bool top)
     if (!json_is_object(v) || sh->open || !(sh->members || sh->variants)) return;
     const hx_api_member *own = NULL;
     if (sh->tag) {
-        const char *tag = json_string_value(json_object_get(v, sh->tag));
+        const json_t *jt = json_object_get(v, sh->tag);
+        const char *tag = jt ? json_string_value(jt) : sh->untagged;
         const hx_api_variant *x = sh->variants;
         while (tag && x && x->tag && strcmp(x->tag, tag)) x++;
         if (!tag || !x || !x->tag) return;  /* not a variant kvreplay knows: the parser keeps or refuses it */

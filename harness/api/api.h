@@ -150,6 +150,10 @@ typedef struct hx_api_params {
     /* /slots/ID?action=... */
     int32_t  slot_id;         /* -1 when absent */
     char     action[16];      /* "erase", ... */
+    /* the Responses API */
+    bool     no_store;        /* "store": false (the response is not kept for previous_response_id) */
+    char    *previous_response_id; /* the stored response this one continues, or NULL */
+    char    *cache_key;       /* "prompt_cache_key" (a routing hint; kvreplay's one engine needs none), or NULL */
     /* client only (kvreplay probe): vendor extensions of the OpenAI API */
     char    *cache_salt;      /* vLLM and SGLang "cache_salt": reuse only between requests of the same salt;
                                  NULL: none */
@@ -286,6 +290,8 @@ typedef struct hx_api_stream {
     int32_t   n_tools;        /* tool calls started (OpenAI tool_calls index) */
     int64_t   n_tokens;       /* token deltas sent */
     int64_t   seq;            /* the next event's sequence number (dialects that number their events) */
+    json_t   *items;          /* the output items so far, for dialects whose last event repeats them (Responses) */
+    eng_buf   acc;            /* the open item's text so far (Responses' *.done events carry it whole) */
     char      pending[4];     /* the incomplete UTF-8 tail of the text so far */
     int       n_pending;
     bool      began, ended;
@@ -326,6 +332,9 @@ typedef struct hx_api_reader {
     eng_buf   text;           /* the open block's text or input JSON (OpenAI chat: the content) */
     eng_buf   thinking;       /* OpenAI chat: reasoning_content, accumulated */
     json_t   *calls;          /* OpenAI chat: the tool calls by index, [{"id", "name", "arguments"}] */
+    int64_t   seq;            /* the next sequence number the stream must carry (Responses), -1: unchecked */
+    int       phase;          /* the dialect's place in its event sequence (Responses, Gemini) */
+    int32_t   n_items;        /* output items opened so far (Responses) */
     /* optional (kvreplay probe): called after each event was read, with whether it carried a token
      * (n_token_events grew): the raw event, e.g. the exact JSON text of a token's probabilities */
     void    (*on_event)(void *ud, const hx_sse_event *ev, bool token_bearing);
@@ -394,6 +403,7 @@ typedef struct hx_api_dialect {
     const char          *name;     /* "llama", "openai", "anthropic", "responses", "gemini" */
     const hx_api_route  *routes;   /* {0}-terminated */
     const hx_api_error_shape *errors;
+    const char          *id_prefix;/* response ids ("resp_"); NULL: the route's own (msg_, chatcmpl-, cmpl-) */
 } hx_api_dialect;
 
 /* The error body of e in dialect d's shape (NULL on OOM). */
@@ -440,6 +450,7 @@ typedef struct hx_api_shape {
     const struct hx_api_shape *item;     /* an array's items (a value that is not an array is not walked) */
     const char                *tag;      /* tagged objects: the member naming the variant ("type"); an object
                                             whose tag names no variant is not walked (the parser decides) */
+    const char                *untagged; /* tagged objects: the variant of an object without the tag, or NULL */
     const hx_api_variant      *variants; /* {0}-terminated */
     bool                       open;     /* any member is fine (e.g. a function's arguments) */
 } hx_api_shape;
@@ -538,6 +549,18 @@ int hx_api_anthropic_prompt(const json_t *body, const char *path, int64_t line, 
 extern const hx_api_shape hx_api_anthropic_body;
 extern const hx_api_shape hx_api_openai_chat_body;
 extern const hx_api_shape hx_api_openai_tools;
+/* responses.c: a Responses body's instructions, input (a string or items) and tools appended to q
+ * (opts NULL: an item or part of an unknown type is an error; otherwise kept as its JSON, counted). */
+int hx_api_responses_prompt(const json_t *body, const char *path, int64_t line, hx_block_opts *opts, hx_request *q,
+                            char *err, size_t errlen);
+/* responses.c: one input item (message, function_call, function_call_output, custom_tool_call(_output),
+ * reasoning) appended to q: the items of Codex's rollouts too. */
+int hx_api_responses_item(const json_t *item, const char *path, int64_t line, const char *field, hx_block_opts *opts,
+                          hx_request *q, char *err, size_t errlen);
+/* responses.c: q's system blocks, messages and tools as a Responses body's instructions, input and tools. */
+int hx_api_responses_prompt_json(const hx_request *q, json_t *body);
+extern const hx_api_shape hx_api_responses_body;
+extern const hx_api_shape hx_api_responses_item_shape;
 /* openai.c: a chat body's messages (system and developer messages before the
  * first other one become system blocks) and tools. */
 int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_request *q, char *err,

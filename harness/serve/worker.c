@@ -249,7 +249,8 @@ static int on_prompt(void *ud, const hx_turn_status *st) {
     j->res.created = (int64_t)time(NULL);
     if (!j->res.id) {
         char id[64];
-        hx_api_make_id(id, sizeof id, j->route->dialect == hx_api_dialect_find("anthropic") ? "msg_"
+        hx_api_make_id(id, sizeof id, j->route->dialect->id_prefix ? j->route->dialect->id_prefix
+                                      : j->route->dialect == hx_api_dialect_find("anthropic") ? "msg_"
                                       : strstr(j->route->path, "chat") ? "chatcmpl-" : "cmpl-", (uint64_t)j->seq);
         j->res.id = hx_strdup(id);
     }
