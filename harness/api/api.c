@@ -23,6 +23,7 @@
     X(openai)                  \
     X(anthropic)               \
     X(responses)               \
+    X(gemini)                  \
     /* one line per dialect, above this one */
 
 #define HX_API_DECLARE(id) extern const hx_api_dialect hx_api_##id;
@@ -36,10 +37,16 @@ const hx_api_dialect *hx_api_dialect_find(const char *name) {
     return NULL;
 }
 
+/* A route's path pattern: '*' at the end matches the rest of the path (at least one character); '*'
+ * inside matches one name without '/' or ':' (the model of /v1beta/models/{model}:generateContent). */
 static bool path_matches(const char *pattern, const char *path) {
-    size_t n = strlen(pattern);
-    if (n > 0 && pattern[n - 1] == '*') return !strncmp(pattern, path, n - 1) && path[n - 1] != '\0';
-    return !strcmp(pattern, path);
+    const char *star = strchr(pattern, '*');
+    if (!star) return !strcmp(pattern, path);
+    size_t pre = (size_t)(star - pattern);
+    if (strncmp(pattern, path, pre)) return false;
+    if (!star[1]) return path[pre] != '\0';
+    size_t k = strcspn(path + pre, "/:");
+    return k > 0 && path_matches(star + 1, path + pre + k);
 }
 
 const hx_api_route *hx_api_route_find(const char *method, const char *path, bool *other_method) {

@@ -6,11 +6,15 @@
  *
  * A dialect is one file: llama.c (llama-server's native API: /completion,
  * /tokenize, /detokenize, /apply-template, /health, /props, /slots),
- * openai.c (/v1/completions, /v1/chat/completions, /v1/models) and
- * anthropic.c (/v1/messages, /v1/messages/count_tokens). Each speaks both
+ * openai.c (/v1/completions, /v1/chat/completions, /v1/models),
+ * anthropic.c (/v1/messages, /v1/messages/count_tokens), responses.c
+ * (OpenAI's /v1/responses) and gemini.c (/v1beta/models/M:generateContent,
+ * :streamGenerateContent, :countTokens). Each speaks both
  * directions of each of its routes:
  *   server side  body -> hx_api_req (errors name the field, in the dialect's
- *                own error shape and status); hx_api_result -> response
+ *                own error shape and status; a field it does not know, at
+ *                any depth, is accepted and listed: hx_api_note_unknown);
+ *                hx_api_result -> response
  *                body, or -> SSE events (hx_api_stream_*);
  *   client side  hx_api_req -> request body; response body or SSE stream ->
  *                hx_api_result (tolerant of what real servers add, strict
@@ -357,7 +361,8 @@ int  hx_api_reader_finish(hx_api_reader *rd, hx_api_result *r, hx_api_error *e);
 
 typedef struct hx_api_route {
     const char *method;       /* "GET" | "POST" */
-    const char *path;         /* "/v1/messages"; a trailing "*" matches the rest of a path ("/slots/ *") */
+    const char *path;         /* "/v1/messages"; a trailing "*" matches the rest of a path ("/slots/ *"), a "*"
+                                 inside one name ("/v1beta/models/ *:generateContent") */
     hx_api_op   op;
     const struct hx_api_dialect *dialect;
     /* server: a request (its path without the query string, the query string or NULL, the body of
@@ -560,6 +565,15 @@ int hx_api_responses_item(const json_t *item, const char *path, int64_t line, co
 /* responses.c: q's system blocks, messages and tools as a Responses body's instructions, input and tools. */
 int hx_api_responses_prompt_json(const hx_request *q, json_t *body);
 extern const hx_api_shape hx_api_responses_body;
+/* gemini.c: a generateContent body's systemInstruction, tools and contents appended to q (opts as above). */
+int hx_api_gemini_prompt(const json_t *body, const char *path, int64_t line, hx_block_opts *opts, hx_request *q,
+                         char *err, size_t errlen);
+/* gemini.c: one content {"role", "parts"} appended to q as a message (Gemini CLI's chat logs too). */
+int hx_api_gemini_content(const json_t *c, const char *path, int64_t line, const char *field, hx_block_opts *opts,
+                          hx_request *q, char *err, size_t errlen);
+/* gemini.c: q as a generateContent body's systemInstruction, contents and tools. */
+int hx_api_gemini_prompt_json(const hx_request *q, json_t *body);
+extern const hx_api_shape hx_api_gemini_body;
 extern const hx_api_shape hx_api_responses_item_shape;
 /* openai.c: a chat body's messages (system and developer messages before the
  * first other one become system blocks) and tools. */
