@@ -552,9 +552,9 @@ out:
 
 static const hx_api_route anthropic_routes[] = {
     {"POST", "/v1/messages", HX_API_OP_GENERATE, &hx_api_anthropic, parse_messages, respond_message, request_message,
-     read_message, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     read_message, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/v1/messages/count_tokens", HX_API_OP_COUNT_TOKENS, &hx_api_anthropic, parse_count, respond_count,
-     request_count, read_count, NULL, NULL, NULL, NULL, NULL},
+     request_count, read_count, NULL, NULL, NULL, NULL, NULL, NULL},
     {0},
 };
 

@@ -60,6 +60,15 @@ const hx_api_route *hx_api_route_find(const char *method, const char *path, bool
     return NULL;
 }
 
+int hx_api_route_target(const hx_api_route *rt, const char *model, char *out, size_t cap) {
+    const char *star = strchr(rt->path, '*');
+    int n = star && star[1] ? snprintf(out, cap, "%.*s%s%s", (int)(star - rt->path), rt->path, model ? model : "kvreplay",
+                                       star + 1)
+                            : snprintf(out, cap, "%s", rt->path);
+    if (n >= 0 && (size_t)n < cap && rt->query) n += snprintf(out + n, cap - (size_t)n, "?%s", rt->query);
+    return n < 0 || (size_t)n >= cap ? ENG_ERR_RANGE : ENG_OK;
+}
+
 const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op) {
     for (const hx_api_route *r = d->routes; r->path; r++)
         if (r->op == op) return r;

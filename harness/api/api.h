@@ -383,6 +383,8 @@ typedef struct hx_api_route {
     int     (*stream_block)(hx_api_stream *s, const hx_block *b);
     int     (*stream_end)(hx_api_stream *s);
     int     (*stream_read)(hx_api_reader *rd, const hx_sse_event *ev);
+    /* client: the query string its requests carry ("alt=sse"), or NULL */
+    const char *query;
 } hx_api_route;
 
 /* A dialect's error shape, as data: api.c writes and reads every dialect's
@@ -428,6 +430,9 @@ const hx_api_dialect *hx_api_dialect_find(const char *name);  /* NULL when unkno
  * path exists for another method, *other_method is set (405) and NULL is
  * returned; NULL with it false: no such route (404). other_method may be NULL. */
 const hx_api_route *hx_api_route_find(const char *method, const char *path, bool *other_method);
+/* client: the request target of route rt: its path with a '*' inside replaced by model (the Gemini API's
+ * /v1beta/models/{model}:verb), and its query. ENG_OK, or ENG_ERR_RANGE when it does not fit cap. */
+int hx_api_route_target(const hx_api_route *rt, const char *model, char *out, size_t cap);
 /* The route of dialect d for op (the first one), or NULL. */
 const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op);
 

@@ -714,19 +714,19 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
 // ----------------------------------------------------------------------------
 // The dialect
 
-#define GEN(path, stream)                                                                                     \
+#define GEN(path, query)                                                                                      \
     {"POST", path, HX_API_OP_GENERATE, &hx_api_gemini, parse_generate, respond_generate, request_generate,   \
-     read_generate, NULL, stream_token, stream_block, stream_end, stream_read}
+     read_generate, NULL, stream_token, stream_block, stream_end, stream_read, query}
 #define COUNT(path)                                                                                           \
     {"POST", path, HX_API_OP_COUNT_TOKENS, &hx_api_gemini, parse_generate, respond_count, request_count,     \
      read_count, NULL, NULL, NULL, NULL, NULL}
 
 static const hx_api_route gemini_routes[] = {
-    GEN("/v1beta/models/*:generateContent", false),
-    GEN("/v1beta/models/*:streamGenerateContent", true),
+    GEN("/v1beta/models/*:generateContent", NULL),
+    GEN("/v1beta/models/*:streamGenerateContent", "alt=sse"),
     COUNT("/v1beta/models/*:countTokens"),
-    GEN("/v1/models/*:generateContent", false),
-    GEN("/v1/models/*:streamGenerateContent", true),
+    GEN("/v1/models/*:generateContent", NULL),
+    GEN("/v1/models/*:streamGenerateContent", "alt=sse"),
     COUNT("/v1/models/*:countTokens"),
     {0},
 };

@@ -1048,15 +1048,15 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
 
 static const hx_api_route openai_routes[] = {
     {"POST", "/v1/chat/completions", HX_API_OP_GENERATE, &hx_api_openai, parse_chat, respond_chat, request_chat,
-     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/chat/completions", HX_API_OP_GENERATE, &hx_api_openai, parse_chat, respond_chat, request_chat,
-     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/v1/completions", HX_API_OP_GENERATE, &hx_api_openai, parse_completions, respond_completions,
-     request_completions, read_response, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     request_completions, read_response, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"GET", "/v1/models", HX_API_OP_MODELS, &hx_api_openai, NULL, respond_models, NULL, read_models, NULL, NULL,
-     NULL, NULL, NULL},
+     NULL, NULL, NULL, NULL},
     {"GET", "/models", HX_API_OP_MODELS, &hx_api_openai, NULL, respond_models, NULL, read_models, NULL, NULL, NULL,
-     NULL, NULL},
+     NULL, NULL, NULL},
     {0},
 };
 

@@ -1104,9 +1104,9 @@ out:
 
 static const hx_api_route responses_routes[] = {
     {"POST", "/v1/responses", HX_API_OP_GENERATE, &hx_api_responses, parse_responses, respond_responses,
-     request_responses, read_responses, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     request_responses, read_responses, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/responses", HX_API_OP_GENERATE, &hx_api_responses, parse_responses, respond_responses,
-     request_responses, read_responses, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     request_responses, read_responses, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {0},
 };
 
