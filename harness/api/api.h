@@ -411,6 +411,7 @@ typedef struct hx_api_dialect {
     const hx_api_route  *routes;   /* {0}-terminated */
     const hx_api_error_shape *errors;
     const char          *id_prefix;/* response ids ("resp_"); NULL: the route's own (msg_, chatcmpl-, cmpl-) */
+    bool                 sse_data_only; /* its clients read data lines only: no SSE comments (Gemini's SDK) */
 } hx_api_dialect;
 
 /* The error body of e in dialect d's shape (NULL on OOM). */

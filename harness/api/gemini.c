@@ -719,7 +719,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
      read_generate, NULL, stream_token, stream_block, stream_end, stream_read, query}
 #define COUNT(path)                                                                                           \
     {"POST", path, HX_API_OP_COUNT_TOKENS, &hx_api_gemini, parse_generate, respond_count, request_count,     \
-     read_count, NULL, NULL, NULL, NULL, NULL}
+     read_count, NULL, NULL, NULL, NULL, NULL, NULL}
 
 static const hx_api_route gemini_routes[] = {
     GEN("/v1beta/models/*:generateContent", NULL),
@@ -752,4 +752,5 @@ const hx_api_dialect hx_api_gemini = {
     .routes = gemini_routes,
     .errors = &gemini_errors,
     .id_prefix = "",  /* responseId: no prefix */
+    .sse_data_only = true,  /* @google/genai reads "data: " blocks only; a comment line breaks its parser */
 };

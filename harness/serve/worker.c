@@ -611,9 +611,10 @@ static void run_generate(hx_server *s, hx_job *j) {
     pthread_mutex_lock(&j->mu);
     if (q->params.stream) {
         if (j->stream.route) {
-            eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r.n_reused, r.n_prompt,
-                           !r.compared ? "unverified" : r.identical ? "true" : "false",
-                           r.compared ? " (logits, decode steps, state)" : "");
+            if (!j->route->dialect->sse_data_only)
+                eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r.n_reused,
+                               r.n_prompt, !r.compared ? "unverified" : r.identical ? "true" : "false",
+                               r.compared ? " (logits, decode steps, state)" : "");
             hx_api_stream_end(&j->stream);
             flush_stream_locked(j);
         }
