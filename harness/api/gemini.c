@@ -400,21 +400,32 @@ static json_t *logprobs_json(const hx_api_token *t, int32_t n) {
     return json_pack("{s:o, s:o}", "topCandidates", top, "chosenCandidates", chosen);
 }
 
-static json_t *block_part(const hx_block *b) {
+/* The name of the function whose call has id (a functionResponse names its function), or id itself. */
+static const char *call_name(const hx_request *q, const char *id) {
+    for (int32_t m = q ? q->n_messages - 1 : -1; id && m >= 0; m--)
+        for (int32_t k = 0; k < q->messages[m].n_blocks; k++) {
+            const hx_block *b = &q->messages[m].blocks[k];
+            if (b->type == HX_BLOCK_TOOL_USE && b->id && !strcmp(b->id, id)) return b->name;
+        }
+    return id ? id : "";
+}
+
+/* A block as a part; q (may be NULL) names the functions of tool results. */
+static json_t *block_part(const hx_block *b, const hx_request *q) {
     json_error_t je;
     switch (b->type) {
     case HX_BLOCK_THINKING: return json_pack("{s:s, s:b}", "text", b->text, "thought", 1);
     case HX_BLOCK_TOOL_USE: {
         json_t *fc = json_pack("{s:s, s:o}", "name", b->name ? b->name : "", "args",
                                json_loads(b->input ? b->input : "{}", 0, &je));
-        if (fc && b->id && b->name && strcmp(b->id, b->name)) json_object_set_new(fc, "id", json_string(b->id));
+        if (fc && b->id && b->id[0]) json_object_set_new(fc, "id", json_string(b->id));  /* clients echo it back */
         return fc ? json_pack("{s:o}", "functionCall", fc) : NULL;
     }
     case HX_BLOCK_TOOL_RESULT: {
         json_t *resp = json_loads(b->text, 0, &je);
         if (!json_is_object(resp)) { json_decref(resp); resp = json_pack("{s:s}", "output", b->text); }
         return json_pack("{s:{s:s, s:s, s:o}}", "functionResponse", "id", b->id ? b->id : "", "name",
-                         b->id ? b->id : "", "response", resp);
+                         call_name(q, b->id), "response", resp);
     }
     case HX_BLOCK_IMAGE:
         return !strcmp(b->text, "[file]") ? json_pack("{s:{s:s, s:s}}", "fileData", "mimeType", "application/octet-stream",
@@ -443,7 +454,7 @@ static json_t *chunk_json(const hx_api_req *q, const hx_api_result *r, json_t *p
 static json_t *respond_generate(const hx_api_req *q, const hx_api_result *r) {
     json_t *parts = json_array();
     for (int32_t i = 0; parts && i < r->content.n_blocks; i++)
-        if (json_array_append_new(parts, block_part(&r->content.blocks[i]))) { json_decref(parts); parts = NULL; }
+        if (json_array_append_new(parts, block_part(&r->content.blocks[i], NULL))) { json_decref(parts); parts = NULL; }
     if (!parts) return NULL;
     return chunk_json(q, r, parts, q->params.logprobs ? logprobs_json(r->tokens, r->n_tokens) : NULL, true);
 }
@@ -466,7 +477,7 @@ static int stream_token(hx_api_stream *s, const hx_api_token *t, const char *tex
 }
 
 static int stream_block(hx_api_stream *s, const hx_block *b) {
-    return emit(s, chunk_json(s->q, s->r, json_pack("[o]", block_part(b)), NULL, false));
+    return emit(s, chunk_json(s->q, s->r, json_pack("[o]", block_part(b, NULL)), NULL, false));
 }
 
 static int stream_end(hx_api_stream *s) {
@@ -488,7 +499,7 @@ int hx_api_gemini_prompt_json(const hx_request *q, json_t *body) {
         const hx_message *m = &q->messages[i];
         json_t *parts = json_array();
         for (int32_t k = 0; parts && k < m->n_blocks; k++)
-            if (json_array_append_new(parts, block_part(&m->blocks[k]))) { json_decref(parts); parts = NULL; }
+            if (json_array_append_new(parts, block_part(&m->blocks[k], q))) { json_decref(parts); parts = NULL; }
         bad = !parts || json_array_append_new(contents, json_pack("{s:s, s:o}", "role", m->role == HX_ROLE_ASSISTANT
                                                                   ? "model" : "user", "parts", parts));
     }
