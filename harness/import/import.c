@@ -37,6 +37,8 @@
     X(openai)               \
     X(claude_code)          \
     X(swe_agent)            \
+    X(codex)                \
+    X(gemini_cli)           \
     /* one line per importer, above this one */
 
 #define DECLARE(id) extern const hx_importer hx_importer_##id;
@@ -228,6 +230,7 @@ static int link_push(linker *L, hx_transcript *out, hx_request *q, const char *p
 }
 
 void hx_imp_list_add(char *list, size_t cap, const char *name) {
+    if (!name || !name[0]) return;
     size_t tl = strlen(name), have = strlen(list);
     for (const char *p = list; (p = strstr(p, name)) != NULL; p += tl)
         if ((p == list || p[-1] == ',') && (p[tl] == ',' || p[tl] == '\0')) return;
