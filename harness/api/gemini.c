@@ -418,7 +418,7 @@ static json_t *block_part(const hx_block *b, const hx_request *q) {
     case HX_BLOCK_TOOL_USE: {
         json_t *fc = json_pack("{s:s, s:o}", "name", b->name ? b->name : "", "args",
                                json_loads(b->input ? b->input : "{}", 0, &je));
-        if (fc && b->id && b->id[0]) json_object_set_new(fc, "id", json_string(b->id));  /* clients echo it back */
+        if (fc && b->id) json_object_set_new(fc, "id", json_string(b->id));  /* clients echo it back */
         return fc ? json_pack("{s:o}", "functionCall", fc) : NULL;
     }
     case HX_BLOCK_TOOL_RESULT: {

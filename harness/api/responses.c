@@ -342,7 +342,7 @@ int hx_api_responses_prompt(const json_t *body, const char *path, int64_t line, 
     const json_t *ins = json_object_get(body, "instructions"), *in = json_object_get(body, "input");
     if (ins && !json_is_null(ins) && !json_is_string(ins))
         return fail_at(err, errlen, path, line, "instructions", "expected a string");
-    if (json_is_string(ins) && json_string_length(ins) && q->n_messages == 0) {
+    if (json_is_string(ins) && json_string_length(ins)) {
         hx_block *b = realloc(q->system, sizeof *b * (size_t)(q->n_system + 1));
         if (!b) return ENG_ERR_NOMEM;
         q->system = b;
@@ -758,6 +758,7 @@ static json_t *parts_json(const hx_message *m, const char *text_type) {
     for (int32_t i = 0; a && i < m->n_blocks; i++) {
         const hx_block *b = &m->blocks[i];
         json_t *p = b->type == HX_BLOCK_IMAGE && !strcmp(b->text, "[file]") ? json_pack("{s:s}", "type", "input_file")
+                    : b->type == HX_BLOCK_IMAGE && !strcmp(b->text, "[audio]") ? json_pack("{s:s}", "type", "input_audio")
                     : b->type == HX_BLOCK_IMAGE ? json_pack("{s:s, s:s}", "type", "input_image", "image_url", b->text)
                     : !strcmp(text_type, "output_text") ? text_part(b->text, NULL)
                     : json_pack("{s:s, s:s}", "type", text_type, "text", b->text);
@@ -773,14 +774,19 @@ static int push_item(json_t *input, json_t *it) { return it ? json_array_append_
 int hx_api_responses_prompt_json(const hx_request *q, json_t *body) {
     json_t *input = json_array();
     int bad = !input;
-    if (!bad && q->n_system) bad = json_object_set_new(body, "instructions", json_string(q->system[0].text));
-    for (int32_t i = 1; !bad && i < q->n_system; i++) {
+    int32_t first = q->n_system && q->system[0].text[0] ? 1 : 0;  /* "" instructions would be no instructions */
+    if (!bad && first) bad = json_object_set_new(body, "instructions", json_string(q->system[0].text));
+    for (int32_t i = first; !bad && i < q->n_system; i++) {
         hx_message one = {.role = HX_ROLE_SYSTEM, .blocks = &q->system[i], .n_blocks = 1};
         bad = push_item(input, json_pack("{s:s, s:s, s:o}", "type", "message", "role", "system", "content",
                                          parts_json(&one, "input_text")));
     }
     for (int32_t i = 0; !bad && i < q->n_messages; i++) {
         const hx_message *m = &q->messages[i];
+        if (m->role == HX_ROLE_ASSISTANT && m->n_blocks == 0) {
+            bad = push_item(input, json_pack("{s:s, s:s, s:[]}", "type", "message", "role", "assistant", "content"));
+            continue;
+        }
         if (m->role == HX_ROLE_ASSISTANT) {
             hx_message run = {.role = m->role};  /* consecutive text blocks make one message */
             for (int32_t k = 0; !bad && k <= m->n_blocks; k++) {
