@@ -231,12 +231,6 @@ static int parse_count(const hx_api_route *rt, const char *path, const char *que
 // ----------------------------------------------------------------------------
 // Responses (server side)
 
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
-
 static const char *stop_reason(const hx_api_result *r) {
     switch (r->finish) {
     case HX_API_FINISH_LENGTH:    return "max_tokens";
@@ -259,7 +253,7 @@ static json_t *usage_json(const hx_api_result *r, bool with_output) {
 static json_t *respond_message(const hx_api_req *q, const hx_api_result *r) {
     const char *sr = stop_reason(r);
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", r->id ? r->id : "msg_kvreplay", "type", "message",
-                     "role", "assistant", "model", model_of(q, r), "content",
+                     "role", "assistant", "model", hx_api_model_of(q, r), "content",
                      blocks_json(r->content.blocks, r->content.n_blocks), "stop_reason",
                      sr ? json_string(sr) : json_null(), "stop_sequence",
                      r->stop_word ? json_string(r->stop_word) : json_null(), "usage", usage_json(r, true));
@@ -308,7 +302,7 @@ static int stream_begin(hx_api_stream *s) {
     int rc = emit(s, "message_start",
                   json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}}", "type", "message_start", "message",
                             "id", r->id ? r->id : "msg_kvreplay", "type", "message", "role", "assistant", "model",
-                            model_of(s->q, r), "content", "stop_reason", "stop_sequence", "usage",
+                            hx_api_model_of(s->q, r), "content", "stop_reason", "stop_sequence", "usage",
                             usage_json(r, false)));
     return rc ? rc : emit(s, "ping", json_pack("{s:s}", "type", "ping"));
 }
@@ -437,15 +431,7 @@ static int read_message(const hx_api_route *rt, const char *body, size_t n, hx_a
 }
 
 static int read_count(const hx_api_route *rt, const char *body, size_t n, hx_api_result *r, hx_api_error *e) {
-    hx_api_result_init(r);
-    json_t *j = hx_api_load_body(body, n, e);
-    if (!j) return ENG_ERR_FORMAT;
-    const json_t *it = json_object_get(j, "input_tokens");
-    int rc = ENG_OK;
-    if (!json_is_integer(it)) rc = hx_api_errf(e, HX_API_ERR_INVALID, "input_tokens", it ? "expected an integer" : "missing");
-    else r->n_input_tokens = json_integer_value(it);
-    json_decref(j);
-    return rc;
+    return hx_api_read_count(body, n, "input_tokens", r, e);
 }
 
 /* Closes the reader's open block into r->content. */

@@ -483,6 +483,24 @@ json_t *hx_api_bytes_json(const char *text, size_t len) {
     return a;
 }
 
+const char *hx_api_model_of(const hx_api_req *q, const hx_api_result *r) {
+    if (r->model) return r->model;
+    if (q->params.model) return q->params.model;
+    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
+}
+
+int hx_api_read_count(const char *body, size_t n, const char *key, hx_api_result *r, hx_api_error *e) {
+    hx_api_result_init(r);
+    json_t *j = hx_api_load_body(body, n, e);
+    if (!j) return ENG_ERR_FORMAT;
+    const json_t *t = json_object_get(j, key);
+    int rc = ENG_OK;
+    if (!json_is_integer(t)) rc = hx_api_errf(e, HX_API_ERR_INVALID, key, t ? "expected an integer" : "missing");
+    else r->n_input_tokens = json_integer_value(t);
+    json_decref(j);
+    return rc;
+}
+
 void hx_api_make_id(char *buf, size_t cap, const char *prefix, uint64_t seq) {
     static const char alphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     char tail[25];

@@ -515,6 +515,10 @@ char *hx_api_utf8_sanitize(const char *s, size_t n, int64_t *n_bad);
 /* The length of the longest prefix of s (n bytes) that ends on a UTF-8
  * character boundary and is valid, leaving an incomplete tail out. */
 size_t hx_api_utf8_complete(const char *s, size_t n);
+/* The model a response names: the result's, else the request's, else the server's alias, else "kvreplay". */
+const char *hx_api_model_of(const hx_api_req *q, const hx_api_result *r);
+/* client: a token count body {KEY: N} -> r->n_input_tokens (r initialized here). ENG_OK or ENG_ERR_FORMAT. */
+int  hx_api_read_count(const char *body, size_t n, const char *key, hx_api_result *r, hx_api_error *e);
 /* A response id: PREFIX followed by 24 characters derived from seq (deterministic). */
 void hx_api_make_id(char *buf, size_t cap, const char *prefix, uint64_t seq);
 /* Typed fields of a body for the dialect files: an absent or null key leaves

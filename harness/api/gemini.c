@@ -363,12 +363,6 @@ out:
 // ----------------------------------------------------------------------------
 // Responses (server side)
 
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
-
 static json_t *usage_json(const hx_api_result *r, bool finished) {
     int64_t p = r->usage.prompt_tokens > 0 ? r->usage.prompt_tokens : 0;
     int64_t c = r->usage.cached_tokens > 0 ? r->usage.cached_tokens : 0;
@@ -448,7 +442,7 @@ static json_t *chunk_json(const hx_api_req *q, const hx_api_result *r, json_t *p
     if (cand && logprobs) json_object_set_new(cand, "logprobsResult", logprobs);
     else json_decref(logprobs);
     return json_pack("{s:[o], s:o, s:s, s:s}", "candidates", cand, "usageMetadata", usage_json(r, finished),
-                     "modelVersion", model_of(q, r), "responseId", r->id ? r->id : "kvreplay");
+                     "modelVersion", hx_api_model_of(q, r), "responseId", r->id ? r->id : "kvreplay");
 }
 
 static json_t *respond_generate(const hx_api_req *q, const hx_api_result *r) {
@@ -685,15 +679,7 @@ static int read_generate(const hx_api_route *rt, const char *body, size_t n, hx_
 }
 
 static int read_count(const hx_api_route *rt, const char *body, size_t n, hx_api_result *r, hx_api_error *e) {
-    hx_api_result_init(r);
-    json_t *j = hx_api_load_body(body, n, e);
-    if (!j) return ENG_ERR_FORMAT;
-    const json_t *t = json_object_get(j, "totalTokens");
-    int rc = ENG_OK;
-    if (!json_is_integer(t)) rc = hx_api_errf(e, HX_API_ERR_INVALID, "totalTokens", t ? "expected an integer" : "missing");
-    else r->n_input_tokens = json_integer_value(t);
-    json_decref(j);
-    return rc;
+    return hx_api_read_count(body, n, "totalTokens", r, e);
 }
 
 static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {

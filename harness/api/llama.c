@@ -105,12 +105,6 @@ static json_t *ids_json(const hx_api_token *t, int32_t n) {
     return a;
 }
 
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
-
 /* The final object of a completion (streamed: content and tokens already sent, so empty). */
 static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool streamed) {
     char *text = streamed ? hx_strdup("") : hx_api_result_text(r);
@@ -119,7 +113,7 @@ static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool stre
     json_t *o = json_pack("{s:i, s:s, s:o, s:i, s:b, s:s, s:I, s:I, s:b, s:b, s:s, s:s, s:I}", "index", 0, "content",
                           text, "tokens",
                           !streamed && q->params.return_tokens ? ids_json(r->tokens, r->n_tokens) : json_array(),
-                          "id_slot", r->id_slot, "stop", 1, "model", model_of(q, r), "tokens_predicted",
+                          "id_slot", r->id_slot, "stop", 1, "model", hx_api_model_of(q, r), "tokens_predicted",
                           (json_int_t)(n_gen >= 0 ? n_gen : r->n_tokens), "tokens_evaluated",
                           (json_int_t)(n_prompt >= 0 ? n_prompt : 0), "has_new_line", strchr(text, '\n') != NULL,
                           "truncated", 0, "stop_type", stop_type(r->finish), "stopping_word",

@@ -531,12 +531,6 @@ out:
 // ----------------------------------------------------------------------------
 // Responses (server side)
 
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
-
 static const char *finish_name(const hx_api_result *r) {
     switch (r->finish) {
     case HX_API_FINISH_LENGTH:   return "length";
@@ -572,7 +566,7 @@ static json_t *respond_chat(const hx_api_req *q, const hx_api_result *r) {
     if (choice && q->params.logprobs)
         json_object_set_new(choice, "logprobs", json_pack("{s:o}", "content", hx_api_probs_json(r->tokens, r->n_tokens)));
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay", "object",
-                          "chat.completion", "created", (json_int_t)r->created, "model", model_of(q, r),
+                          "chat.completion", "created", (json_int_t)r->created, "model", hx_api_model_of(q, r),
                           "system_fingerprint", fingerprint(r), "choices", choice, "usage", usage_json(r));
     if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", hx_api_timings_json(&r->timings));
     return o;
@@ -584,7 +578,7 @@ static json_t *respond_completions(const hx_api_req *q, const hx_api_result *r) 
     json_t *lp = q->params.logprobs ? json_pack("{s:o}", "content", hx_api_probs_json(r->tokens, r->n_tokens)) : json_null();
     json_t *o = text ? json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:s, s:i, s:o, s:o}], s:o}", "id",
                                  r->id ? r->id : "cmpl-kvreplay", "object", "text_completion", "created",
-                                 (json_int_t)r->created, "model", model_of(q, r), "system_fingerprint", fingerprint(r),
+                                 (json_int_t)r->created, "model", hx_api_model_of(q, r), "system_fingerprint", fingerprint(r),
                                  "choices", "text", text, "index", 0, "logprobs", lp, "finish_reason",
                                  fin ? json_string(fin) : json_null(), "usage", usage_json(r))
                      : NULL;
@@ -625,7 +619,7 @@ static json_t *chunk(hx_api_stream *s, json_t *delta_or_text, const char *finish
                                finish ? json_string(finish) : json_null());
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", r->id ? r->id : (chat ? "chatcmpl-kvreplay" : "cmpl-kvreplay"),
                      "object", chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
-                     "model", model_of(s->q, r), "system_fingerprint", fingerprint(r), "choices", choice);
+                     "model", hx_api_model_of(s->q, r), "system_fingerprint", fingerprint(r), "choices", choice);
 }
 
 static int stream_begin(hx_api_stream *s) {
@@ -670,7 +664,7 @@ static int stream_end(hx_api_stream *s) {
     if (s->q->params.include_usage) {  /* the usage chunk: no choices */
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay",
                               "object", is_chat(s) ? "chat.completion.chunk" : "text_completion", "created",
-                              (json_int_t)r->created, "model", model_of(s->q, r), "system_fingerprint",
+                              (json_int_t)r->created, "model", hx_api_model_of(s->q, r), "system_fingerprint",
                               fingerprint(r), "choices", "usage", usage_json(r));
         if (u && r->timings.prompt_n >= 0) json_object_set_new(u, "timings", hx_api_timings_json(&r->timings));
         if ((rc = emit(s, u))) return rc;

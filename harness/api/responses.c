@@ -535,12 +535,6 @@ out:
 // ----------------------------------------------------------------------------
 // Responses (server side)
 
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
-
 static json_t *usage_json(const hx_api_result *r) {
     int64_t p = r->usage.prompt_tokens > 0 ? r->usage.prompt_tokens : 0;
     int64_t c = r->usage.cached_tokens > 0 ? r->usage.cached_tokens : 0;
@@ -596,7 +590,7 @@ static json_t *response_json(const hx_api_req *q, const hx_api_result *r, const 
                           "error", "incomplete_details",
                           incomplete ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(), "instructions",
                           ins ? json_string(ins) : json_null(), "max_output_tokens",
-                          p->max_tokens >= 0 ? json_integer(p->max_tokens) : json_null(), "model", model_of(q, r),
+                          p->max_tokens >= 0 ? json_integer(p->max_tokens) : json_null(), "model", hx_api_model_of(q, r),
                           "output", output ? output : json_array(), "parallel_tool_calls", 1, "previous_response_id",
                           p->previous_response_id ? json_string(p->previous_response_id) : json_null(), "reasoning",
                           "effort", "summary", "service_tier", "default", "store", !p->no_store, "temperature",
