@@ -222,15 +222,15 @@ EOF
 fi
 
 # --- scripted Codex and Gemini CLI sessions, recorded, verified, replayed ------
-# agent_script NAME: the 4-turn task through serve --script; the agents run the tools themselves
+# agent_script AGENT: the 4-turn task through serve --script; the agent runs the tools itself
 agent_script() {
-    name=$1
-    D=$WORK/cwd-$name-script; H=$WORK/home-$name-script
+    ag=$1  # not $name: start and stop set it
+    D=$WORK/cwd-$ag-script; H=$WORK/home-$ag-script
     mkdir -p "$D" "$H"
     printf 'hello from notes\n' > "$D/notes.txt"
     printf 'buy milk\n' > "$D/todo.txt"
     TASK="Read notes.txt, list the files here, read todo.txt, then tell me what they say."
-    case $name in
+    case $ag in
     codex)  t0='{"type":"tool_use","id":"call_01","name":"exec_command","input":{"cmd":"cat notes.txt","workdir":"'$D'"}}'
             t1='{"type":"tool_use","id":"call_02","name":"exec_command","input":{"cmd":"ls","workdir":"'$D'"}}'
             t2='{"type":"tool_use","id":"call_03","name":"exec_command","input":{"cmd":"cat todo.txt","workdir":"'$D'"}}' ;;
@@ -238,52 +238,52 @@ agent_script() {
             t1='{"type":"tool_use","id":"call_02","name":"list_directory","input":{"dir_path":"'$D'"}}'
             t2='{"type":"tool_use","id":"call_03","name":"read_file","input":{"file_path":"'$D'/todo.txt"}}' ;;
     esac
-    cat > "$WORK/$name-script.jsonl" <<EOF
-{"v":2,"session":"$name","turn":0,"messages":[{"role":"user","content":[{"type":"text","text":"$TASK"}]}],"response":{"content":[{"type":"text","text":"I will read notes.txt first."},$t0]}}
-{"v":2,"session":"$name","turn":1,"prev":0,"append":[],"response":{"content":[$t1]}}
-{"v":2,"session":"$name","turn":2,"prev":1,"append":[],"response":{"content":[$t2]}}
-{"v":2,"session":"$name","turn":3,"prev":2,"append":[],"response":{"content":[{"type":"text","text":"notes.txt says hello from notes; todo.txt says buy milk; the directory holds both."}]}}
+    cat > "$WORK/$ag-script.jsonl" <<EOF
+{"v":2,"session":"$ag","turn":0,"messages":[{"role":"user","content":[{"type":"text","text":"$TASK"}]}],"response":{"content":[{"type":"text","text":"I will read notes.txt first."},$t0]}}
+{"v":2,"session":"$ag","turn":1,"prev":0,"append":[],"response":{"content":[$t1]}}
+{"v":2,"session":"$ag","turn":2,"prev":1,"append":[],"response":{"content":[$t2]}}
+{"v":2,"session":"$ag","turn":3,"prev":2,"append":[],"response":{"content":[{"type":"text","text":"notes.txt says hello from notes; todo.txt says buy milk; the directory holds both."}]}}
 EOF
     s0=$(date +%s)
-    start "$name-script" -c 40000 -n 32 --kernel ref --decode 4 --verify --script "$WORK/$name-script.jsonl" \
-        --record "$WORK/$name-session.jsonl" --db "$WORK/$name-session.sqlite"
-    case $name in
+    start "$ag-script" -c 40000 -n 32 --kernel ref --decode 4 --verify --script "$WORK/$ag-script.jsonl" \
+        --record "$WORK/$ag-session.jsonl" --db "$WORK/$ag-session.sqlite"
+    case $ag in
     codex)  codex_config "$H" "$PORT"
             ( cd "$D" && HOME="$H" KVR_API_KEY=any timeout 900 "$NM/.bin/codex" exec --skip-git-repo-check \
-              --dangerously-bypass-approvals-and-sandbox "$TASK" > "$WORK/$name-script.out" 2> "$WORK/$name-script.err" ) ;;
+              --dangerously-bypass-approvals-and-sandbox "$TASK" > "$WORK/$ag-script.out" 2> "$WORK/$ag-script.err" ) ;;
     gemini) gemini_config "$H"
             ( cd "$D" && HOME="$H" GEMINI_API_KEY=any GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:$PORT \
               GEMINI_CLI_TRUST_WORKSPACE=true timeout 900 "$NM/.bin/gemini" -m gemini-2.5-flash -p "$TASK" \
-              > "$WORK/$name-script.out" 2> "$WORK/$name-script.err" ) ;;
+              > "$WORK/$ag-script.out" 2> "$WORK/$ag-script.err" ) ;;
     esac
     rc=$?
-    stop "$name-script"
+    stop "$ag-script"
     s1=$(date +%s)
-    n=$(sqlite3 "$WORK/$name-session.sqlite" "SELECT count(*) FROM requests WHERE session = (SELECT session FROM requests WHERE turn = 3)")
-    dep=$(grep -c 'departs from the script' "$WORK/$name-script.log")
-    if [ $rc -eq 0 ] && grep -q "buy milk" "$WORK/$name-script.out" && [ "$n" = 4 ] && [ "$dep" = 0 ]; then
-        ok "script: $name ran the 4 scripted turns (read, ls, read, answer) in $((s1 - s0)) s, no departure"
-    else bad "script: $name: exit $rc, $n turns, $dep departures"; tail -5 "$WORK/$name-script.err"; grep -E 'departs' "$WORK/$name-script.log"; fi
+    n=$(sqlite3 "$WORK/$ag-session.sqlite" "SELECT count(*) FROM requests WHERE session = (SELECT session FROM requests WHERE turn = 3)")
+    dep=$(grep -c 'departs from the script' "$WORK/$ag-script.log")
+    if [ $rc -eq 0 ] && grep -q "buy milk" "$WORK/$ag-script.out" && [ "$n" = 4 ] && [ "$dep" = 0 ]; then
+        ok "script: $ag ran the 4 scripted turns (read, ls, read, answer) in $((s1 - s0)) s, no departure"
+    else bad "script: $ag: exit $rc, $n turns, $dep departures"; tail -5 "$WORK/$ag-script.err"; grep -E 'departs' "$WORK/$ag-script.log"; fi
     for pol in slot-lcp radix; do
-        db=$WORK/$name-replay-$pol.sqlite
-        "$BIN" replay -m "$WORK/tiny.gguf" -t "$WORK/$name-session.jsonl" --db "$db" --policy $pol \
-            --decode 4 --kernel ref --threads 2 --quiet 2>"$db.err" || bad "$name: replay --policy $pol failed"
+        db=$WORK/$ag-replay-$pol.sqlite
+        "$BIN" replay -m "$WORK/tiny.gguf" -t "$WORK/$ag-session.jsonl" --db "$db" --policy $pol \
+            --decode 4 --kernel ref --threads 2 --quiet 2>"$db.err" || bad "$ag: replay --policy $pol failed"
         ident=$(sqlite3 "$db" "SELECT count(*) FROM requests WHERE NOT (logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1)")
         low=$(sqlite3 "$db" "SELECT count(*) FROM requests WHERE turn >= 1 AND 1.0 * n_reused / n_prompt <= 0.9")
         min=$(sqlite3 "$db" "SELECT printf('%.3f', min(1.0 * n_reused / n_prompt)) FROM requests WHERE turn >= 1")
-        [ "$ident" = 0 ] && [ "$low" = 0 ] && ok "$name: replay --policy $pol: 100% bit-identical, reuse from the second turn >= $min" \
-            || bad "$name: replay --policy $pol: $ident not identical, $low turns reuse <= 0.9 (min $min)"
+        [ "$ident" = 0 ] && [ "$low" = 0 ] && ok "$ag: replay --policy $pol: 100% bit-identical, reuse from the second turn >= $min" \
+            || bad "$ag: replay --policy $pol: $ident not identical, $low turns reuse <= 0.9 (min $min)"
     done
-    case $name in  # the agent's own log of the session
+    case $ag in  # the agent's own log of the session
     codex)  log=$(find "$H/.codex/sessions" -name 'rollout-*.jsonl' | head -1); from=codex ;;
     gemini) log=$(find "$H/.gemini/tmp" -path '*/chats/session-*' | head -1); from=gemini-cli ;;
     esac
-    if [ -n "$log" ] && "$BIN" import --from $from "$log" -o "$WORK/$name-imported.jsonl" 2>"$WORK/$name-import.err"; then
-        k=$(grep -c '"turn"' "$WORK/$name-imported.jsonl")
-        tu=$(grep -c '"tool_use"' "$WORK/$name-imported.jsonl")
-        [ "$k" = 4 ] && [ "$tu" -ge 3 ] && ok "$name: its own log imports (--from $from) to 4 calls with their tool calls" \
-            || bad "$name: its log imports to $k calls, $tu with tool calls"
-    else bad "$name: import --from $from ${log:-(no log found)}: $(tail -1 "$WORK/$name-import.err" 2>/dev/null)"; fi
+    if [ -n "$log" ] && "$BIN" import --from $from "$log" -o "$WORK/$ag-imported.jsonl" 2>"$WORK/$ag-import.err"; then
+        k=$(grep -c '"turn"' "$WORK/$ag-imported.jsonl")
+        tu=$(grep -c '"tool_use"' "$WORK/$ag-imported.jsonl")
+        [ "$k" = 4 ] && [ "$tu" -ge 3 ] && ok "$ag: its own log imports (--from $from) to 4 calls with their tool calls" \
+            || bad "$ag: its log imports to $k calls, $tu with tool calls"
+    else bad "$ag: import --from $from ${log:-(no log found)}: $(tail -1 "$WORK/$ag-import.err" 2>/dev/null)"; fi
 }
 if [ "$QUICK" != --quick ]; then
     agent_script codex
