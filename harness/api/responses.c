@@ -451,15 +451,15 @@ static const hx_api_shape k_part = {.tag = "type", .variants = (const hx_api_var
     HX_API_VARIANT("input_file", {"file_id", NULL}, {"file_data", NULL}, {"file_url", NULL}, {"filename", NULL}),
     HX_API_VARIANT("input_audio", {"input_audio", NULL}), {0}}};
 static const hx_api_shape k_texts = {.item = HX_API_OBJ({"type", NULL}, {"text", NULL})};
-static const hx_api_shape k_item = {.tag = "type", .variants = (const hx_api_variant[]){
+static const hx_api_variant k_item_variants[] = {
     HX_API_VARIANT("message", {"role", NULL}, {"content", HX_API_ARR(&k_part)}),
     HX_API_VARIANT("function_call", {"call_id", NULL}, {"name", NULL}, {"arguments", NULL}),
     HX_API_VARIANT("custom_tool_call", {"call_id", NULL}, {"name", NULL}, {"input", NULL}),
     HX_API_VARIANT("function_call_output", {"call_id", NULL}, {"output", HX_API_ARR(&k_part)}),
     HX_API_VARIANT("custom_tool_call_output", {"call_id", NULL}, {"output", HX_API_ARR(&k_part)}),
-    HX_API_VARIANT("reasoning", {"summary", &k_texts}, {"content", &k_texts}), {0}}};
+    HX_API_VARIANT("reasoning", {"summary", &k_texts}, {"content", &k_texts}), {0}};
 /* an item without "type" is a message (EasyInputMessage) */
-static const hx_api_shape k_input_item = {.tag = "type", .untagged = "message", .variants = k_item.variants};
+static const hx_api_shape k_input_item = {.tag = "type", .untagged = "message", .variants = k_item_variants};
 const hx_api_shape hx_api_responses_body = {.members = HX_API_MEMBERS(
     {"model", NULL}, {"instructions", NULL}, {"input", HX_API_ARR(&k_input_item)}, {"stream", NULL},
     {"max_output_tokens", NULL}, {"top_logprobs", NULL}, {"include", NULL}, {"store", NULL},
@@ -467,7 +467,7 @@ const hx_api_shape hx_api_responses_body = {.members = HX_API_MEMBERS(
     {"tools", HX_API_ARR(HX_API_OBJ({"type", NULL}, {"name", NULL}, {"description", NULL}, {"parameters", NULL},
                                     {"format", NULL}))})};
 /* The item shapes the Codex importer walks (a rollout's response_item payload is an input item). */
-const hx_api_shape hx_api_responses_item_shape = {.tag = "type", .variants = k_item.variants};
+const hx_api_shape hx_api_responses_item_shape = {.tag = "type", .variants = k_item_variants};
 
 static int parse_responses(const hx_api_route *rt, const char *path, const char *query, const char *body, size_t n,
                            hx_api_req *q, hx_api_error *e) {
