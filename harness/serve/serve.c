@@ -85,6 +85,7 @@ typedef struct conn {
 /* The dialect whose error shape answers a path no route has. */
 static const hx_api_dialect *dialect_for_path(const char *url) {
     if (!strncmp(url, "/v1/messages", 12)) return hx_api_dialect_find("anthropic");
+    if (!strncmp(url, "/v1beta/", 8) || (strstr(url, "/models/") && strchr(url, ':'))) return hx_api_dialect_find("gemini");
     if (!strncmp(url, "/v1/", 4)) return hx_api_dialect_find("openai");
     return hx_api_dialect_find("llama");
 }
