@@ -841,6 +841,19 @@ void hx_api_pathf(char *out, size_t cap, const char *fmt, ...) {
     va_end(ap);
 }
 
+int hx_api_fail_at(char *err, size_t errlen, const char *path, int64_t line, const char *field, const char *what) {
+    hx_errf_at(err, errlen, path, line, field, "%s", what);
+    return ENG_ERR_FORMAT;
+}
+
+int hx_api_push_block(hx_message *m, hx_block *b) {
+    if (hx_message_push_block(m, b)) {
+        hx_block_free(b);
+        return ENG_ERR_NOMEM;
+    }
+    return ENG_OK;
+}
+
 int hx_api_err_from_text(hx_api_error *e, int rc, const char *text) {
     if (rc == ENG_ERR_NOMEM) return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
     /* "FIELD: what", FIELD a JSON path */

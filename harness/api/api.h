@@ -535,6 +535,10 @@ int  hx_api_get_stop(const json_t *o, const char *key, hx_api_params *p, hx_api_
 bool hx_api_read_error_object(const json_t *o, int status, hx_api_error *e);
 /* snprintf of a JSON path for a message (a path too long is cut, never an error). */
 void hx_api_pathf(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The prompt parsers' small steps: "PATH:LINE: FIELD: what" into err, returning ENG_ERR_FORMAT; b pushed
+ * onto m (freed when that fails, ENG_ERR_NOMEM). */
+int  hx_api_fail_at(char *err, size_t errlen, const char *path, int64_t line, const char *field, const char *what);
+int  hx_api_push_block(hx_message *m, hx_block *b);
 /* e from an importer-style message "FIELD: what" (a 400 naming FIELD). */
 int  hx_api_err_from_text(hx_api_error *e, int rc, const char *text);
 

@@ -36,15 +36,7 @@ extern const hx_api_dialect hx_api_gemini;
 
 static int oom(hx_api_error *e) { return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
 
-static int fail_at(char *err, size_t errlen, const char *path, int64_t line, const char *field, const char *what) {
-    hx_errf_at(err, errlen, path, line, field, "%s", what);
-    return ENG_ERR_FORMAT;
-}
 
-static int push(hx_message *m, hx_block *b) {
-    if (hx_message_push_block(m, b)) { hx_block_free(b); return ENG_ERR_NOMEM; }
-    return ENG_OK;
-}
 
 // ----------------------------------------------------------------------------
 // Contents -> hx_request (shared with the Gemini CLI importer)
@@ -54,57 +46,57 @@ static int part_block(const json_t *p, const char *path, int64_t line, const cha
                       hx_message *m, char *err, size_t errlen) {
     char f[FIELD_MAX];
     hx_block b;
-    if (!json_is_object(p)) return fail_at(err, errlen, path, line, field, "expected a part object");
+    if (!json_is_object(p)) return hx_api_fail_at(err, errlen, path, line, field, "expected a part object");
     const json_t *text = json_object_get(p, "text"), *fc = json_object_get(p, "functionCall"),
                  *fr = json_object_get(p, "functionResponse"), *th = json_object_get(p, "thought");
     if (th && !json_is_boolean(th)) {
         hx_api_pathf(f, sizeof f, "%s.thought", field);
-        return fail_at(err, errlen, path, line, f, "expected true or false");
+        return hx_api_fail_at(err, errlen, path, line, f, "expected true or false");
     }
     if (text) {
         hx_api_pathf(f, sizeof f, "%s.text", field);
-        if (!json_is_string(text)) return fail_at(err, errlen, path, line, f, "expected a string");
+        if (!json_is_string(text)) return hx_api_fail_at(err, errlen, path, line, f, "expected a string");
         if (hx_block_init(&b, json_is_true(th) ? HX_BLOCK_THINKING : HX_BLOCK_TEXT, json_string_value(text), NULL, NULL,
                           NULL, false))
             return ENG_ERR_NOMEM;
-        return push(m, &b);
+        return hx_api_push_block(m, &b);
     }
     if (fc || fr) {
         const json_t *o = fc ? fc : fr;
         hx_api_pathf(f, sizeof f, "%s.%s", field, fc ? "functionCall" : "functionResponse");
-        if (!json_is_object(o)) return fail_at(err, errlen, path, line, f, "expected an object");
+        if (!json_is_object(o)) return hx_api_fail_at(err, errlen, path, line, f, "expected an object");
         const json_t *name = json_object_get(o, "name"), *id = json_object_get(o, "id");
         const json_t *v = json_object_get(o, fc ? "args" : "response");
         char g[FIELD_MAX];
         hx_api_pathf(g, sizeof g, "%s.name", f);
-        if (!json_is_string(name)) return fail_at(err, errlen, path, line, g, name ? "expected a string" : "missing");
+        if (!json_is_string(name)) return hx_api_fail_at(err, errlen, path, line, g, name ? "expected a string" : "missing");
         hx_api_pathf(g, sizeof g, "%s.id", f);
-        if (id && !json_is_null(id) && !json_is_string(id)) return fail_at(err, errlen, path, line, g, "expected a string");
+        if (id && !json_is_null(id) && !json_is_string(id)) return hx_api_fail_at(err, errlen, path, line, g, "expected a string");
         hx_api_pathf(g, sizeof g, "%s.%s", f, fc ? "args" : "response");
-        if (v && !json_is_null(v) && !json_is_object(v)) return fail_at(err, errlen, path, line, g, "expected a JSON object");
+        if (v && !json_is_null(v) && !json_is_object(v)) return hx_api_fail_at(err, errlen, path, line, g, "expected a JSON object");
         char *c = json_is_object(v) ? hx_json_canonical(v) : hx_strdup("{}");
         const char *cid = json_is_string(id) ? json_string_value(id) : json_string_value(name);
         int rc = !c ? ENG_ERR_NOMEM
                  : fc ? hx_block_init(&b, HX_BLOCK_TOOL_USE, "", cid, json_string_value(name), c, false)
                       : hx_block_init(&b, HX_BLOCK_TOOL_RESULT, c, cid, NULL, NULL, false);
         free(c);
-        return rc ? ENG_ERR_NOMEM : push(m, &b);
+        return rc ? ENG_ERR_NOMEM : hx_api_push_block(m, &b);
     }
     const char *ph = json_object_get(p, "inlineData") ? "[image]" : json_object_get(p, "fileData") ? "[file]" : NULL;
-    if (ph) return hx_block_init(&b, HX_BLOCK_IMAGE, ph, NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : push(m, &b);
+    if (ph) return hx_block_init(&b, HX_BLOCK_IMAGE, ph, NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : hx_api_push_block(m, &b);
     if (!opts || !opts->lenient)
-        return fail_at(err, errlen, path, line, field, "a part with none of text, functionCall, functionResponse, "
+        return hx_api_fail_at(err, errlen, path, line, field, "a part with none of text, functionCall, functionResponse, "
                        "inlineData, fileData");
     opts->n_unknown++;  /* executableCode, codeExecutionResult, ...: kept as their JSON */
     char *c = hx_json_canonical(p);
-    int rc = c && !hx_block_init(&b, HX_BLOCK_TEXT, c, NULL, NULL, NULL, false) ? push(m, &b) : ENG_ERR_NOMEM;
+    int rc = c && !hx_block_init(&b, HX_BLOCK_TEXT, c, NULL, NULL, NULL, false) ? hx_api_push_block(m, &b) : ENG_ERR_NOMEM;
     free(c);
     return rc;
 }
 
 static int parts_blocks(const json_t *parts, const char *path, int64_t line, const char *field, hx_block_opts *opts,
                         hx_message *m, char *err, size_t errlen) {
-    if (!json_is_array(parts)) return fail_at(err, errlen, path, line, field, parts ? "expected an array of parts" : "missing");
+    if (!json_is_array(parts)) return hx_api_fail_at(err, errlen, path, line, field, parts ? "expected an array of parts" : "missing");
     char f[FIELD_MAX];
     for (size_t i = 0; i < json_array_size(parts); i++) {
         hx_api_pathf(f, sizeof f, "%s[%zu]", field, i);
@@ -117,11 +109,11 @@ static int parts_blocks(const json_t *parts, const char *path, int64_t line, con
 int hx_api_gemini_content(const json_t *c, const char *path, int64_t line, const char *field, hx_block_opts *opts,
                           hx_request *q, char *err, size_t errlen) {
     char f[FIELD_MAX];
-    if (!json_is_object(c)) return fail_at(err, errlen, path, line, field, "expected a content object");
+    if (!json_is_object(c)) return hx_api_fail_at(err, errlen, path, line, field, "expected a content object");
     const json_t *jr = json_object_get(c, "role");
     const char *role = jr ? json_string_value(jr) : "user";
     hx_api_pathf(f, sizeof f, "%s.role", field);
-    if (!role) return fail_at(err, errlen, path, line, f, "expected a string");
+    if (!role) return hx_api_fail_at(err, errlen, path, line, f, "expected a string");
     hx_role r = !strcmp(role, "user") || !strcmp(role, "function") ? HX_ROLE_USER
                 : !strcmp(role, "model") ? HX_ROLE_ASSISTANT : (hx_role)-1;
     if ((int)r < 0) {
@@ -138,18 +130,18 @@ int hx_api_gemini_content(const json_t *c, const char *path, int64_t line, const
 
 static int read_tools(const json_t *t, const char *path, int64_t line, hx_request *q, char *err, size_t errlen) {
     if (!t || json_is_null(t)) return ENG_OK;
-    if (!json_is_array(t)) return fail_at(err, errlen, path, line, "tools", "expected an array of tools");
+    if (!json_is_array(t)) return hx_api_fail_at(err, errlen, path, line, "tools", "expected an array of tools");
     char f[FIELD_MAX], g[FIELD_MAX];
     for (size_t i = 0; i < json_array_size(t); i++) {
         const json_t *x = json_array_get(t, i);
         hx_api_pathf(f, sizeof f, "tools[%zu]", i);
-        if (!json_is_object(x)) return fail_at(err, errlen, path, line, f, "expected a tool object");
+        if (!json_is_object(x)) return hx_api_fail_at(err, errlen, path, line, f, "expected a tool object");
         const json_t *fd = json_object_get(x, "functionDeclarations");
         size_t n = json_array_size(fd);
         bool builtin = !fd;  /* googleSearch, codeExecution, ...: a tool named by its key */
         if (fd && !json_is_array(fd)) {
             hx_api_pathf(g, sizeof g, "%s.functionDeclarations", f);
-            return fail_at(err, errlen, path, line, g, "expected an array");
+            return hx_api_fail_at(err, errlen, path, line, g, "expected an array");
         }
         size_t add = builtin ? json_object_size(x) : n;
         hx_tool *nt = realloc(q->tools, sizeof *nt * (size_t)(q->n_tools + (int32_t)add + 1));
@@ -176,10 +168,10 @@ static int read_tools(const json_t *t, const char *path, int64_t line, hx_reques
             if (!json_is_string(name)) {
                 char h[FIELD_MAX];
                 hx_api_pathf(h, sizeof h, "%s.name", g);
-                return fail_at(err, errlen, path, line, h, json_object_get(d, "name") ? "expected a string" : "missing");
+                return hx_api_fail_at(err, errlen, path, line, h, json_object_get(d, "name") ? "expected a string" : "missing");
             }
             if ((desc && !json_is_null(desc) && !json_is_string(desc)) || (schema && !json_is_null(schema) && !json_is_object(schema)))
-                return fail_at(err, errlen, path, line, g, "description must be a string, parameters an object");
+                return hx_api_fail_at(err, errlen, path, line, g, "description must be a string, parameters an object");
             hx_tool *tl = &q->tools[q->n_tools++];
             tl->name = hx_strdup(json_string_value(name));
             tl->description = hx_strdup(json_is_string(desc) ? json_string_value(desc) : "");
@@ -200,17 +192,17 @@ int hx_api_gemini_prompt(const json_t *body, const char *path, int64_t line, hx_
         hx_message m = {.role = HX_ROLE_SYSTEM};
         if (json_is_string(si)) {
             hx_block b;
-            rc = hx_block_init(&b, HX_BLOCK_TEXT, json_string_value(si), NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : push(&m, &b);
+            rc = hx_block_init(&b, HX_BLOCK_TEXT, json_string_value(si), NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : hx_api_push_block(&m, &b);
         } else if (json_is_object(si)) {
             rc = parts_blocks(json_object_get(si, "parts"), path, line, "systemInstruction.parts", opts, &m, err, errlen);
         } else {
-            rc = fail_at(err, errlen, path, line, "systemInstruction", "expected a content object or a string");
+            rc = hx_api_fail_at(err, errlen, path, line, "systemInstruction", "expected a content object or a string");
         }
         for (int32_t i = 0; !rc && i < m.n_blocks; i++)
             if (m.blocks[i].type != HX_BLOCK_TEXT && m.blocks[i].type != HX_BLOCK_IMAGE) {
                 char f[FIELD_MAX];
                 hx_api_pathf(f, sizeof f, "systemInstruction.parts[%d]", i);
-                rc = fail_at(err, errlen, path, line, f, "a system instruction holds text parts only");
+                rc = hx_api_fail_at(err, errlen, path, line, f, "a system instruction holds text parts only");
             }
         if (!rc) {
             q->system = m.blocks;
@@ -222,7 +214,7 @@ int hx_api_gemini_prompt(const json_t *body, const char *path, int64_t line, hx_
         }
     }
     if ((rc = read_tools(json_object_get(body, "tools"), path, line, q, err, errlen))) return rc;
-    if (!json_is_array(contents)) return fail_at(err, errlen, path, line, "contents", contents ? "expected an array" : "missing");
+    if (!json_is_array(contents)) return hx_api_fail_at(err, errlen, path, line, "contents", contents ? "expected an array" : "missing");
     char f[FIELD_MAX];
     for (size_t i = 0; i < json_array_size(contents) && !rc; i++) {
         hx_api_pathf(f, sizeof f, "contents[%zu]", i);
@@ -630,7 +622,7 @@ static int take_part(const json_t *p, hx_api_result *r, bool merge, hx_api_error
         }
         if (!b->text[0] && b->type == HX_BLOCK_TEXT) continue;  /* the last chunk's empty text */
         hx_block cp;
-        if (hx_block_copy(&cp, b) || push(c, &cp)) rc = oom(e);
+        if (hx_block_copy(&cp, b) || hx_api_push_block(c, &cp)) rc = oom(e);
     }
     hx_message_free(&m);
     return rc;

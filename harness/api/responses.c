@@ -48,18 +48,10 @@ extern const hx_api_dialect hx_api_responses;
 
 static int oom(hx_api_error *e) { return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
 
-static int fail_at(char *err, size_t errlen, const char *path, int64_t line, const char *field, const char *what) {
-    hx_errf_at(err, errlen, path, line, field, "%s", what);
-    return ENG_ERR_FORMAT;
-}
 
 // ----------------------------------------------------------------------------
 // Input items -> hx_request (shared with the Codex importer)
 
-static int push(hx_message *m, hx_block *b) {
-    if (hx_message_push_block(m, b)) { hx_block_free(b); return ENG_ERR_NOMEM; }
-    return ENG_OK;
-}
 
 /* The message new blocks of role go to: the last one when it has that role (assistant items merge), else a
  * new one. NULL on OOM. */
@@ -76,13 +68,13 @@ static int part_block(const json_t *p, const char *path, int64_t line, const cha
                       hx_block *b, char *err, size_t errlen) {
     char f[FIELD_MAX];
     const char *type = json_is_object(p) ? json_string_value(json_object_get(p, "type")) : NULL;
-    if (!type) return fail_at(err, errlen, path, line, field, "expected a content part with a string \"type\"");
+    if (!type) return hx_api_fail_at(err, errlen, path, line, field, "expected a content part with a string \"type\"");
     const char *key = !strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text") ? "text"
                       : !strcmp(type, "refusal") ? "refusal" : NULL;
     if (key) {
         const json_t *t = json_object_get(p, key);
         hx_api_pathf(f, sizeof f, "%s.%s", field, key);
-        if (!json_is_string(t)) return fail_at(err, errlen, path, line, f, t ? "expected a string" : "missing");
+        if (!json_is_string(t)) return hx_api_fail_at(err, errlen, path, line, f, t ? "expected a string" : "missing");
         return hx_block_init(b, HX_BLOCK_TEXT, json_string_value(t), NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : ENG_OK;
     }
     const char *ph = !strcmp(type, "input_image") ? "[image]" : !strcmp(type, "input_file") ? "[file]"
@@ -106,14 +98,14 @@ static int content_blocks(const json_t *c, const char *path, int64_t line, const
     hx_block b;
     if (json_is_string(c)) {
         if (hx_block_init(&b, HX_BLOCK_TEXT, json_string_value(c), NULL, NULL, NULL, false)) return ENG_ERR_NOMEM;
-        return push(m, &b);
+        return hx_api_push_block(m, &b);
     }
-    if (!json_is_array(c)) return fail_at(err, errlen, path, line, field, c ? "expected a string or an array of parts" : "missing");
+    if (!json_is_array(c)) return hx_api_fail_at(err, errlen, path, line, field, c ? "expected a string or an array of parts" : "missing");
     char f[FIELD_MAX];
     for (size_t i = 0; i < json_array_size(c); i++) {
         hx_api_pathf(f, sizeof f, "%s[%zu]", field, i);
         int rc = part_block(json_array_get(c, i), path, line, f, opts, &b, err, errlen);
-        if (rc || (rc = push(m, &b))) return rc;
+        if (rc || (rc = hx_api_push_block(m, &b))) return rc;
     }
     return ENG_OK;
 }
@@ -147,7 +139,7 @@ static int reasoning_text(const json_t *it, const char *path, int64_t line, cons
         if (!json_is_string(t)) {
             eng_buf_free(&b);
             hx_api_pathf(f, sizeof f, "%s.%s[%zu].text", field, c == json_object_get(it, "content") ? "content" : "summary", i);
-            return fail_at(err, errlen, path, line, f, t ? "expected a string" : "missing");
+            return hx_api_fail_at(err, errlen, path, line, f, t ? "expected a string" : "missing");
         }
         if ((i && eng_buf_append(&b, "\n", 1)) || eng_buf_append(&b, json_string_value(t), json_string_length(t))) {
             eng_buf_free(&b);
@@ -165,7 +157,7 @@ static const char *need_string(const json_t *it, const char *key, const char *pa
     if (json_is_string(v)) return json_string_value(v);
     char f[FIELD_MAX];
     hx_api_pathf(f, sizeof f, "%s.%s", field, key);
-    fail_at(err, errlen, path, line, f, v ? "expected a string" : "missing");
+    hx_api_fail_at(err, errlen, path, line, f, v ? "expected a string" : "missing");
     return NULL;
 }
 
@@ -178,12 +170,12 @@ static int arguments_json(const json_t *a, const char *path, int64_t line, const
         own = json_loadb(json_string_value(a), json_string_length(a), JSON_REJECT_DUPLICATES, &je);
         if (!json_is_object(own)) {
             json_decref(own);
-            return fail_at(err, errlen, path, line, field, "not a JSON object");
+            return hx_api_fail_at(err, errlen, path, line, field, "not a JSON object");
         }
         a = own;
     }
     if (a && !json_is_null(a) && !json_is_object(a) && !json_is_string(a))
-        return fail_at(err, errlen, path, line, field, "expected a string holding a JSON object");
+        return hx_api_fail_at(err, errlen, path, line, field, "expected a string holding a JSON object");
     *out = json_is_object(a) ? hx_json_canonical(a) : hx_strdup("{}");
     json_decref(own);
     return *out ? ENG_OK : ENG_ERR_NOMEM;
@@ -192,12 +184,12 @@ static int arguments_json(const json_t *a, const char *path, int64_t line, const
 int hx_api_responses_item(const json_t *it, const char *path, int64_t line, const char *field, hx_block_opts *opts,
                           hx_request *q, char *err, size_t errlen) {
     char f[FIELD_MAX];
-    if (!json_is_object(it)) return fail_at(err, errlen, path, line, field, "expected an input item object");
+    if (!json_is_object(it)) return hx_api_fail_at(err, errlen, path, line, field, "expected an input item object");
     const char *type = json_string_value(json_object_get(it, "type"));
     if (!type && json_object_get(it, "role")) type = "message";  /* EasyInputMessage: type is optional */
     if (!type) {
         hx_api_pathf(f, sizeof f, "%s.type", field);
-        return fail_at(err, errlen, path, line, f, json_object_get(it, "type") ? "expected a string" : "missing");
+        return hx_api_fail_at(err, errlen, path, line, f, json_object_get(it, "type") ? "expected a string" : "missing");
     }
     hx_block b;
     int rc;
@@ -251,7 +243,7 @@ int hx_api_responses_item(const json_t *it, const char *path, int64_t line, cons
             if ((rc = arguments_json(json_object_get(it, "arguments"), path, line, f, &input, err, errlen))) return rc;
         }
         hx_message *m = message_for(q, HX_ROLE_ASSISTANT, true);
-        rc = !m || hx_block_init(&b, HX_BLOCK_TOOL_USE, "", id, name, input, false) ? ENG_ERR_NOMEM : push(m, &b);
+        rc = !m || hx_block_init(&b, HX_BLOCK_TOOL_USE, "", id, name, input, false) ? ENG_ERR_NOMEM : hx_api_push_block(m, &b);
         free(input);
         return rc;
     }
@@ -262,7 +254,7 @@ int hx_api_responses_item(const json_t *it, const char *path, int64_t line, cons
         hx_api_pathf(f, sizeof f, "%s.output", field);
         if ((rc = flat_output(json_object_get(it, "output"), path, line, f, opts, &text, err, errlen))) return rc;
         hx_message *m = message_for(q, HX_ROLE_TOOL, false);
-        rc = !m || hx_block_init(&b, HX_BLOCK_TOOL_RESULT, text, id, NULL, NULL, false) ? ENG_ERR_NOMEM : push(m, &b);
+        rc = !m || hx_block_init(&b, HX_BLOCK_TOOL_RESULT, text, id, NULL, NULL, false) ? ENG_ERR_NOMEM : hx_api_push_block(m, &b);
         free(text);
         return rc;
     }
@@ -275,7 +267,7 @@ int hx_api_responses_item(const json_t *it, const char *path, int64_t line, cons
             return ENG_OK;
         }
         hx_message *m = message_for(q, HX_ROLE_ASSISTANT, true);
-        rc = !m || hx_block_init(&b, HX_BLOCK_THINKING, text, NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : push(m, &b);
+        rc = !m || hx_block_init(&b, HX_BLOCK_THINKING, text, NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : hx_api_push_block(m, &b);
         free(text);
         return rc;
     }
@@ -291,7 +283,7 @@ int hx_api_responses_item(const json_t *it, const char *path, int64_t line, cons
         snprintf(opts->unknown_types + have, sizeof opts->unknown_types - have, "%s%s", have ? "," : "", type);
     char *c = hx_json_canonical(it);
     hx_message *m = c ? message_for(q, HX_ROLE_USER, false) : NULL;
-    rc = !m || hx_block_init(&b, HX_BLOCK_TEXT, c, NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : push(m, &b);
+    rc = !m || hx_block_init(&b, HX_BLOCK_TEXT, c, NULL, NULL, NULL, false) ? ENG_ERR_NOMEM : hx_api_push_block(m, &b);
     free(c);
     return rc;
 }
@@ -300,30 +292,30 @@ int hx_api_responses_item(const json_t *it, const char *path, int64_t line, cons
  * schema), and the built-in tools by their type. */
 static int read_tools(const json_t *t, const char *path, int64_t line, hx_request *q, char *err, size_t errlen) {
     if (!t || json_is_null(t)) return ENG_OK;
-    if (!json_is_array(t)) return fail_at(err, errlen, path, line, "tools", "expected an array of tools");
+    if (!json_is_array(t)) return hx_api_fail_at(err, errlen, path, line, "tools", "expected an array of tools");
     size_t n = json_array_size(t);
-    if (n > INT32_MAX / 2) return fail_at(err, errlen, path, line, "tools", "too many tools");
+    if (n > INT32_MAX / 2) return hx_api_fail_at(err, errlen, path, line, "tools", "too many tools");
     if (!(q->tools = calloc(n ? n : 1, sizeof *q->tools))) return ENG_ERR_NOMEM;
     char f[FIELD_MAX];
     for (size_t i = 0; i < n; i++) {
         const json_t *x = json_array_get(t, i);
         hx_api_pathf(f, sizeof f, "tools[%zu]", i);
         const char *type = json_is_object(x) ? json_string_value(json_object_get(x, "type")) : NULL;
-        if (!type) return fail_at(err, errlen, path, line, f, "expected a tool object with a string \"type\"");
+        if (!type) return hx_api_fail_at(err, errlen, path, line, f, "expected a tool object with a string \"type\"");
         const json_t *name = json_object_get(x, "name"), *d = json_object_get(x, "description");
         const json_t *schema = !strcmp(type, "custom") ? json_object_get(x, "format") : json_object_get(x, "parameters");
         bool named = !strcmp(type, "function") || !strcmp(type, "custom");
         if (named && !json_is_string(name)) {
             hx_api_pathf(f, sizeof f, "tools[%zu].name", i);
-            return fail_at(err, errlen, path, line, f, name ? "expected a string" : "missing");
+            return hx_api_fail_at(err, errlen, path, line, f, name ? "expected a string" : "missing");
         }
         if (d && !json_is_null(d) && !json_is_string(d)) {
             hx_api_pathf(f, sizeof f, "tools[%zu].description", i);
-            return fail_at(err, errlen, path, line, f, "expected a string");
+            return hx_api_fail_at(err, errlen, path, line, f, "expected a string");
         }
         if (schema && !json_is_null(schema) && !json_is_object(schema)) {
             hx_api_pathf(f, sizeof f, "tools[%zu].%s", i, !strcmp(type, "custom") ? "format" : "parameters");
-            return fail_at(err, errlen, path, line, f, "expected a JSON object");
+            return hx_api_fail_at(err, errlen, path, line, f, "expected a JSON object");
         }
         hx_tool *tl = &q->tools[q->n_tools++];
         tl->name = hx_strdup(named ? json_string_value(name) : type);
@@ -341,7 +333,7 @@ int hx_api_responses_prompt(const json_t *body, const char *path, int64_t line, 
     q->line = line;
     const json_t *ins = json_object_get(body, "instructions"), *in = json_object_get(body, "input");
     if (ins && !json_is_null(ins) && !json_is_string(ins))
-        return fail_at(err, errlen, path, line, "instructions", "expected a string");
+        return hx_api_fail_at(err, errlen, path, line, "instructions", "expected a string");
     if (json_is_string(ins) && json_string_length(ins)) {
         hx_block *b = realloc(q->system, sizeof *b * (size_t)(q->n_system + 1));
         if (!b) return ENG_ERR_NOMEM;
@@ -355,9 +347,9 @@ int hx_api_responses_prompt(const json_t *body, const char *path, int64_t line, 
         hx_message *m = message_for(q, HX_ROLE_USER, false);
         hx_block b;
         if (!m || hx_block_init(&b, HX_BLOCK_TEXT, json_string_value(in), NULL, NULL, NULL, false)) return ENG_ERR_NOMEM;
-        return push(m, &b);
+        return hx_api_push_block(m, &b);
     }
-    if (!json_is_array(in)) return fail_at(err, errlen, path, line, "input", in ? "expected a string or an array of items" : "missing");
+    if (!json_is_array(in)) return hx_api_fail_at(err, errlen, path, line, "input", in ? "expected a string or an array of items" : "missing");
     char f[FIELD_MAX];
     for (size_t i = 0; i < json_array_size(in) && !rc; i++) {
         hx_api_pathf(f, sizeof f, "input[%zu]", i);
@@ -894,7 +886,7 @@ static int read_item(const json_t *it, const char *field, hx_api_result *r, hx_a
     for (int32_t m = 0; m < q.n_messages && !rc; m++)
         for (int32_t k = 0; k < q.messages[m].n_blocks && !rc; k++) {
             hx_block b;
-            if (hx_block_copy(&b, &q.messages[m].blocks[k]) || push(&r->content, &b)) rc = oom(e);
+            if (hx_block_copy(&b, &q.messages[m].blocks[k]) || hx_api_push_block(&r->content, &b)) rc = oom(e);
         }
     hx_request_free(&q);
     if (!rc && type && !strcmp(type, "message")) {
@@ -1078,7 +1070,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
             rd->phase = PH_ITEM;
             hx_block b;
             if (rd->text.len && (hx_block_init(&b, HX_BLOCK_TEXT, rd->text.data ? rd->text.data : "", NULL, NULL, NULL, false) ||
-                                 push(&r->content, &b))) { rc = oom(e); goto out; }
+                                 hx_api_push_block(&r->content, &b))) { rc = oom(e); goto out; }
             rd->text.len = 0;
         } else if (item_done) {
             if (rd->phase != PH_ITEM) { rc = seq_fail(rd, type, "a content part is still open"); goto out; }
