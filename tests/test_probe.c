@@ -680,6 +680,34 @@ static void serve_reusing_across_a_changed_system_prompt_is_caught(void **state)
     assert_int_equal(probe_serve("serve-blind-off", "anthropic", g_agent, NULL, &s), 0);
 }
 
+/* The Responses API and the Gemini API: reuse as expected and warm = cold bit for bit; serve's planted faults
+ * (a misreported cache, a stale KV row) caught through each. */
+static void serve_through_responses_and_gemini_is_checked_as_the_others(void **state) {
+    (void)state;
+    if (!kvr_bin()) skip();
+    static const char *const apis[] = {"responses", "gemini"};
+    for (int a = 0; a < 2; a++) {
+        char name[64];
+        hx_probe_summary s;
+        const char *norm[] = {"--normalize", "anthropic-cch", NULL};
+        snprintf(name, sizeof name, "serve-%s", apis[a]);
+        assert_int_equal(probe_serve(name, apis[a], g_agent, norm, &s), 0);
+        assert_int_equal(s.n_identical, 3);
+        assert_int_equal(s.n_reuse_checked, 3);
+        assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported = reuse_expected AND logits_equal = 1"), 3);
+        assert_int_equal(q("SELECT count(*) FROM requests WHERE req_index > 0 AND reuse_reported > 0"), 2);
+        const char *lie[] = {"--normalize", "anthropic-cch", "--inject-fault", "report-cached", NULL};
+        snprintf(name, sizeof name, "serve-%s-report", apis[a]);
+        assert_int_equal(probe_serve(name, apis[a], g_agent, lie, &s), 1);
+        assert_int_equal(s.n_reuse_more, 2);
+        const char *stale[] = {"--normalize", "anthropic-cch", "--verify", "--inject-fault", "kv-row", "--fault-request",
+                               "2", NULL};
+        snprintf(name, sizeof name, "serve-%s-kvrow", apis[a]);
+        assert_int_equal(probe_serve(name, apis[a], g_agent, stale, &s), 1);
+        assert_int_equal(s.n_diverged, 1);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // The parts: every engine's cap, JSON spans, the bit comparison
 
@@ -793,6 +821,7 @@ int main(void) {
         cmocka_unit_test(serve_misreporting_its_cache_is_caught),
         cmocka_unit_test(serve_with_a_stale_kv_row_is_caught),
         cmocka_unit_test(serve_reusing_across_a_changed_system_prompt_is_caught),
+        cmocka_unit_test(serve_through_responses_and_gemini_is_checked_as_the_others),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

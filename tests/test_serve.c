@@ -568,6 +568,51 @@ static void a_recorded_session_replays_to_the_same_rows(void **state) {
 }
 
 // ----------------------------------------------------------------------------
+// What newer clients send: accepted, counted by path, noted, said once
+
+static void a_newer_clients_unknown_fields_are_accepted_counted_and_noted(void **state) {
+    (void)state;
+    need_fixtures();
+    served sv;
+    char rec[192];
+    snprintf(rec, sizeof rec, "%s/newer.jsonl", g_dir);
+    unlink(rec);
+    start(&sv, "newer", (const char *const[]){"--verify", "--record", rec, NULL});
+    /* Claude Code 2.1.328's shape: a system-role message with output_config, and a top-level output_config */
+    static const char body[] =
+        "{\"model\":\"claude-x\",\"max_tokens\":4,\"output_config\":{\"effort\":\"medium\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"say hi\"},{\"role\":\"system\",\"content\":\"mode\","
+        "\"output_config\":{\"effort\":\"medium\"}}]}";
+    http_resp r;
+    for (int i = 0; i < 2; i++) {
+        post(&sv, "/v1/messages", body, 200, &r);
+        http_free(&r);
+    }
+    http_do(&sv, "GET", "/metrics", NULL, NULL, 30, &r);
+    expect_status(&r, 200);
+    assert_non_null(strstr(r.body, "kvreplay_ignored_fields_total{path=\"messages[].output_config\"} 2\n"));
+    assert_non_null(strstr(r.body, "kvreplay_ignored_fields_total{path=\"output_config\"} 2\n"));
+    http_free(&r);
+    /* a wrongly typed known field is still a 400 naming it */
+    post(&sv, "/v1/messages", "{\"max_tokens\":4,\"output_config\":{},\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+         400, &r);
+    assert_non_null(strstr(r.body, "messages[0].content"));
+    http_free(&r);
+    stop_ok(&sv);
+    hx_transcript t;
+    char err[512];
+    assert_int_equal(hx_transcript_read(rec, false, &t, NULL, err, sizeof err), ENG_OK);
+    assert_int_equal(t.n, 2);
+    assert_non_null(strstr(t.reqs[1].notes, "messages[].output_config"));
+    hx_transcript_free(&t);
+    /* said once on stderr per path */
+    char log[192], cmd[320];
+    snprintf(log, sizeof log, "%s/newer.log", g_dir);
+    snprintf(cmd, sizeof cmd, "test \"$(grep -c 'does not act on: messages\\[\\].output_config (said once)' %s)\" = 1", log);
+    assert_int_equal(system(cmd), 0);
+}
+
+// ----------------------------------------------------------------------------
 // Seed 001 end to end: a fresh cch= per request
 
 static void seed_001_reuse_breaks_at_the_billing_header_unless_normalized(void **state) {
@@ -800,6 +845,7 @@ int main(void) {
         cmocka_unit_test(truncated_and_slow_bodies_do_not_stall_other_clients),
         cmocka_unit_test(verify_catches_a_flipped_logit_and_a_rewritten_kv_row),
         cmocka_unit_test(a_recorded_session_replays_to_the_same_rows),
+        cmocka_unit_test(a_newer_clients_unknown_fields_are_accepted_counted_and_noted),
         cmocka_unit_test(seed_001_reuse_breaks_at_the_billing_header_unless_normalized),
         cmocka_unit_test(a_script_answers_with_its_turns_and_says_where_the_agent_departs),
         cmocka_unit_test(a_client_that_leaves_cancels_its_request),

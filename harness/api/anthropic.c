@@ -50,15 +50,7 @@ static int message_from_json(const json_t *j, const char *path, int64_t line, co
         hx_errf_at(err, errlen, path, line, field, "expected a message object");
         return ENG_ERR_FORMAT;
     }
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)j, key, v) {
-        if (strcmp(key, "role") && strcmp(key, "content")) {
-            hx_api_pathf(f, sizeof f, "%s.%s", field, key);
-            hx_errf_at(err, errlen, path, line, f, "unknown field");
-            return ENG_ERR_FORMAT;
-        }
-    }
+    /* other members (Claude Code 2.1.328's output_config, ...) are accepted: hx_api_note_unknown lists them */
     const json_t *jr = json_object_get(j, "role");
     const char *role = json_string_value(jr);
     hx_api_pathf(f, sizeof f, "%s.role", field);
@@ -171,58 +163,25 @@ static int prompt_json(const hx_request *q, json_t *o) {
 }
 
 // ----------------------------------------------------------------------------
-// Errors
-
-static const char *err_type(hx_api_err_kind k) {
-    switch (k) {
-    case HX_API_ERR_AUTH:        return "authentication_error";
-    case HX_API_ERR_NOT_FOUND:   return "not_found_error";
-    case HX_API_ERR_TOO_LARGE:   return "request_too_large";
-    case HX_API_ERR_SERVER:      return "api_error";
-    case HX_API_ERR_UNAVAILABLE: return "overloaded_error";
-    default:                     return "invalid_request_error";
-    }
-}
-
-static json_t *error_json(const hx_api_error *e) {
-    char msg[sizeof e->message];
-    if (e->kind == HX_API_ERR_CONTEXT)
-        snprintf(msg, sizeof msg, "prompt is too long: %lld tokens > %lld maximum", (long long)e->n_prompt_tokens,
-                 (long long)e->n_ctx);
-    else snprintf(msg, sizeof msg, "%s", e->message);
-    return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", e->type[0] ? e->type : err_type(e->kind),
-                     "message", msg);
-}
-
-static bool read_error_json(const json_t *j, int status, hx_api_error *e) {
-    if (!hx_api_read_error_object(json_object_get(j, "error"), status, e)) return false;
-    long long np, nc;  /* the context error's wording carries both lengths */
-    if (sscanf(e->message, "prompt is too long: %lld tokens > %lld maximum", &np, &nc) == 2) {
-        e->kind = HX_API_ERR_CONTEXT;
-        e->n_prompt_tokens = np;
-        e->n_ctx = nc;
-    }
-    return true;
-}
-
-static bool anthropic_read_error(const char *body, size_t n, int status, hx_api_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    bool ok = j && read_error_json(j, status, e);
-    json_decref(j);
-    return ok;
-}
-
-
-static int anthropic_stream_error(eng_buf *out, const hx_api_error *e) {
-    return hx_sse_write_json(out, "error", error_json(e));
-}
-
-// ----------------------------------------------------------------------------
 // Parsing requests (server side)
 
-static const char *const k_known[] = {"model", "messages", "system", "tools", "max_tokens", "stream",
-                                      "stop_sequences", "tool_choice", NULL};
+/* The body as far as kvreplay reads it (hx_api_note_unknown lists the rest; the importer walks it too). */
+static const hx_api_shape k_result_block = {.tag = "type", .variants = (const hx_api_variant[]){
+    HX_API_VARIANT("text", {"text", NULL}), HX_API_VARIANT("image", {"source", NULL}, {"placeholder", NULL}),
+    HX_API_VARIANT("document", {"source", NULL}, {"placeholder", NULL}, {"title", NULL}),
+    HX_API_VARIANT("tool_reference", {"tool_name", NULL}), {0}}};
+static const hx_api_shape k_block = {.tag = "type", .variants = (const hx_api_variant[]){
+    HX_API_VARIANT("text", {"text", NULL}), HX_API_VARIANT("thinking", {"thinking", NULL}),
+    HX_API_VARIANT("redacted_thinking", {"data", NULL}),
+    HX_API_VARIANT("tool_use", {"id", NULL}, {"name", NULL}, {"input", NULL}),
+    HX_API_VARIANT("tool_result", {"tool_use_id", NULL}, {"is_error", NULL}, {"content", HX_API_ARR(&k_result_block)}),
+    HX_API_VARIANT("image", {"source", NULL}, {"placeholder", NULL}),
+    HX_API_VARIANT("document", {"source", NULL}, {"placeholder", NULL}, {"title", NULL}), {0}}};
+const hx_api_shape hx_api_anthropic_body = {.members = HX_API_MEMBERS(
+    {"model", NULL}, {"max_tokens", NULL}, {"stream", NULL}, {"stop_sequences", NULL}, {"tool_choice", NULL},
+    {"system", HX_API_ARR(&k_block)},
+    {"tools", HX_API_ARR(HX_API_OBJ({"name", NULL}, {"description", NULL}, {"input_schema", NULL}))},
+    {"messages", HX_API_ARR(HX_API_OBJ({"role", NULL}, {"content", HX_API_ARR(&k_block)}))})};
 
 static int parse_body(const hx_api_route *rt, const char *body, size_t n, bool need_max, hx_api_req *q,
                       hx_api_error *e) {
@@ -255,7 +214,7 @@ static int parse_body(const hx_api_route *rt, const char *body, size_t n, bool n
         }
         if (!(p->tool_choice = hx_json_canonical(tc))) { rc = oom(e); goto out; }
     }
-    if (hx_api_note_ignored(p, j, k_known)) rc = oom(e);
+    if (hx_api_note_unknown(q, j, &hx_api_anthropic_body)) rc = oom(e);
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);
@@ -274,12 +233,6 @@ static int parse_count(const hx_api_route *rt, const char *path, const char *que
 
 // ----------------------------------------------------------------------------
 // Responses (server side)
-
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
 
 static const char *stop_reason(const hx_api_result *r) {
     switch (r->finish) {
@@ -303,7 +256,7 @@ static json_t *usage_json(const hx_api_result *r, bool with_output) {
 static json_t *respond_message(const hx_api_req *q, const hx_api_result *r) {
     const char *sr = stop_reason(r);
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", r->id ? r->id : "msg_kvreplay", "type", "message",
-                     "role", "assistant", "model", model_of(q, r), "content",
+                     "role", "assistant", "model", hx_api_model_of(q, r), "content",
                      blocks_json(r->content.blocks, r->content.n_blocks), "stop_reason",
                      sr ? json_string(sr) : json_null(), "stop_sequence",
                      r->stop_word ? json_string(r->stop_word) : json_null(), "usage", usage_json(r, true));
@@ -352,7 +305,7 @@ static int stream_begin(hx_api_stream *s) {
     int rc = emit(s, "message_start",
                   json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:o}}", "type", "message_start", "message",
                             "id", r->id ? r->id : "msg_kvreplay", "type", "message", "role", "assistant", "model",
-                            model_of(s->q, r), "content", "stop_reason", "stop_sequence", "usage",
+                            hx_api_model_of(s->q, r), "content", "stop_reason", "stop_sequence", "usage",
                             usage_json(r, false)));
     return rc ? rc : emit(s, "ping", json_pack("{s:s}", "type", "ping"));
 }
@@ -481,15 +434,7 @@ static int read_message(const hx_api_route *rt, const char *body, size_t n, hx_a
 }
 
 static int read_count(const hx_api_route *rt, const char *body, size_t n, hx_api_result *r, hx_api_error *e) {
-    hx_api_result_init(r);
-    json_t *j = hx_api_load_body(body, n, e);
-    if (!j) return ENG_ERR_FORMAT;
-    const json_t *it = json_object_get(j, "input_tokens");
-    int rc = ENG_OK;
-    if (!json_is_integer(it)) rc = hx_api_errf(e, HX_API_ERR_INVALID, "input_tokens", it ? "expected an integer" : "missing");
-    else r->n_input_tokens = json_integer_value(it);
-    json_decref(j);
-    return rc;
+    return hx_api_read_count(body, n, "input_tokens", r, e);
 }
 
 /* Closes the reader's open block into r->content. */
@@ -530,7 +475,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
     }
     if (!strcmp(type, "ping")) goto out;
     if (!strcmp(type, "error")) {
-        if (!read_error_json(j, 0, e)) hx_api_errf(e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
+        if (!hx_api_read_error_json(&hx_api_anthropic, j, 0, e)) hx_api_errf(e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
         rc = ENG_ERR_FORMAT;
         goto out;
     }
@@ -596,18 +541,29 @@ out:
 
 static const hx_api_route anthropic_routes[] = {
     {"POST", "/v1/messages", HX_API_OP_GENERATE, &hx_api_anthropic, parse_messages, respond_message, request_message,
-     read_message, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     read_message, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/v1/messages/count_tokens", HX_API_OP_COUNT_TOKENS, &hx_api_anthropic, parse_count, respond_count,
-     request_count, read_count, NULL, NULL, NULL, NULL, NULL},
+     request_count, read_count, NULL, NULL, NULL, NULL, NULL, NULL},
     {0},
 };
 
-static json_t *anthropic_error_body(const hx_api_error *e) { return error_json(e); }
+/* {"type": "error", "error": {"type", "message"}}; in a stream, an "error" event */
+static const char *const anthropic_error_types[HX_API_ERR_KINDS] = {
+    [HX_API_ERR_INVALID] = "invalid_request_error", [HX_API_ERR_AUTH] = "authentication_error",
+    [HX_API_ERR_NOT_FOUND] = "not_found_error",     [HX_API_ERR_TOO_LARGE] = "request_too_large",
+    [HX_API_ERR_SERVER] = "api_error",              [HX_API_ERR_UNAVAILABLE] = "overloaded_error",
+};
+
+static const hx_api_error_shape anthropic_errors = {
+    .type_key = "type",
+    .types = anthropic_error_types,
+    .envelope = true,
+    .context_message = "prompt is too long: %lld tokens > %lld maximum",
+    .stream_event = "error",
+};
 
 const hx_api_dialect hx_api_anthropic = {
     .name = "anthropic",
     .routes = anthropic_routes,
-    .error_body = anthropic_error_body,
-    .read_error = anthropic_read_error,
-    .stream_error = anthropic_stream_error,
+    .errors = &anthropic_errors,
 };

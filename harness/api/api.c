@@ -12,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
 #include "json.h"
 #include "status.h"
+#include "str.h"
 
 // ----------------------------------------------------------------------------
 // The registry: one line per dialect (a dialect is one file, harness/api/NAME.c,
@@ -23,6 +25,8 @@
     X(llama)                   \
     X(openai)                  \
     X(anthropic)               \
+    X(responses)               \
+    X(gemini)                  \
     /* one line per dialect, above this one */
 
 #define HX_API_DECLARE(id) extern const hx_api_dialect hx_api_##id;
@@ -36,10 +40,16 @@ const hx_api_dialect *hx_api_dialect_find(const char *name) {
     return NULL;
 }
 
+/* A route's path pattern: '*' at the end matches the rest of the path (at least one character); '*'
+ * inside matches one name without '/' or ':' (the model of /v1beta/models/{model}:generateContent). */
 static bool path_matches(const char *pattern, const char *path) {
-    size_t n = strlen(pattern);
-    if (n > 0 && pattern[n - 1] == '*') return !strncmp(pattern, path, n - 1) && path[n - 1] != '\0';
-    return !strcmp(pattern, path);
+    const char *star = strchr(pattern, '*');
+    if (!star) return !strcmp(pattern, path);
+    size_t pre = (size_t)(star - pattern);
+    if (strncmp(pattern, path, pre)) return false;
+    if (!star[1]) return path[pre] != '\0';
+    size_t k = strcspn(path + pre, "/:");
+    return k > 0 && path_matches(star + 1, path + pre + k);
 }
 
 const hx_api_route *hx_api_route_find(const char *method, const char *path, bool *other_method) {
@@ -51,6 +61,15 @@ const hx_api_route *hx_api_route_find(const char *method, const char *path, bool
             if (other_method) *other_method = true;
         }
     return NULL;
+}
+
+int hx_api_route_target(const hx_api_route *rt, const char *model, char *out, size_t cap) {
+    const char *star = strchr(rt->path, '*');
+    int n = star && star[1] ? snprintf(out, cap, "%.*s%s%s", (int)(star - rt->path), rt->path, model ? model : "kvreplay",
+                                       star + 1)
+                            : snprintf(out, cap, "%s", rt->path);
+    if (n >= 0 && (size_t)n < cap && rt->query) n += snprintf(out + n, cap - (size_t)n, "?%s", rt->query);
+    return n < 0 || (size_t)n >= cap ? ENG_ERR_RANGE : ENG_OK;
 }
 
 const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op) {
@@ -74,6 +93,7 @@ int hx_api_err_status(hx_api_err_kind kind) {
     case HX_API_ERR_SERVER:        return 500;
     case HX_API_ERR_NOT_SUPPORTED: return 501;
     case HX_API_ERR_UNAVAILABLE:   return 503;
+    case HX_API_ERR_KINDS:         break;
     }
     return 500;
 }
@@ -131,7 +151,11 @@ void hx_api_req_free(hx_api_req *q) {
     free(q->params.stop);
     free(q->params.tool_choice);
     free(q->params.ignored);
+    for (int32_t i = 0; i < q->n_ignored; i++) free(q->ignored_paths[i]);
+    free(q->ignored_paths);
     free(q->params.cache_salt);
+    free(q->params.previous_response_id);
+    free(q->params.cache_key);
     hx_api_req_init(q);
     q->route = rt;
 }
@@ -462,6 +486,24 @@ json_t *hx_api_bytes_json(const char *text, size_t len) {
     return a;
 }
 
+const char *hx_api_model_of(const hx_api_req *q, const hx_api_result *r) {
+    if (r->model) return r->model;
+    if (q->params.model) return q->params.model;
+    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
+}
+
+int hx_api_read_count(const char *body, size_t n, const char *key, hx_api_result *r, hx_api_error *e) {
+    hx_api_result_init(r);
+    json_t *j = hx_api_load_body(body, n, e);
+    if (!j) return ENG_ERR_FORMAT;
+    const json_t *t = json_object_get(j, key);
+    int rc = ENG_OK;
+    if (!json_is_integer(t)) rc = hx_api_errf(e, HX_API_ERR_INVALID, key, t ? "expected an integer" : "missing");
+    else r->n_input_tokens = json_integer_value(t);
+    json_decref(j);
+    return rc;
+}
+
 void hx_api_make_id(char *buf, size_t cap, const char *prefix, uint64_t seq) {
     static const char alphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     char tail[25];
@@ -489,6 +531,8 @@ void hx_api_stream_init(hx_api_stream *s, const hx_api_req *q, const hx_api_resu
 
 void hx_api_stream_free(hx_api_stream *s) {
     eng_buf_free(&s->out);
+    eng_buf_free(&s->acc);
+    json_decref(s->items);
     memset(s, 0, sizeof *s);
 }
 
@@ -552,7 +596,7 @@ int hx_api_stream_end(hx_api_stream *s) {
 
 int hx_api_stream_error(hx_api_stream *s, const hx_api_error *e) {
     s->ended = true;
-    return stream_rc(s, s->route->dialect->stream_error(&s->out, e));
+    return stream_rc(s, hx_api_write_stream_error(s->route->dialect, &s->out, s->seq++, e));
 }
 
 // ----------------------------------------------------------------------------
@@ -562,6 +606,7 @@ void hx_api_reader_init(hx_api_reader *rd, const hx_api_route *route) {
     memset(rd, 0, sizeof *rd);
     rd->route = route;
     rd->block = -1;
+    rd->seq = -1;
     hx_sse_parser_init(&rd->sse);
 }
 
@@ -681,24 +726,114 @@ static bool in_list(const char *key, const char *const *list, size_t n) {
     return false;
 }
 
-int hx_api_note_ignored(hx_api_params *p, const json_t *body, const char *const *known) {
-    size_t nk = 0;
-    while (known && known[nk]) nk++;
-    eng_buf b = {0};
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)body, key, v) {
-        if (in_list(key, known, nk) ||
-            in_list(key, k_sampling_named, sizeof k_sampling_named / sizeof k_sampling_named[0]) ||
-            in_list(key, k_other_sampling, sizeof k_other_sampling / sizeof k_other_sampling[0]))
-            continue;
-        if ((b.len && eng_buf_append(&b, ",", 1)) || eng_buf_append(&b, key, strlen(key))) {
-            eng_buf_free(&b);
-            return ENG_ERR_NOMEM;
-        }
+// ----------------------------------------------------------------------------
+// Fields kvreplay does not know: listed at any depth, never refused
+
+typedef struct walk_ctx {
+    void  (*cb)(void *ud, const char *path);
+    void   *ud;
+    int64_t n;
+    char    path[256];
+} walk_ctx;
+
+static const hx_api_member *member_of(const hx_api_member *ms, const char *key) {
+    for (; ms && ms->key; ms++)
+        if (!strcmp(ms->key, key)) return ms;
+    return NULL;
+}
+
+static void walk(walk_ctx *w, const json_t *v, const hx_api_shape *sh, bool top);
+
+/* Walks member key's value v with shape sh (NULL: a leaf) at path + ".key". */
+static void walk_member(walk_ctx *w, const char *key, const json_t *v, const hx_api_shape *sh, bool unknown) {
+    size_t at = strlen(w->path);
+    snprintf(w->path + at, sizeof w->path - at, "%s%s", at ? "." : "", key);
+    if (unknown) {
+        w->n++;
+        if (w->cb) w->cb(w->ud, w->path);
+    } else if (sh) {
+        walk(w, v, sh, false);
     }
-    free(p->ignored);
-    p->ignored = b.data;
+    w->path[at] = '\0';
+}
+
+static void walk(walk_ctx *w, const json_t *v, const hx_api_shape *sh, bool top) {
+    if (json_is_array(v) && sh->item) {
+        size_t at = strlen(w->path);
+        snprintf(w->path + at, sizeof w->path - at, "[]");
+        for (size_t i = 0; i < json_array_size(v); i++) walk(w, json_array_get(v, i), sh->item, false);
+        w->path[at] = '\0';
+        return;
+    }
+    if (!json_is_object(v) || sh->open || !(sh->members || sh->variants)) return;
+    const hx_api_member *own = NULL;
+    if (sh->tag) {
+        const json_t *jt = json_object_get(v, sh->tag);
+        const char *tag = jt ? json_string_value(jt) : sh->untagged;
+        const hx_api_variant *x = sh->variants;
+        while (tag && x && x->tag && strcmp(x->tag, tag)) x++;
+        if (!tag || !x || !x->tag) return;  /* not a variant kvreplay knows: the parser keeps or refuses it */
+        own = x->members;
+    }
+    const char *key;
+    json_t *m;
+    json_object_foreach((json_t *)v, key, m) {
+        if (sh->tag && !strcmp(key, sh->tag)) continue;
+        const hx_api_member *k = member_of(sh->members, key);
+        if (!k) k = member_of(own, key);
+        bool sampling = top && (in_list(key, k_sampling_named, sizeof k_sampling_named / sizeof k_sampling_named[0]) ||
+                                in_list(key, k_other_sampling, sizeof k_other_sampling / sizeof k_other_sampling[0]));
+        walk_member(w, key, m, k ? k->shape : NULL, !k && !sampling);
+    }
+}
+
+int64_t hx_api_walk_unknown(const json_t *v, const hx_api_shape *shape, const char *prefix,
+                            void (*cb)(void *ud, const char *path), void *ud) {
+    walk_ctx w = {.cb = cb, .ud = ud};
+    snprintf(w.path, sizeof w.path, "%s", prefix ? prefix : "");
+    if (shape) walk(&w, v, shape, false);
+    return w.n;
+}
+
+typedef struct note_ctx {
+    hx_api_req *q;
+    int64_t     dropped;
+    int         rc;
+} note_ctx;
+
+static void note_path(void *ud, const char *path) {
+    note_ctx *c = ud;
+    hx_api_req *q = c->q;
+    for (int32_t i = 0; i < q->n_ignored; i++)
+        if (!strcmp(q->ignored_paths[i], path)) return;
+    if (q->n_ignored >= HX_API_MAX_IGNORED) { c->dropped++; return; }
+    char *d = hx_strdup(path);
+    if (!d) { c->rc = ENG_ERR_NOMEM; return; }
+    q->ignored_paths[q->n_ignored++] = d;
+}
+
+static void free_ignored(hx_api_req *q) {
+    for (int32_t i = 0; i < q->n_ignored; i++) free(q->ignored_paths[i]);
+    free(q->ignored_paths);
+    q->ignored_paths = NULL;
+    q->n_ignored = 0;
+    free(q->params.ignored);
+    q->params.ignored = NULL;
+}
+
+int hx_api_note_unknown(hx_api_req *q, const json_t *body, const hx_api_shape *shape) {
+    free_ignored(q);
+    if (!(q->ignored_paths = calloc(HX_API_MAX_IGNORED, sizeof *q->ignored_paths))) return ENG_ERR_NOMEM;
+    note_ctx c = {.q = q};
+    walk_ctx w = {.cb = note_path, .ud = &c};
+    walk(&w, body, shape, true);
+    eng_buf b = {0};
+    for (int32_t i = 0; !c.rc && i < q->n_ignored; i++)
+        if ((i && eng_buf_append(&b, ",", 1)) || eng_buf_append(&b, q->ignored_paths[i], strlen(q->ignored_paths[i])))
+            c.rc = ENG_ERR_NOMEM;
+    if (!c.rc && c.dropped && eng_buf_append(&b, ",...", 4)) c.rc = ENG_ERR_NOMEM;
+    if (c.rc) { eng_buf_free(&b); free_ignored(q); return c.rc; }
+    q->params.ignored = b.data;
     return ENG_OK;
 }
 
@@ -707,6 +842,19 @@ void hx_api_pathf(char *out, size_t cap, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(out, cap, fmt, ap);
     va_end(ap);
+}
+
+int hx_api_fail_at(char *err, size_t errlen, const char *path, int64_t line, const char *field, const char *what) {
+    hx_errf_at(err, errlen, path, line, field, "%s", what);
+    return ENG_ERR_FORMAT;
+}
+
+int hx_api_push_block(hx_message *m, hx_block *b) {
+    if (hx_message_push_block(m, b)) {
+        hx_block_free(b);
+        return ENG_ERR_NOMEM;
+    }
+    return ENG_OK;
 }
 
 int hx_api_err_from_text(hx_api_error *e, int rc, const char *text) {
@@ -864,3 +1012,102 @@ bool hx_api_read_error_object(const json_t *o, int status, hx_api_error *e) {
     return true;
 }
 
+
+// ----------------------------------------------------------------------------
+// Errors in a dialect's shape (hx_api_error_shape: the dialect table's data)
+
+const char *const hx_api_server_error_types[HX_API_ERR_KINDS] = {
+    [HX_API_ERR_INVALID] = "invalid_request_error", [HX_API_ERR_CONTEXT] = "exceed_context_size_error",
+    [HX_API_ERR_AUTH] = "authentication_error",     [HX_API_ERR_NOT_FOUND] = "not_found_error",
+    [HX_API_ERR_SERVER] = "server_error",           [HX_API_ERR_NOT_SUPPORTED] = "not_supported_error",
+    [HX_API_ERR_UNAVAILABLE] = "unavailable_error",
+};
+
+static const char *shape_type(const hx_api_error_shape *sh, hx_api_err_kind k) {
+    const char *t = (unsigned)k < HX_API_ERR_KINDS ? sh->types[k] : NULL;
+    return t ? t : sh->types[HX_API_ERR_INVALID];
+}
+
+/* The message e carries, in the shape's wording for a context error. */
+static void shape_message(const hx_api_error_shape *sh, const hx_api_error *e, char *msg, size_t cap) {
+    if (e->kind == HX_API_ERR_CONTEXT && sh->context_message)
+        snprintf(msg, cap, sh->context_message, (long long)e->n_prompt_tokens, (long long)e->n_ctx);
+    else snprintf(msg, cap, "%s", e->message);
+}
+
+/* The inner error object: "message", type_key, and what the shape's flags add. */
+static json_t *error_object(const hx_api_error_shape *sh, const hx_api_error *e) {
+    char msg[sizeof e->message];
+    shape_message(sh, e, msg, sizeof msg);
+    int status = e->status ? e->status : hx_api_err_status(e->kind);
+    json_t *o = json_object();
+    int bad = !o;
+    if (!bad && sh->code) bad = json_object_set_new(o, "code", json_integer(status));
+    const char *type = e->type[0] ? e->type : shape_type(sh, e->kind);
+    if (!bad && sh->envelope) bad = json_object_set_new(o, sh->type_key, json_string(type));  /* Anthropic's order */
+    if (!bad) bad = json_object_set_new(o, "message", json_string(msg));
+    if (!bad && !sh->envelope) bad = json_object_set_new(o, sh->type_key, json_string(type));
+    if (!bad && sh->param) bad = json_object_set_new(o, "param", e->field[0] ? json_string(e->field) : json_null());
+    if (!bad && sh->context_counts && e->kind == HX_API_ERR_CONTEXT)
+        bad = json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt_tokens)) ||
+              json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
+    if (bad) { json_decref(o); return NULL; }
+    return o;
+}
+
+json_t *hx_api_error_body(const hx_api_dialect *d, const hx_api_error *e) {
+    const hx_api_error_shape *sh = d->errors;
+    json_t *o = error_object(sh, e);
+    if (!o) return NULL;
+    return sh->envelope ? json_pack("{s:s, s:o}", "type", "error", "error", o) : json_pack("{s:o}", "error", o);
+}
+
+bool hx_api_read_error_json(const hx_api_dialect *d, const json_t *j, int status, hx_api_error *e) {
+    const hx_api_error_shape *sh = d->errors;
+    const json_t *o = sh->stream_flat && json_is_string(json_object_get(j, "message")) ? j : json_object_get(j, "error");
+    if (!json_is_object(o) || !json_is_string(json_object_get(o, "message"))) return false;
+    const char *name = json_string_value(json_object_get(o, sh->type_key));
+    if (o == j && sh->stream_flat) name = json_string_value(json_object_get(o, "code"));  /* the flat event's code */
+    hx_api_err_kind kind = HX_API_ERR_NONE;
+    for (int k = HX_API_ERR_INVALID; name && k < HX_API_ERR_KINDS && !kind; k++)
+        if (sh->types[k] && !strcmp(sh->types[k], name)) kind = (hx_api_err_kind)k;
+    const json_t *code = json_object_get(o, "code");
+    if (status <= 0 && json_is_integer(code)) status = (int)json_integer_value(code);
+    hx_api_errf(e, kind ? kind : kind_of_type(name, status), NULL, "%s", json_string_value(json_object_get(o, "message")));
+    if (status > 0) e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", name ? name : "");
+    const char *param = json_string_value(json_object_get(o, "param"));
+    if (param) snprintf(e->field, sizeof e->field, "%s", param);
+    const json_t *np = json_object_get(o, "n_prompt_tokens"), *nc = json_object_get(o, "n_ctx");
+    if (json_is_integer(np) && json_is_integer(nc)) {
+        e->kind = HX_API_ERR_CONTEXT;
+        e->n_prompt_tokens = json_integer_value(np);
+        e->n_ctx = json_integer_value(nc);
+    }
+    long long p, c;  /* the context error's wording carries both lengths */
+    if (sh->context_message && sscanf(e->message, sh->context_message, &p, &c) == 2) {
+        e->kind = HX_API_ERR_CONTEXT;
+        e->n_prompt_tokens = p;
+        e->n_ctx = c;
+    }
+    return true;
+}
+
+bool hx_api_read_error(const hx_api_dialect *d, const char *body, size_t n, int status, hx_api_error *e) {
+    json_error_t je;
+    json_t *j = json_loadb(body ? body : "", n, 0, &je);
+    bool ok = j && hx_api_read_error_json(d, j, status, e);
+    json_decref(j);
+    return ok;
+}
+
+int hx_api_write_stream_error(const hx_api_dialect *d, eng_buf *out, int64_t seq, const hx_api_error *e) {
+    const hx_api_error_shape *sh = d->errors;
+    if (!sh->stream_flat) return hx_sse_write_json(out, sh->stream_event, hx_api_error_body(d, e));
+    char msg[sizeof e->message];
+    shape_message(sh, e, msg, sizeof msg);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I}", "type", "error", "code",
+                          e->type[0] ? e->type : shape_type(sh, e->kind), "message", msg, "param",
+                          e->field[0] ? json_string(e->field) : json_null(), "sequence_number", (json_int_t)seq);
+    return hx_sse_write_json(out, sh->stream_event, o);
+}

@@ -6,11 +6,15 @@
  *
  * A dialect is one file: llama.c (llama-server's native API: /completion,
  * /tokenize, /detokenize, /apply-template, /health, /props, /slots),
- * openai.c (/v1/completions, /v1/chat/completions, /v1/models) and
- * anthropic.c (/v1/messages, /v1/messages/count_tokens). Each speaks both
+ * openai.c (/v1/completions, /v1/chat/completions, /v1/models),
+ * anthropic.c (/v1/messages, /v1/messages/count_tokens), responses.c
+ * (OpenAI's /v1/responses) and gemini.c (/v1beta/models/M:generateContent,
+ * :streamGenerateContent, :countTokens). Each speaks both
  * directions of each of its routes:
  *   server side  body -> hx_api_req (errors name the field, in the dialect's
- *                own error shape and status); hx_api_result -> response
+ *                own error shape and status; a field it does not know, at
+ *                any depth, is accepted and listed: hx_api_note_unknown);
+ *                hx_api_result -> response
  *                body, or -> SSE events (hx_api_stream_*);
  *   client side  hx_api_req -> request body; response body or SSE stream ->
  *                hx_api_result (tolerant of what real servers add, strict
@@ -34,7 +38,7 @@
  * Usage (server side):
  *     const hx_api_route *rt = hx_api_route_find("POST", "/v1/messages", NULL);
  *     hx_api_req q; hx_api_error e;
- *     if (rt->parse(rt, path, query, body, n, &q, &e) != ENG_OK) send(e.status, rt->dialect->error_body(&e));
+ *     if (rt->parse(rt, path, query, body, n, &q, &e) != ENG_OK) send(e.status, hx_api_error_body(rt->dialect, &e));
  *     ... render q.req, generate into hx_api_result r ...
  *     json_t *out = rt->respond(&q, &r);                       // not streamed
  *     hx_api_stream st; hx_api_stream_init(&st, &q, &r);        // streamed:
@@ -72,7 +76,11 @@ typedef enum hx_api_err_kind {
     HX_API_ERR_SERVER,         /* 500: kvreplay failed while working */
     HX_API_ERR_NOT_SUPPORTED,  /* 501: valid, but not something kvreplay does */
     HX_API_ERR_UNAVAILABLE,    /* 503: the queue is full (retry_after set) or the server stops */
+    HX_API_ERR_KINDS
 } hx_api_err_kind;
+
+/* llama-server's error types per kind, which its OpenAI routes share (llama.c, openai.c, responses.c) */
+extern const char *const hx_api_server_error_types[HX_API_ERR_KINDS];
 
 typedef struct hx_api_error {
     hx_api_err_kind kind;
@@ -136,8 +144,9 @@ typedef struct hx_api_params {
     char   **stop;            /* stop strings (stop, stop_sequences) */
     int32_t  n_stop;
     char    *tool_choice;     /* canonical JSON as given, or NULL */
-    char    *ignored;         /* comma list of the body's top-level fields kvreplay accepts but does not
-                                 act on (metadata, context_management, thinking, ...), or NULL */
+    char    *ignored;         /* comma list of the body's fields kvreplay accepts but does not act on, at any
+                                 depth, as normalized JSON paths ("metadata", "messages[].output_config"), or
+                                 NULL (hx_api_note_unknown; the same paths as hx_api_req.ignored_paths) */
     /* /tokenize */
     bool     add_special;     /* default false (llama-server's) */
     bool     parse_special;   /* default true */
@@ -145,6 +154,10 @@ typedef struct hx_api_params {
     /* /slots/ID?action=... */
     int32_t  slot_id;         /* -1 when absent */
     char     action[16];      /* "erase", ... */
+    /* the Responses API */
+    bool     no_store;        /* "store": false (the response is not kept for previous_response_id) */
+    char    *previous_response_id; /* the stored response this one continues, or NULL */
+    char    *cache_key;       /* "prompt_cache_key" (a routing hint; kvreplay's one engine needs none), or NULL */
     /* client only (kvreplay probe): vendor extensions of the OpenAI API */
     char    *cache_salt;      /* vLLM and SGLang "cache_salt": reuse only between requests of the same salt;
                                  NULL: none */
@@ -160,6 +173,9 @@ typedef struct hx_api_req {
     hx_request     req;       /* the prompt: messages (+ system, tools), or prompt text, or tokens;
                                  session "", turn 0 (the caller assigns them) */
     hx_api_params  params;
+    char         **ignored_paths;      /* (n_ignored) the distinct paths of params.ignored, in body order, at
+                                          most HX_API_MAX_IGNORED (serve counts them by path) */
+    int32_t        n_ignored;
     int64_t        n_unknown_blocks;   /* content blocks of unknown types kept as their JSON text */
     char           unknown_types[160]; /* their types, comma-separated */
 } hx_api_req;
@@ -277,6 +293,9 @@ typedef struct hx_api_stream {
     int32_t   n_blocks;       /* blocks started so far */
     int32_t   n_tools;        /* tool calls started (OpenAI tool_calls index) */
     int64_t   n_tokens;       /* token deltas sent */
+    int64_t   seq;            /* the next event's sequence number (dialects that number their events) */
+    json_t   *items;          /* the output items so far, for dialects whose last event repeats them (Responses) */
+    eng_buf   acc;            /* the open item's text so far (Responses' *.done events carry it whole) */
     char      pending[4];     /* the incomplete UTF-8 tail of the text so far */
     int       n_pending;
     bool      began, ended;
@@ -317,6 +336,9 @@ typedef struct hx_api_reader {
     eng_buf   text;           /* the open block's text or input JSON (OpenAI chat: the content) */
     eng_buf   thinking;       /* OpenAI chat: reasoning_content, accumulated */
     json_t   *calls;          /* OpenAI chat: the tool calls by index, [{"id", "name", "arguments"}] */
+    int64_t   seq;            /* the next sequence number the stream must carry (Responses), -1: unchecked */
+    int       phase;          /* the dialect's place in its event sequence (Responses, Gemini) */
+    int32_t   n_items;        /* output items opened so far (Responses) */
     /* optional (kvreplay probe): called after each event was read, with whether it carried a token
      * (n_token_events grew): the raw event, e.g. the exact JSON text of a token's probabilities */
     void    (*on_event)(void *ud, const hx_sse_event *ev, bool token_bearing);
@@ -339,7 +361,8 @@ int  hx_api_reader_finish(hx_api_reader *rd, hx_api_result *r, hx_api_error *e);
 
 typedef struct hx_api_route {
     const char *method;       /* "GET" | "POST" */
-    const char *path;         /* "/v1/messages"; a trailing "*" matches the rest of a path ("/slots/ *") */
+    const char *path;         /* "/v1/messages"; a trailing "*" matches the rest of a path ("/slots/ *"), a "*"
+                                 inside one name ("/v1beta/models/ *:generateContent") */
     hx_api_op   op;
     const struct hx_api_dialect *dialect;
     /* server: a request (its path without the query string, the query string or NULL, the body of
@@ -360,18 +383,46 @@ typedef struct hx_api_route {
     int     (*stream_block)(hx_api_stream *s, const hx_block *b);
     int     (*stream_end)(hx_api_stream *s);
     int     (*stream_read)(hx_api_reader *rd, const hx_sse_event *ev);
+    /* client: the query string its requests carry ("alt=sse"), or NULL */
+    const char *query;
 } hx_api_route;
 
+/* A dialect's error shape, as data: api.c writes and reads every dialect's
+ * errors from it (hx_api_error_body, hx_api_read_error, hx_api_stream_error).
+ * The body is {"error": {...}}, or {"type": "error", "error": {...}} with
+ * `envelope`; the inner object holds "message", the kind's name under
+ * type_key, and what the flags add. */
+typedef struct hx_api_error_shape {
+    const char *type_key;          /* "type" (most), "status" (Gemini's google.rpc code name) */
+    const char *const *types;      /* [HX_API_ERR_KINDS] the name per kind; NULL: types[HX_API_ERR_INVALID] */
+    bool        envelope;          /* {"type": "error", "error": {...}} (Anthropic) */
+    bool        code;              /* "code": the HTTP status */
+    bool        param;             /* "param": the field at fault, or null (OpenAI) */
+    bool        context_counts;    /* "n_prompt_tokens" and "n_ctx" on a context error (llama-server) */
+    const char *context_message;   /* a context error's message, printf of (prompt tokens, context), read
+                                      back with sscanf (Anthropic's wording); NULL: the message as it is */
+    const char *stream_event;      /* the SSE event name of an error in a stream; NULL: a data line */
+    bool        stream_flat;       /* a stream error is {"type": "error", "code", "message", "param",
+                                      "sequence_number"} (the Responses API) instead of the body */
+} hx_api_error_shape;
+
 typedef struct hx_api_dialect {
-    const char          *name;     /* "llama", "openai", "anthropic" */
+    const char          *name;     /* "llama", "openai", "anthropic", "responses", "gemini" */
     const hx_api_route  *routes;   /* {0}-terminated */
-    /* the dialect's error body for e (NULL on OOM) */
-    json_t *(*error_body)(const hx_api_error *e);
-    /* client: an error body (any status) -> *e; false when it is not this dialect's shape */
-    bool    (*read_error)(const char *body, size_t n, int status, hx_api_error *e);
-    /* the error event of a stream that already began (appended to out) */
-    int     (*stream_error)(eng_buf *out, const hx_api_error *e);
+    const hx_api_error_shape *errors;
+    const char          *id_prefix;/* response ids ("resp_"); NULL: the route's own (msg_, chatcmpl-, cmpl-) */
+    bool                 sse_data_only; /* its clients read data lines only: no SSE comments (Gemini's SDK) */
 } hx_api_dialect;
+
+/* The error body of e in dialect d's shape (NULL on OOM). */
+json_t *hx_api_error_body(const hx_api_dialect *d, const hx_api_error *e);
+/* client: an error body (any status) -> *e; false when it is not d's shape. */
+bool    hx_api_read_error(const hx_api_dialect *d, const char *body, size_t n, int status, hx_api_error *e);
+/* The same for a parsed object (a stream's error event); false when it is not d's shape. */
+bool    hx_api_read_error_json(const hx_api_dialect *d, const json_t *j, int status, hx_api_error *e);
+/* The error event of a stream that already began, in d's shape, appended to out; seq is the
+ * event's sequence number where the shape numbers events. */
+int     hx_api_write_stream_error(const hx_api_dialect *d, eng_buf *out, int64_t seq, const hx_api_error *e);
 
 /* The registered dialects, NULL-terminated (api.c: one line each). */
 extern const hx_api_dialect *const hx_api_dialects[];
@@ -380,8 +431,59 @@ const hx_api_dialect *hx_api_dialect_find(const char *name);  /* NULL when unkno
  * path exists for another method, *other_method is set (405) and NULL is
  * returned; NULL with it false: no such route (404). other_method may be NULL. */
 const hx_api_route *hx_api_route_find(const char *method, const char *path, bool *other_method);
+/* client: the request target of route rt: its path with a '*' inside replaced by model (the Gemini API's
+ * /v1beta/models/{model}:verb), and its query. ENG_OK, or ENG_ERR_RANGE when it does not fit cap. */
+int hx_api_route_target(const hx_api_route *rt, const char *model, char *out, size_t cap);
 /* The route of dialect d for op (the first one), or NULL. */
 const hx_api_route *hx_api_route_of(const hx_api_dialect *d, hx_api_op op);
+
+// ----------------------------------------------------------------------------
+// What a request body may hold: the fields kvreplay reads, as data
+//
+// A field kvreplay does not know, at any depth, is accepted and listed, never
+// refused (clients add fields with every release): each dialect describes the
+// bodies it reads as a tree of hx_api_shape, and hx_api_note_unknown walks a
+// body against it. Types are the parsers' business (a wrongly typed known
+// field is a 400 there); the walk only lists members the shape does not name.
+
+typedef struct hx_api_member {
+    const char                *key;
+    const struct hx_api_shape *shape;  /* NULL: a leaf (or a value kvreplay keeps whole, e.g. a JSON schema) */
+} hx_api_member;
+
+typedef struct hx_api_variant {
+    const char                *tag;    /* the tag member's value ("text", "function_call", ...) */
+    const hx_api_member       *members;/* this variant's own members, {0}-terminated */
+} hx_api_variant;
+
+typedef struct hx_api_shape {
+    const hx_api_member       *members;  /* an object's members (every variant's, when tagged), {0}-terminated */
+    const struct hx_api_shape *item;     /* an array's items (a value that is not an array is not walked) */
+    const char                *tag;      /* tagged objects: the member naming the variant ("type"); an object
+                                            whose tag names no variant is not walked (the parser decides) */
+    const char                *untagged; /* tagged objects: the variant of an object without the tag, or NULL */
+    const hx_api_variant      *variants; /* {0}-terminated */
+    bool                       open;     /* any member is fine (e.g. a function's arguments) */
+} hx_api_shape;
+
+/* Shapes written as data: an object of members, an array of items, a tagged object's variant. */
+#define HX_API_MEMBERS(...) ((const hx_api_member[]){__VA_ARGS__, {0}})
+#define HX_API_OBJ(...)     (&(const hx_api_shape){.members = HX_API_MEMBERS(__VA_ARGS__)})
+#define HX_API_ARR(shape)   (&(const hx_api_shape){.item = (shape)})
+#define HX_API_VARIANT(tag, ...) {tag, HX_API_MEMBERS(__VA_ARGS__)}
+
+#define HX_API_MAX_IGNORED 32  /* distinct ignored paths kept per request (the rest are counted as "...") */
+
+/* Lists the members of body that shape does not name, at any depth, as
+ * normalized paths ("messages[].output_config": array indexes as "[]"), into
+ * q->ignored_paths and q->params.ignored (replacing them). The top level also
+ * knows the sampling fields hx_api_read_sampling reads. ENG_OK or ENG_ERR_NOMEM. */
+int  hx_api_note_unknown(hx_api_req *q, const json_t *body, const hx_api_shape *shape);
+/* The same walk for the importers: each unknown path (normalized) is passed to
+ * cb once per call; cb may be NULL (then only the count is returned). Returns
+ * the number of unknown members found (>= 0). */
+int64_t hx_api_walk_unknown(const json_t *v, const hx_api_shape *shape, const char *prefix,
+                            void (*cb)(void *ud, const char *path), void *ud);
 
 // ----------------------------------------------------------------------------
 // What the dialects share (and their callers)
@@ -413,6 +515,10 @@ char *hx_api_utf8_sanitize(const char *s, size_t n, int64_t *n_bad);
 /* The length of the longest prefix of s (n bytes) that ends on a UTF-8
  * character boundary and is valid, leaving an incomplete tail out. */
 size_t hx_api_utf8_complete(const char *s, size_t n);
+/* The model a response names: the result's, else the request's, else the server's alias, else "kvreplay". */
+const char *hx_api_model_of(const hx_api_req *q, const hx_api_result *r);
+/* client: a token count body {KEY: N} -> r->n_input_tokens (r initialized here). ENG_OK or ENG_ERR_FORMAT. */
+int  hx_api_read_count(const char *body, size_t n, const char *key, hx_api_result *r, hx_api_error *e);
 /* A response id: PREFIX followed by 24 characters derived from seq (deterministic). */
 void hx_api_make_id(char *buf, size_t cap, const char *prefix, uint64_t seq);
 /* Typed fields of a body for the dialect files: an absent or null key leaves
@@ -423,15 +529,16 @@ int  hx_api_get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, in
 int  hx_api_get_str(const json_t *o, const char *key, char **out, hx_api_error *e);
 /* key: a string or an array of strings -> p->stop. */
 int  hx_api_get_stop(const json_t *o, const char *key, hx_api_params *p, hx_api_error *e);
-/* p->ignored: the keys of body that are neither in known (NULL-terminated)
- * nor sampling fields, comma-separated ("" stays NULL). ENG_OK or ENG_ERR_NOMEM. */
-int  hx_api_note_ignored(hx_api_params *p, const json_t *body, const char *const *known);
 /* An error object {"message", "type", ["code"], ["n_prompt_tokens", "n_ctx"]}
  * (llama-server's and OpenAI's "error", Anthropic's inner "error") -> e, its
  * kind from the type, else from status. false when o has no "message". */
 bool hx_api_read_error_object(const json_t *o, int status, hx_api_error *e);
 /* snprintf of a JSON path for a message (a path too long is cut, never an error). */
 void hx_api_pathf(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The prompt parsers' small steps: "PATH:LINE: FIELD: what" into err, returning ENG_ERR_FORMAT; b pushed
+ * onto m (freed when that fails, ENG_ERR_NOMEM). */
+int  hx_api_fail_at(char *err, size_t errlen, const char *path, int64_t line, const char *field, const char *what);
+int  hx_api_push_block(hx_message *m, hx_block *b);
 /* e from an importer-style message "FIELD: what" (a 400 naming FIELD). */
 int  hx_api_err_from_text(hx_api_error *e, int rc, const char *text);
 
@@ -456,6 +563,32 @@ int  hx_api_probs_read(const json_t *arr, const char *field, hx_api_result *r, h
  * a text block holding its JSON, counted in opts (hx_blocks_from_json_opts). */
 int hx_api_anthropic_prompt(const json_t *body, const char *path, int64_t line, hx_block_opts *opts, hx_request *q,
                             char *err, size_t errlen);
+/* The body shapes the importers walk too (hx_api_walk_unknown): anthropic.c's Messages body, openai.c's
+ * chat body and its tools (both shapes). */
+extern const hx_api_shape hx_api_anthropic_body;
+extern const hx_api_shape hx_api_openai_chat_body;
+extern const hx_api_shape hx_api_openai_tools;
+/* responses.c: a Responses body's instructions, input (a string or items) and tools appended to q
+ * (opts NULL: an item or part of an unknown type is an error; otherwise kept as its JSON, counted). */
+int hx_api_responses_prompt(const json_t *body, const char *path, int64_t line, hx_block_opts *opts, hx_request *q,
+                            char *err, size_t errlen);
+/* responses.c: one input item (message, function_call, function_call_output, custom_tool_call(_output),
+ * reasoning) appended to q: the items of Codex's rollouts too. */
+int hx_api_responses_item(const json_t *item, const char *path, int64_t line, const char *field, hx_block_opts *opts,
+                          hx_request *q, char *err, size_t errlen);
+/* responses.c: q's system blocks, messages and tools as a Responses body's instructions, input and tools. */
+int hx_api_responses_prompt_json(const hx_request *q, json_t *body);
+extern const hx_api_shape hx_api_responses_body;
+/* gemini.c: a generateContent body's systemInstruction, tools and contents appended to q (opts as above). */
+int hx_api_gemini_prompt(const json_t *body, const char *path, int64_t line, hx_block_opts *opts, hx_request *q,
+                         char *err, size_t errlen);
+/* gemini.c: one content {"role", "parts"} appended to q as a message (Gemini CLI's chat logs too). */
+int hx_api_gemini_content(const json_t *c, const char *path, int64_t line, const char *field, hx_block_opts *opts,
+                          hx_request *q, char *err, size_t errlen);
+/* gemini.c: q as a generateContent body's systemInstruction, contents and tools. */
+int hx_api_gemini_prompt_json(const hx_request *q, json_t *body);
+extern const hx_api_shape hx_api_gemini_body;
+extern const hx_api_shape hx_api_responses_item_shape;
 /* openai.c: a chat body's messages (system and developer messages before the
  * first other one become system blocks) and tools. */
 int hx_api_openai_prompt(const json_t *body, const char *path, int64_t line, hx_request *q, char *err,

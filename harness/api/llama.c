@@ -28,52 +28,11 @@
 extern const hx_api_dialect hx_api_llama;
 
 // ----------------------------------------------------------------------------
-// Errors
-
-static const char *err_type(hx_api_err_kind k) {
-    switch (k) {
-    case HX_API_ERR_AUTH:          return "authentication_error";
-    case HX_API_ERR_NOT_FOUND:     return "not_found_error";
-    case HX_API_ERR_SERVER:        return "server_error";
-    case HX_API_ERR_NOT_SUPPORTED: return "not_supported_error";
-    case HX_API_ERR_UNAVAILABLE:   return "unavailable_error";
-    case HX_API_ERR_CONTEXT:       return "exceed_context_size_error";
-    default:                       return "invalid_request_error";
-    }
-}
-
-static json_t *error_object(const hx_api_error *e) {
-    json_t *o = json_pack("{s:i, s:s, s:s}", "code", e->status ? e->status : hx_api_err_status(e->kind), "message",
-                          e->message, "type", e->type[0] ? e->type : err_type(e->kind));
-    if (o && e->kind == HX_API_ERR_CONTEXT) {
-        json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt_tokens));
-        json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
-    }
-    return o;
-}
-
-static json_t *llama_error_body(const hx_api_error *e) {
-    json_t *o = error_object(e);
-    return o ? json_pack("{s:o}", "error", o) : NULL;
-}
-
-static bool llama_read_error(const char *body, size_t n, int status, hx_api_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    bool ok = j && hx_api_read_error_object(json_object_get(j, "error"), status, e);
-    json_decref(j);
-    return ok;
-}
-
-static int llama_stream_error(eng_buf *out, const hx_api_error *e) {
-    return hx_sse_write_json(out, NULL, llama_error_body(e));
-}
-
-// ----------------------------------------------------------------------------
 // POST /completion: the server side
 
-static const char *const k_completion_known[] = {"prompt", "n_predict", "max_tokens", "n_probs", "cache_prompt",
-                                                 "id_slot", "stream", "return_tokens", "stop", "model", NULL};
+static const hx_api_shape k_completion = {.members = HX_API_MEMBERS(
+    {"prompt", NULL}, {"n_predict", NULL}, {"max_tokens", NULL}, {"n_probs", NULL}, {"cache_prompt", NULL},
+    {"id_slot", NULL}, {"stream", NULL}, {"return_tokens", NULL}, {"stop", NULL}, {"model", NULL})};
 
 /* prompt: a string, or a non-empty array of token ids. */
 static int read_prompt(const json_t *p, hx_request *q, hx_api_error *e) {
@@ -124,7 +83,7 @@ static int parse_completion(const hx_api_route *rt, const char *path, const char
         goto out;
     p->max_tokens = max_tokens;  /* -1: until the end of the turn or the context (llama-server's default) */
     p->logprobs = p->n_probs > 0;
-    if (hx_api_note_ignored(p, j, k_completion_known)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (hx_api_note_unknown(q, j, &k_completion)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);
@@ -148,12 +107,6 @@ static json_t *ids_json(const hx_api_token *t, int32_t n) {
     return a;
 }
 
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
-
 /* The final object of a completion (streamed: content and tokens already sent, so empty). */
 static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool streamed) {
     char *text = streamed ? hx_strdup("") : hx_api_result_text(r);
@@ -162,7 +115,7 @@ static json_t *final_json(const hx_api_req *q, const hx_api_result *r, bool stre
     json_t *o = json_pack("{s:i, s:s, s:o, s:i, s:b, s:s, s:I, s:I, s:b, s:b, s:s, s:s, s:I}", "index", 0, "content",
                           text, "tokens",
                           !streamed && q->params.return_tokens ? ids_json(r->tokens, r->n_tokens) : json_array(),
-                          "id_slot", r->id_slot, "stop", 1, "model", model_of(q, r), "tokens_predicted",
+                          "id_slot", r->id_slot, "stop", 1, "model", hx_api_model_of(q, r), "tokens_predicted",
                           (json_int_t)(n_gen >= 0 ? n_gen : r->n_tokens), "tokens_evaluated",
                           (json_int_t)(n_prompt >= 0 ? n_prompt : 0), "has_new_line", strchr(text, '\n') != NULL,
                           "truncated", 0, "stop_type", stop_type(r->finish), "stopping_word",
@@ -363,7 +316,7 @@ static int stream_read_completion(hx_api_reader *rd, const hx_sse_event *ev) {
     int rc;
     if (json_object_get(j, "error")) {
         rd->failed = true;
-        if (!hx_api_read_error_object(json_object_get(j, "error"), 0, rd->e))
+        if (!hx_api_read_error_json(&hx_api_llama, j, 0, rd->e))
             hx_api_errf(rd->e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
         rc = ENG_ERR_FORMAT;
     } else {
@@ -623,34 +576,40 @@ static int read_info(const hx_api_route *rt, const char *body, size_t n, hx_api_
 static const hx_api_route llama_routes[] = {
     {"POST", "/completion", HX_API_OP_GENERATE, &hx_api_llama, parse_completion, respond_completion,
      request_completion, read_completion, NULL, stream_token_completion, stream_block_completion,
-     stream_end_completion, stream_read_completion},
+     stream_end_completion, stream_read_completion, NULL},
     {"POST", "/completions", HX_API_OP_GENERATE, &hx_api_llama, parse_completion, respond_completion,
      request_completion, read_completion, NULL, stream_token_completion, stream_block_completion,
-     stream_end_completion, stream_read_completion},
+     stream_end_completion, stream_read_completion, NULL},
     {"POST", "/tokenize", HX_API_OP_TOKENIZE, &hx_api_llama, parse_tokenize, respond_tokenize, request_tokenize,
-     read_tokenize, NULL, NULL, NULL, NULL, NULL},
+     read_tokenize, NULL, NULL, NULL, NULL, NULL, NULL},
     {"POST", "/detokenize", HX_API_OP_DETOKENIZE, &hx_api_llama, parse_detokenize, respond_detokenize,
-     request_detokenize, read_detokenize, NULL, NULL, NULL, NULL, NULL},
+     request_detokenize, read_detokenize, NULL, NULL, NULL, NULL, NULL, NULL},
     {"POST", "/apply-template", HX_API_OP_APPLY_TEMPLATE, &hx_api_llama, parse_apply_template,
-     respond_apply_template, request_apply_template, read_apply_template, NULL, NULL, NULL, NULL, NULL},
+     respond_apply_template, request_apply_template, read_apply_template, NULL, NULL, NULL, NULL, NULL, NULL},
     {"GET", "/health", HX_API_OP_HEALTH, &hx_api_llama, NULL, respond_health, NULL, read_info, NULL, NULL, NULL,
-     NULL, NULL},
+     NULL, NULL, NULL},
     {"GET", "/v1/health", HX_API_OP_HEALTH, &hx_api_llama, NULL, respond_health, NULL, read_info, NULL, NULL, NULL,
-     NULL, NULL},
+     NULL, NULL, NULL},
     {"GET", "/props", HX_API_OP_PROPS, &hx_api_llama, NULL, respond_props, NULL, read_info, NULL, NULL, NULL, NULL,
-     NULL},
+     NULL, NULL},
     {"GET", "/slots", HX_API_OP_SLOTS, &hx_api_llama, NULL, respond_slots, NULL, read_info, NULL, NULL, NULL, NULL,
-     NULL},
+     NULL, NULL},
     {"POST", "/slots/*", HX_API_OP_SLOT_ACTION, &hx_api_llama, parse_slot_action, respond_slot_action, NULL,
-     read_info, NULL, NULL, NULL, NULL, NULL},
-    {"GET", "/metrics", HX_API_OP_METRICS, &hx_api_llama, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+     read_info, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"GET", "/metrics", HX_API_OP_METRICS, &hx_api_llama, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {0},
+};
+
+/* {"error": {"code", "message", "type"}}, the context error with both lengths */
+static const hx_api_error_shape llama_errors = {
+    .type_key = "type",
+    .types = hx_api_server_error_types,
+    .code = true,
+    .context_counts = true,
 };
 
 const hx_api_dialect hx_api_llama = {
     .name = "llama",
     .routes = llama_routes,
-    .error_body = llama_error_body,
-    .read_error = llama_read_error,
-    .stream_error = llama_stream_error,
+    .errors = &llama_errors,
 };

@@ -393,56 +393,30 @@ int hx_api_openai_prompt_json(const hx_request *q, json_t *body) {
 }
 
 // ----------------------------------------------------------------------------
-// Errors: {"error": {"message", "type", "param", "code"}}
-
-static const char *err_type(hx_api_err_kind k) {
-    switch (k) {
-    case HX_API_ERR_AUTH:          return "authentication_error";
-    case HX_API_ERR_NOT_FOUND:     return "not_found_error";
-    case HX_API_ERR_SERVER:        return "server_error";
-    case HX_API_ERR_NOT_SUPPORTED: return "not_supported_error";
-    case HX_API_ERR_UNAVAILABLE:   return "unavailable_error";
-    case HX_API_ERR_CONTEXT:       return "exceed_context_size_error";
-    default:                       return "invalid_request_error";
-    }
-}
-
-static json_t *openai_error_body(const hx_api_error *e) {
-    json_t *o = json_pack("{s:s, s:s, s:o, s:i}", "message", e->message, "type", e->type[0] ? e->type : err_type(e->kind),
-                          "param", e->field[0] ? json_string(e->field) : json_null(), "code",
-                          e->status ? e->status : hx_api_err_status(e->kind));
-    if (o && e->kind == HX_API_ERR_CONTEXT) {
-        json_object_set_new(o, "n_prompt_tokens", json_integer(e->n_prompt_tokens));
-        json_object_set_new(o, "n_ctx", json_integer(e->n_ctx));
-    }
-    return o ? json_pack("{s:o}", "error", o) : NULL;
-}
-
-static bool openai_read_error(const char *body, size_t n, int status, hx_api_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    const json_t *o = json_object_get(j, "error");
-    bool ok = hx_api_read_error_object(o, status, e);
-    const char *param = ok ? json_string_value(json_object_get(o, "param")) : NULL;
-    if (param) snprintf(e->field, sizeof e->field, "%s", param);
-    json_decref(j);
-    return ok;
-}
-
-static int openai_stream_error(eng_buf *out, const hx_api_error *e) {
-    return hx_sse_write_json(out, NULL, openai_error_body(e));
-}
-
-// ----------------------------------------------------------------------------
 // Parsing requests (server side)
 
-static const char *const k_chat_known[] = {"messages", "model", "max_tokens", "max_completion_tokens", "stream",
-                                           "stream_options", "logprobs", "top_logprobs", "stop", "tools",
-                                           "tool_choice", "cache_prompt", "id_slot", "n_probs", "n_predict",
-                                           "return_tokens", NULL};
-static const char *const k_cmpl_known[] = {"prompt", "model", "max_tokens", "stream", "stream_options", "logprobs",
-                                           "stop", "echo", "cache_prompt", "id_slot", "n_probs", "n_predict",
-                                           "return_tokens", NULL};
+/* The bodies as far as kvreplay reads them (hx_api_note_unknown lists the rest). */
+#define OA_COMMON {"model", NULL}, {"max_tokens", NULL}, {"stream", NULL}, {"stop", NULL}, \
+    {"stream_options", HX_API_OBJ({"include_usage", NULL})}, {"cache_prompt", NULL}, {"id_slot", NULL}, \
+    {"n_probs", NULL}, {"n_predict", NULL}, {"return_tokens", NULL}
+static const hx_api_shape k_part = {.tag = "type", .variants = (const hx_api_variant[]){
+    HX_API_VARIANT("text", {"text", NULL}), HX_API_VARIANT("refusal", {"refusal", NULL}),
+    HX_API_VARIANT("image_url", {"image_url", NULL}), HX_API_VARIANT("image", {"image", NULL}),
+    HX_API_VARIANT("input_audio", {"input_audio", NULL}), HX_API_VARIANT("file", {"file", NULL}), {0}}};
+static const hx_api_shape k_message = {.members = HX_API_MEMBERS(
+    {"role", NULL}, {"content", HX_API_ARR(&k_part)}, {"reasoning_content", NULL}, {"tool_call_id", NULL},
+    {"tool_call_ids", NULL},
+    {"tool_calls", HX_API_ARR(HX_API_OBJ({"id", NULL}, {"type", NULL}, {"index", NULL},
+                                         {"function", HX_API_OBJ({"name", NULL}, {"arguments", NULL})}))})};
+/* tools: the OpenAI shape, and the Anthropic one hx_tools_from_json also reads */
+const hx_api_shape hx_api_openai_tools = {.item = HX_API_OBJ(
+    {"type", NULL}, {"name", NULL}, {"description", NULL}, {"input_schema", NULL},
+    {"function", HX_API_OBJ({"name", NULL}, {"description", NULL}, {"parameters", NULL})})};
+const hx_api_shape hx_api_openai_chat_body = {.members = HX_API_MEMBERS(
+    OA_COMMON, {"messages", HX_API_ARR(&k_message)}, {"max_completion_tokens", NULL}, {"logprobs", NULL},
+    {"top_logprobs", NULL}, {"tools", &hx_api_openai_tools}, {"tool_choice", NULL})};
+static const hx_api_shape k_cmpl = {.members = HX_API_MEMBERS(OA_COMMON, {"prompt", NULL}, {"logprobs", NULL},
+                                                              {"echo", NULL})};
 
 /* The fields chat and completions share. */
 static int common_params(const json_t *j, hx_api_params *p, hx_api_error *e) {
@@ -498,7 +472,7 @@ static int parse_chat(const hx_api_route *rt, const char *path, const char *quer
         rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
         goto out;
     }
-    if (hx_api_note_ignored(p, j, k_chat_known)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (hx_api_note_unknown(q, j, &hx_api_openai_chat_body)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);
@@ -550,7 +524,7 @@ static int parse_completions(const hx_api_route *rt, const char *path, const cha
         p->logprobs = true;
         if (p->n_probs == 0) p->n_probs = lp;
     }
-    if (hx_api_note_ignored(p, j, k_cmpl_known)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+    if (hx_api_note_unknown(q, j, &k_cmpl)) rc = hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
 out:
     json_decref(j);
     if (rc) hx_api_req_free(q);
@@ -559,12 +533,6 @@ out:
 
 // ----------------------------------------------------------------------------
 // Responses (server side)
-
-static const char *model_of(const hx_api_req *q, const hx_api_result *r) {
-    if (r->model) return r->model;
-    if (q->params.model) return q->params.model;
-    return r->info && r->info->model_name ? r->info->model_name : "kvreplay";
-}
 
 static const char *finish_name(const hx_api_result *r) {
     switch (r->finish) {
@@ -601,7 +569,7 @@ static json_t *respond_chat(const hx_api_req *q, const hx_api_result *r) {
     if (choice && q->params.logprobs)
         json_object_set_new(choice, "logprobs", json_pack("{s:o}", "content", hx_api_probs_json(r->tokens, r->n_tokens)));
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay", "object",
-                          "chat.completion", "created", (json_int_t)r->created, "model", model_of(q, r),
+                          "chat.completion", "created", (json_int_t)r->created, "model", hx_api_model_of(q, r),
                           "system_fingerprint", fingerprint(r), "choices", choice, "usage", usage_json(r));
     if (o && r->timings.prompt_n >= 0) json_object_set_new(o, "timings", hx_api_timings_json(&r->timings));
     return o;
@@ -613,7 +581,7 @@ static json_t *respond_completions(const hx_api_req *q, const hx_api_result *r) 
     json_t *lp = q->params.logprobs ? json_pack("{s:o}", "content", hx_api_probs_json(r->tokens, r->n_tokens)) : json_null();
     json_t *o = text ? json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:s, s:i, s:o, s:o}], s:o}", "id",
                                  r->id ? r->id : "cmpl-kvreplay", "object", "text_completion", "created",
-                                 (json_int_t)r->created, "model", model_of(q, r), "system_fingerprint", fingerprint(r),
+                                 (json_int_t)r->created, "model", hx_api_model_of(q, r), "system_fingerprint", fingerprint(r),
                                  "choices", "text", text, "index", 0, "logprobs", lp, "finish_reason",
                                  fin ? json_string(fin) : json_null(), "usage", usage_json(r))
                      : NULL;
@@ -654,7 +622,7 @@ static json_t *chunk(hx_api_stream *s, json_t *delta_or_text, const char *finish
                                finish ? json_string(finish) : json_null());
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", r->id ? r->id : (chat ? "chatcmpl-kvreplay" : "cmpl-kvreplay"),
                      "object", chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
-                     "model", model_of(s->q, r), "system_fingerprint", fingerprint(r), "choices", choice);
+                     "model", hx_api_model_of(s->q, r), "system_fingerprint", fingerprint(r), "choices", choice);
 }
 
 static int stream_begin(hx_api_stream *s) {
@@ -699,7 +667,7 @@ static int stream_end(hx_api_stream *s) {
     if (s->q->params.include_usage) {  /* the usage chunk: no choices */
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", r->id ? r->id : "chatcmpl-kvreplay",
                               "object", is_chat(s) ? "chat.completion.chunk" : "text_completion", "created",
-                              (json_int_t)r->created, "model", model_of(s->q, r), "system_fingerprint",
+                              (json_int_t)r->created, "model", hx_api_model_of(s->q, r), "system_fingerprint",
                               fingerprint(r), "choices", "usage", usage_json(r));
         if (u && r->timings.prompt_n >= 0) json_object_set_new(u, "timings", hx_api_timings_json(&r->timings));
         if ((rc = emit(s, u))) return rc;
@@ -1020,7 +988,7 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
     int rc = ENG_OK;
     if (json_object_get(j, "error")) {
         rd->failed = true;
-        if (!hx_api_read_error_object(json_object_get(j, "error"), 0, e))
+        if (!hx_api_read_error_json(&hx_api_openai, j, 0, e))
             hx_api_errf(e, HX_API_ERR_SERVER, NULL, "an error event: %.120s", ev->data);
         json_decref(j);
         return ENG_ERR_FORMAT;
@@ -1077,22 +1045,30 @@ static int stream_read(hx_api_reader *rd, const hx_sse_event *ev) {
 
 static const hx_api_route openai_routes[] = {
     {"POST", "/v1/chat/completions", HX_API_OP_GENERATE, &hx_api_openai, parse_chat, respond_chat, request_chat,
-     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/chat/completions", HX_API_OP_GENERATE, &hx_api_openai, parse_chat, respond_chat, request_chat,
-     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     read_response, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"POST", "/v1/completions", HX_API_OP_GENERATE, &hx_api_openai, parse_completions, respond_completions,
-     request_completions, read_response, stream_begin, stream_token, stream_block, stream_end, stream_read},
+     request_completions, read_response, stream_begin, stream_token, stream_block, stream_end, stream_read, NULL},
     {"GET", "/v1/models", HX_API_OP_MODELS, &hx_api_openai, NULL, respond_models, NULL, read_models, NULL, NULL,
-     NULL, NULL, NULL},
+     NULL, NULL, NULL, NULL},
     {"GET", "/models", HX_API_OP_MODELS, &hx_api_openai, NULL, respond_models, NULL, read_models, NULL, NULL, NULL,
-     NULL, NULL},
+     NULL, NULL, NULL},
     {0},
+};
+
+/* {"error": {"message", "type", "param", "code"}}, code the HTTP status and the context error with both
+ * lengths, as llama-server writes them (OpenAI's own code is a string or null; readers take both) */
+static const hx_api_error_shape openai_errors = {
+    .type_key = "type",
+    .types = hx_api_server_error_types,
+    .code = true,
+    .param = true,
+    .context_counts = true,
 };
 
 const hx_api_dialect hx_api_openai = {
     .name = "openai",
     .routes = openai_routes,
-    .error_body = openai_error_body,
-    .read_error = openai_read_error,
-    .stream_error = openai_stream_error,
+    .errors = &openai_errors,
 };

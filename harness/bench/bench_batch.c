@@ -36,6 +36,8 @@
 #include "bench_engine.h"
 #include "bench_util.h"
 #include "model.h"
+#include "options.h"
+#include "stats.h"
 #include "status.h"
 #include "util.h"
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "options.h"
 #include "status.h"
 
 int hx_bench_bad_arg(const char *cmd, const char *arg, char *err, size_t errlen) {

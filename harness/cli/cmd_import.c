@@ -187,6 +187,12 @@ static void report(const hx_import_stats *st, int64_t skipped) {
     if (st->unknown_blocks)
         fprintf(stderr, "kvreplay import: warning: %lld content blocks of unknown types (%s) kept as their JSON text\n",
                 (long long)st->unknown_blocks, st->unknown_types);
+    if (st->unknown_fields)
+        fprintf(stderr, "kvreplay import: %lld fields the importer does not know, accepted (%s)\n",
+                (long long)st->unknown_fields, st->unknown_field_paths);
+    if (st->skipped_line_types)
+        fprintf(stderr, "kvreplay import: %lld lines of types the importer does not know, skipped (%s)\n",
+                (long long)st->skipped_line_types, st->skipped_types);
     if (st->unknown_attachments)
         fprintf(stderr, "kvreplay import: warning: %lld attachments of unknown types (%s) sent as their JSON text\n",
                 (long long)st->unknown_attachments, st->unknown_attachment_types);

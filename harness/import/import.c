@@ -19,6 +19,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "api.h"
 #include "cc_standin.h"
 #include "errors.h"
 #include "importer.h"
@@ -39,6 +40,8 @@
     X(openai)               \
     X(claude_code)          \
     X(swe_agent)            \
+    X(codex)                \
+    X(gemini_cli)           \
     /* one line per importer, above this one */
 
 #define DECLARE(id) extern const hx_importer hx_importer_##id;
@@ -229,8 +232,26 @@ static int link_push(linker *L, hx_transcript *out, hx_request *q, const char *p
     return ENG_OK;
 }
 
+void hx_imp_list_add(char *list, size_t cap, const char *name) {
+    if (!name || !name[0]) return;
+    size_t tl = strlen(name), have = strlen(list);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += tl)
+        if ((p == list || p[-1] == ',') && (p[tl] == ',' || p[tl] == '\0')) return;
+    if (have + tl + 2 < cap) snprintf(list + have, cap - have, "%s%s", have ? "," : "", name);
+}
+
+static void note_path(void *ud, const char *path) {
+    hx_import_stats *st = ud;
+    hx_imp_list_add(st->unknown_field_paths, sizeof st->unknown_field_paths, path);
+}
+
+void hx_imp_note_unknown(const hx_import_opts *o, const json_t *j, const struct hx_api_shape *shape, const char *prefix) {
+    if (o->stats && shape) o->stats->unknown_fields += hx_api_walk_unknown(j, shape, prefix, note_path, o->stats);
+}
+
 int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
-                  int64_t *n_skipped, hx_imp_request_fn request, char *err, size_t errlen) {
+                  int64_t *n_skipped, hx_imp_request_fn request, const struct hx_api_shape *shape, char *err,
+                  size_t errlen) {
     char prefix[256];
     if (o->session) snprintf(prefix, sizeof prefix, "%s", o->session);
     else hx_imp_base_name(path, prefix, sizeof prefix);
@@ -259,6 +280,7 @@ int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, s
         }
         if (j) {
             rc = request(j, path, lineno, &q, err, errlen);
+            if (rc == ENG_OK) hx_imp_note_unknown(o, j, shape, "");
             json_decref(j);
         }
         if (rc == ENG_ERR_FORMAT && o->skip_bad) {

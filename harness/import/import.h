@@ -66,6 +66,10 @@ typedef struct hx_import_stats {
     int64_t attachments_unsent;   /* attachment lines the client does not send (documented types) */
     int64_t unknown_attachments;  /* attachment lines of unknown types, sent as their JSON text */
     char    unknown_attachment_types[160];
+    int64_t unknown_fields;       /* members the importer does not know (newer clients' fields), accepted */
+    char    unknown_field_paths[256]; /* their distinct normalized paths, comma-separated (truncated) */
+    int64_t skipped_line_types;   /* lines of types the importer does not know, skipped */
+    char    skipped_types[160];   /* those types, comma-separated (truncated) */
     int64_t big_integers;         /* integers beyond 2^63-1 in fields not read, read as reals */
     int64_t sidechain_sessions;   /* subagent sessions */
     FILE   *report;               /* where the importer says what it did per request (e.g. stderr), or NULL */

@@ -72,6 +72,9 @@ static const probe_api k_apis[] = {
      "SGLang's OpenAI API (cache_salt, /flush_cache)"},
     {"anthropic", "anthropic", NULL, "/v1/messages", "erase", HX_ENGINE_UNKNOWN,
      "Anthropic's /v1/messages (llama-server, kvreplay serve)"},
+    {"responses", "responses", NULL, "/v1/responses", "erase", HX_ENGINE_UNKNOWN, "OpenAI's Responses API (kvreplay serve)"},
+    {"gemini", "gemini", NULL, "/v1beta/models/*:streamGenerateContent", "erase", HX_ENGINE_UNKNOWN,
+     "the Gemini API (kvreplay serve)"},
     {0},
 };
 
@@ -137,7 +140,7 @@ static int parse_reports(const char *flag, const char *v, void *field, char *err
 static const hx_option k_options[] = {
     {"--server", NULL, "URL", "the live server's base URL, e.g. http://127.0.0.1:8080 (required)", HX_OPT_STRING,
      OPT(server), 0, 0, NULL},
-    {"--api", NULL, "A", "llama | openai | vllm | sglang | anthropic (required)", HX_OPT_STRING, OPT(api), 0, 0, NULL},
+    {"--api", NULL, "A", "llama | openai | vllm | sglang | anthropic | responses | gemini (required)", HX_OPT_STRING, OPT(api), 0, 0, NULL},
     {"--transcript", "-t", "FILE", "transcript JSONL, v1 or v2 (required)", HX_OPT_STRING, OPT(transcript_path), 0, 0,
      NULL},
     {"--output", "-o", "FILE.sqlite", "results database (default: a temporary one, removed afterwards)",
@@ -525,7 +528,7 @@ typedef struct stream_ctx {
 
 /* The JSON paths where each dialect's token event carries that token's probabilities. */
 static const char *const k_prob_paths[] = {"completion_probabilities.0", "choices.0.logprobs.content.0",
-                                           "choices.0.logprobs", NULL};
+                                           "choices.0.logprobs", "logprobs.0", "candidates.0.logprobsResult", NULL};
 
 static void on_event(void *ud, const hx_sse_event *ev, bool token_bearing) {
     stream_ctx *s = ud;
@@ -554,6 +557,9 @@ static void on_event(void *ud, const hx_sse_event *ev, bool token_bearing) {
     if (!t) t = json_string_value(json_object_get(d, "text"));
     if (!t) t = json_string_value(json_object_get(d, "thinking"));
     if (!t) t = json_string_value(json_object_get(d, "partial_json"));
+    if (!t) t = json_string_value(d);  /* Responses: output_text.delta */
+    if (!t) t = json_string_value(json_object_get(json_array_get(json_object_get(json_object_get(
+                    json_array_get(json_object_get(j, "candidates"), 0), "content"), "parts"), 0), "text"));  /* Gemini */
     if (!t) t = "";
     eng_buf_append(&g->texts, t, strlen(t) + 1);
     g->n_texts++;
@@ -601,7 +607,9 @@ static int generate(probe_ctx *x, hx_api_req *q, gen_run *g) {
     s.rd.on_event = on_event;
     s.rd.event_ud = &s;
     hx_http_resp hr;
-    int rc = hx_http_do(x->http, "POST", x->rt->path, body, strlen(body), on_bytes, &s, &hr);
+    char target[320];
+    int rc = hx_api_route_target(x->rt, x->model_send, target, sizeof target);
+    if (!rc) rc = hx_http_do(x->http, "POST", target, body, strlen(body), on_bytes, &s, &hr);
     free(body);
     if (rc == ENG_ERR_NOMEM) {
         hx_api_reader_free(&s.rd);
@@ -612,7 +620,7 @@ static int generate(probe_ctx *x, hx_api_req *q, gen_run *g) {
     if (http_error) {
         hx_api_error e;
         memset(&e, 0, sizeof e);
-        if (x->dialect->read_error(hr.body.data ? hr.body.data : "", hr.body.len, (int)hr.status, &e))
+        if (hx_api_read_error(x->dialect, hr.body.data ? hr.body.data : "", hr.body.len, (int)hr.status, &e))
             failf(g, "http", "HTTP %ld: %s", hr.status, e.message);
         else
             failf(g, "http", "HTTP %ld with a body that is not %s's error shape: %.160s", hr.status, x->dialect->name,
@@ -1237,7 +1245,8 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     if (!o->server) hx_die(HX_EXIT_USAGE, "probe: --server is required");
     if (!o->transcript_path) hx_die(HX_EXIT_USAGE, "probe: -t/--transcript is required");
     if (!(x.api = find_api(o->api)))
-        hx_die(HX_EXIT_USAGE, "--api: expected llama, openai, vllm, sglang or anthropic, got '%s'", o->api ? o->api : "");
+        hx_die(HX_EXIT_USAGE, "--api: expected llama, openai, vllm, sglang, anthropic, responses or gemini, got '%s'",
+               o->api ? o->api : "");
     if (strcmp(o->route, "auto") && strcmp(o->route, "tokens") && strcmp(o->route, "chat"))
         hx_die(HX_EXIT_USAGE, "--route: expected auto, tokens or chat, got '%s'", o->route);
     if (strcmp(o->engine, "auto") && hx_engine_from_name(o->engine) <= 0)

@@ -44,6 +44,22 @@ void hx_metrics_ttft(hx_metrics *m, double seconds) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void hx_metrics_ignored(hx_metrics *m, char *const *paths, int32_t n, FILE *say) {
+    pthread_mutex_lock(&m->mu);
+    m->ignored_fields++;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t k = 0;
+        while (k < m->n_ignored_paths && strcmp(m->ignored_path[k], paths[i])) k++;
+        if (k == m->n_ignored_paths && k < HX_METRICS_PATHS && strlen(paths[i]) < sizeof m->ignored_path[0]) {
+            snprintf(m->ignored_path[k], sizeof m->ignored_path[0], "%s", paths[i]);
+            m->n_ignored_paths++;
+            if (say) fprintf(say, "kvreplay serve: accepting a field it does not act on: %s (said once)\n", paths[i]);
+        }
+        m->ignored_by_path[k < m->n_ignored_paths ? k : HX_METRICS_PATHS]++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void counter(eng_buf *b, const char *name, const char *help, int64_t v) {
     eng_buf_printf(b, "# HELP kvreplay_%s %s\n# TYPE kvreplay_%s counter\nkvreplay_%s %" PRId64 "\n", name, help, name,
                    name, v);
@@ -70,8 +86,16 @@ char *hx_metrics_text(hx_metrics *m) {
     counter(&b, "sampling_not_honoured_total",
             "Requests whose sampling fields greedy decoding does not honour (temperature > 0, penalties, ...).",
             c.sampling_not_honoured);
-    counter(&b, "ignored_fields_total", "Requests with body fields kvreplay accepts but does not act on.",
-            c.ignored_fields);
+    eng_buf_printf(&b, "# HELP kvreplay_ignored_fields_total Requests with a body field kvreplay accepts but does not "
+                       "act on, by the field's path.\n# TYPE kvreplay_ignored_fields_total counter\n");
+    for (int32_t k = 0; k < c.n_ignored_paths; k++) {
+        eng_buf_printf(&b, "kvreplay_ignored_fields_total{path=\"");
+        for (const char *p = c.ignored_path[k]; *p; p++)  /* a label value escapes \\, \" and newlines */
+            eng_buf_printf(&b, *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : "%c", *p);
+        eng_buf_printf(&b, "\"} %" PRId64 "\n", c.ignored_by_path[k]);
+    }
+    if (c.ignored_by_path[HX_METRICS_PATHS])
+        eng_buf_printf(&b, "kvreplay_ignored_fields_total{path=\"...\"} %" PRId64 "\n", c.ignored_by_path[HX_METRICS_PATHS]);
     counter(&b, "cancelled_total", "Requests whose client went away before the end.", c.cancelled);
     counter(&b, "refused_queue_full_total", "Requests refused with 503: the queue was full.", c.refused_queue_full);
     counter(&b, "scripted_total", "Requests answered with a scripted turn (--script).", c.scripted);

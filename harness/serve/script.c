@@ -8,8 +8,10 @@
  *
  * Which requests are the scripted conversation: the script's first request
  * names the task, the last text block of its first user message (Claude
- * Code sends `-p PROMPT` there, after its <system-reminder> blocks). A
- * request whose first user message contains that text is scripted; any other
+ * Code sends `-p PROMPT` there, after its <system-reminder> blocks; Codex
+ * and the Gemini CLI in a user message after their context's). A request
+ * whose user messages before its first assistant one contain that text is
+ * scripted; any other
  * (a quota probe with max_tokens 1, title generation, a summary) is a side
  * request, answered by the model and counted, and does not advance the
  * script. A script whose first request has no user text scripts every
@@ -75,9 +77,13 @@ int32_t hx_script_length(const hx_script *s) { return s->t.n; }
 static bool is_scripted(const hx_script *s, const hx_request *q) {
     if (hx_request_kind_of(q) != HX_REQUEST_MESSAGES) return false;
     if (!s->task) return true;
-    const hx_message *u = first_user(q);
-    for (int32_t b = 0; u && b < u->n_blocks; b++)
-        if (u->blocks[b].type == HX_BLOCK_TEXT && strstr(u->blocks[b].text, s->task)) return true;
+    /* the user messages before the first assistant message: Codex and the Gemini CLI send their context
+     * in a user message of its own before the prompt */
+    for (int32_t m = 0; m < q->n_messages && q->messages[m].role != HX_ROLE_ASSISTANT; m++) {
+        const hx_message *u = &q->messages[m];
+        for (int32_t b = 0; u->role == HX_ROLE_USER && b < u->n_blocks; b++)
+            if (u->blocks[b].type == HX_BLOCK_TEXT && strstr(u->blocks[b].text, s->task)) return true;
+    }
     return false;
 }
 

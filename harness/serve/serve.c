@@ -89,6 +89,7 @@ typedef struct conn {
 /* The dialect whose error shape answers a path no route has. */
 static const hx_api_dialect *dialect_for_path(const char *url) {
     if (!strncmp(url, "/v1/messages", 12)) return hx_api_dialect_find("anthropic");
+    if (!strncmp(url, "/v1beta/", 8) || (strstr(url, "/models/") && strchr(url, ':'))) return hx_api_dialect_find("gemini");
     if (!strncmp(url, "/v1/", 4)) return hx_api_dialect_find("openai");
     return hx_api_dialect_find("llama");
 }
@@ -144,7 +145,7 @@ static void log_line(conn *cn, const char *method, const char *url, int status, 
 /* An error answered in dialect d's shape, with its status (and Retry-After for 503). */
 static enum MHD_Result send_error(conn *cn, const hx_api_dialect *d, const hx_api_error *e, const char *method,
                                   const char *url) {
-    json_t *o = d->error_body(e);
+    json_t *o = hx_api_error_body(d, e);
     char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     struct MHD_Response *r = t ? MHD_create_response_from_buffer(strlen(t), t, MHD_RESPMEM_MUST_COPY) : NULL;

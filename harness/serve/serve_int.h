@@ -29,6 +29,7 @@
 // Counters (metrics.c)
 
 #define HX_TTFT_BUCKETS 12
+#define HX_METRICS_PATHS 64     /* distinct ignored-field paths counted apart */
 #define HX_METRICS_DIALECTS 8   /* the API layer's registered dialects, at most (hx_api_dialects) */
 
 typedef struct hx_metrics {
@@ -44,6 +45,11 @@ typedef struct hx_metrics {
     double  ttft_sum_s;
     int64_t ttft_count;
     int64_t queue_depth;         /* gauge, set by the queue */
+    /* ignored fields by path (hx_api_req.ignored_paths): requests that carried each, the first
+     * HX_METRICS_PATHS paths seen; later new paths are counted under "..." */
+    char    ignored_path[HX_METRICS_PATHS][96];
+    int64_t ignored_by_path[HX_METRICS_PATHS + 1];
+    int32_t n_ignored_paths;
 } hx_metrics;
 
 void   hx_metrics_init(hx_metrics *m);
@@ -51,6 +57,9 @@ void   hx_metrics_destroy(hx_metrics *m);
 /* One answered request: its dialect index, HTTP status. */
 void   hx_metrics_status(hx_metrics *m, int dialect, int status);
 void   hx_metrics_ttft(hx_metrics *m, double seconds);
+/* A request's ignored-field paths counted by path; each path seen for the first time is written
+ * once to `say` (stderr), if not NULL. */
+void   hx_metrics_ignored(hx_metrics *m, char *const *paths, int32_t n, FILE *say);
 /* Prometheus text exposition format (malloc'd), or NULL on OOM. */
 char  *hx_metrics_text(hx_metrics *m);
 

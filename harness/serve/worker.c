@@ -252,7 +252,8 @@ static int on_prompt(void *ud, const hx_turn_status *st) {
     j->res.created = (int64_t)time(NULL);
     if (!j->res.id) {
         char id[64];
-        hx_api_make_id(id, sizeof id, j->route->dialect == hx_api_dialect_find("anthropic") ? "msg_"
+        hx_api_make_id(id, sizeof id, j->route->dialect->id_prefix ? j->route->dialect->id_prefix
+                                      : j->route->dialect == hx_api_dialect_find("anthropic") ? "msg_"
                                       : strstr(j->route->path, "chat") ? "chatcmpl-" : "cmpl-", (uint64_t)j->seq);
         j->res.id = hx_strdup(id);
     }
@@ -673,9 +674,10 @@ static void answer(hx_job *j, const gen_ctx *g, const serve_notes *sn, const hx_
     pthread_mutex_lock(&j->mu);
     if (q->params.stream) {
         if (j->stream.route) {
-            eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r->n_reused,
-                           r->n_prompt, !r->compared ? "unverified" : r->identical ? "true" : "false",
-                           r->compared ? " (logits, decode steps, state)" : "");
+            if (!j->route->dialect->sse_data_only)
+                eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r->n_reused,
+                               r->n_prompt, !r->compared ? "unverified" : r->identical ? "true" : "false",
+                               r->compared ? " (logits, decode steps, state)" : "");
             hx_api_stream_end(&j->stream);
             flush_stream_locked(j);
         }
@@ -701,8 +703,8 @@ static void note_request(hx_server *s, const hx_api_req *q, serve_notes *sn) {
     bool honoured = hx_api_sampling_honoured(&q->params.sampling, sn->sampling, sizeof sn->sampling);
     pthread_mutex_lock(&s->metrics.mu);
     if (!honoured) s->metrics.sampling_not_honoured++;
-    if (q->params.ignored) s->metrics.ignored_fields++;
     pthread_mutex_unlock(&s->metrics.mu);
+    if (q->params.ignored) hx_metrics_ignored(&s->metrics, q->ignored_paths, q->n_ignored, stderr);
 }
 
 /* One request: its identity, the script, the sampling it asks, the turn, the record, the answer. */

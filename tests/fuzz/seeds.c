@@ -302,6 +302,35 @@ static void importer_inputs(void) {
         "{\"role\":\"tool\",\"tool_call_ids\":[\"c1\"],\"content\":\"a.py\\n\"},"
         "{\"role\":\"assistant\",\"content\":\"Done.\"}]}";
     put("import-swe-agent", "minimal.traj", traj_min, sizeof traj_min - 1);
+    /* a Codex rollout and a Gemini CLI chat log, in the shapes the agents write */
+    static const char rollout[] =
+        "{\"timestamp\":\"t\",\"type\":\"session_meta\",\"payload\":{\"id\":\"s1\",\"base_instructions\":{\"text\":\"You are Codex.\"}}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"response_item\",\"payload\":{\"type\":\"message\",\"role\":\"user\",\"content\":"
+        "[{\"type\":\"input_text\",\"text\":\"ls\"}]}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"turn_context\",\"payload\":{\"cwd\":\"/w\"}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"response_item\",\"payload\":{\"type\":\"function_call\",\"call_id\":\"c1\","
+        "\"name\":\"exec_command\",\"arguments\":\"{}\"}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":{\"last_token_usage\":"
+        "{\"input_tokens\":10,\"cached_input_tokens\":4}}}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"world_state\",\"payload\":{}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"response_item\",\"payload\":{\"type\":\"function_call_output\",\"call_id\":\"c1\","
+        "\"output\":\"a\"}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"compacted\",\"payload\":{\"message\":\"\",\"replacement_history\":[]}}\n"
+        "{\"timestamp\":\"t\",\"type\":\"response_item\",\"payload\":{\"type\":\"message\",\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"output_text\",\"text\":\"done\"}]}}\n";
+    put("import-codex", "rollout.jsonl", rollout, sizeof rollout - 1);
+    static const char chat[] =
+        "{\"sessionId\":\"s\",\"projectHash\":\"p\",\"startTime\":\"t\",\"kind\":\"main\"}\n"
+        "{\"$set\":{\"messages\":[{\"id\":\"u0\",\"type\":\"user\",\"content\":[{\"text\":\"<session_context>\"}]}]}}\n"
+        "{\"id\":\"u1\",\"type\":\"user\",\"content\":[{\"text\":\"read a\"}]}\n"
+        "{\"id\":\"g1\",\"type\":\"gemini\",\"content\":\"\",\"thoughts\":[{\"subject\":\"s\",\"description\":\"d\"}],"
+        "\"toolCalls\":[{\"id\":\"c1\",\"name\":\"read_file\",\"args\":{\"file_path\":\"a\"}}],"
+        "\"tokens\":{\"input\":9,\"cached\":0}}\n"
+        "{\"id\":\"u2\",\"type\":\"user\",\"content\":[{\"functionResponse\":{\"id\":\"c1\",\"name\":\"read_file\","
+        "\"response\":{\"output\":\"x\"}}}]}\n"
+        "{\"id\":\"i1\",\"type\":\"info\",\"content\":\"note\"}\n"
+        "{\"id\":\"g2\",\"type\":\"gemini\",\"content\":\"It says x.\"}\n";
+    put("import-gemini-cli", "chat.jsonl", chat, sizeof chat - 1);
     /* every other registered importer: at least an empty seed (the fuzzer starts from it) */
     for (int f = 0; hx_importers[f]; f++) {
         char dir[512], target[64];
@@ -365,7 +394,7 @@ static void api_outputs(const char *target, const char *path, const char *req) {
     hx_api_errf(&err, HX_API_ERR_CONTEXT, NULL, "request (5000 tokens) exceeds the available context size (4096 tokens)");
     err.n_prompt_tokens = 5000;
     err.n_ctx = 4096;
-    put_json(target, "error-context.json", rt->dialect->error_body(&err));
+    put_json(target, "error-context.json", hx_api_error_body(rt->dialect, &err));
     hx_api_result_free(&r);
     hx_api_req_free(&q);
 }
@@ -394,6 +423,38 @@ static void api_inputs(void) {
                                              "\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
                                              "\"content\":[{\"type\":\"text\",\"text\":\"quota\"}]}],\"stream\":true}");
     api_outputs("api-anthropic", "/v1/messages", "{\"max_tokens\":4,\"messages\":[],\"stream\":true}");
+    /* the Responses API as Codex sends it, and the Gemini API as the Gemini CLI does */
+    put_str("api-responses", "codex.json",
+            "{\"model\":\"gpt-5-codex\",\"stream\":true,\"store\":false,\"prompt_cache_key\":\"01a2\",\"input\":["
+            "{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\",\"text\":\"You are Codex.\"}]},"
+            "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"ls\"}]},"
+            "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"plan\"}],\"encrypted_content\":\"x\"},"
+            "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"exec_command\",\"arguments\":\"{\\\"cmd\\\":\\\"ls\\\"}\"},"
+            "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"a\\nb\"},"
+            "{\"type\":\"custom_tool_call\",\"call_id\":\"c2\",\"name\":\"apply_patch\",\"input\":\"*** Begin Patch\"},"
+            "{\"type\":\"custom_tool_call_output\",\"call_id\":\"c2\",\"output\":\"ok\"}],"
+            "\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\",\"parameters\":{\"type\":\"object\"},"
+            "\"strict\":false},{\"type\":\"custom\",\"name\":\"apply_patch\",\"format\":{\"type\":\"grammar\"}},"
+            "{\"type\":\"web_search\"}],\"tool_choice\":\"auto\",\"reasoning\":{\"effort\":\"low\"},"
+            "\"include\":[\"reasoning.encrypted_content\"]}");
+    put_str("api-responses", "sdk.json", "{\"model\":\"m\",\"instructions\":\"be brief\",\"input\":\"hi\","
+                                        "\"max_output_tokens\":16,\"top_logprobs\":2,"
+                                        "\"include\":[\"message.output_text.logprobs\"]}");
+    api_outputs("api-responses", "/v1/responses", "{\"input\":\"x\",\"stream\":true,\"top_logprobs\":2,"
+                                                  "\"include\":[\"message.output_text.logprobs\"]}");
+    put_str("api-gemini", "cli.json",
+            "{\"systemInstruction\":{\"parts\":[{\"text\":\"You are Gemini CLI.\"}]},\"contents\":["
+            "{\"role\":\"user\",\"parts\":[{\"text\":\"<session_context>\"},{\"text\":\"read a\"}]},"
+            "{\"role\":\"model\",\"parts\":[{\"text\":\"plan\",\"thought\":true},{\"functionCall\":{\"id\":\"c1\","
+            "\"name\":\"read_file\",\"args\":{\"file_path\":\"a\"}}}]},"
+            "{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"id\":\"c1\",\"name\":\"read_file\","
+            "\"response\":{\"output\":\"x\"}}}]}],\"tools\":[{\"functionDeclarations\":[{\"name\":\"read_file\","
+            "\"parametersJsonSchema\":{\"type\":\"object\"}}]}],\"generationConfig\":{\"temperature\":0,"
+            "\"maxOutputTokens\":8,\"responseLogprobs\":true,\"logprobs\":2,\"thinkingConfig\":{\"includeThoughts\":true}}}");
+    put_str("api-gemini", "count.json", "{\"generateContentRequest\":{\"model\":\"models/m\",\"contents\":"
+                                       "[{\"parts\":[{\"text\":\"hi\"}]}]}}");
+    api_outputs("api-gemini", "/v1beta/models/m:generateContent",
+                "{\"contents\":[],\"generationConfig\":{\"responseLogprobs\":true,\"logprobs\":2}}");
 }
 
 // ----------------------------------------------------------------------------

@@ -402,11 +402,14 @@ static void run_api(const uint8_t *data, size_t size, int d) {
         snprintf(path, sizeof path, "%s", rt->path);
         size_t L = strlen(path);
         if (L && path[L - 1] == '*') snprintf(path + L - 1, sizeof path - (L - 1), "%u", size ? data[0] % 4u : 0u);
+        else if (strchr(path, '*') && hx_api_route_target(rt, "m", path, sizeof path) == ENG_OK)
+            path[strcspn(path, "?")] = '\0';  /* the model in the path; its query goes as the query */
         hx_api_error e;
         if (rt->parse) {
             hx_api_req q;
             memset(&e, 0, sizeof e);
-            int rc = rt->parse(rt, path, size > 1 && data[1] & 1 ? "action=erase" : "action=save", body, size, &q, &e);
+            const char *query = rt->query ? rt->query : size > 1 && data[1] & 1 ? "action=erase" : "action=save";
+            int rc = rt->parse(rt, path, query, body, size, &q, &e);
             if (rc != ENG_OK) {
                 if (rc != ENG_ERR_NOMEM && (!e.message[0] || e.status < 400)) fuzz_fail("%s %s: a refusal said nothing", rt->method, rt->path);
             } else {
@@ -416,7 +419,7 @@ static void run_api(const uint8_t *data, size_t size, int d) {
                     json_decref(j);
                     if (!again) fuzz_fail("%s: the request did not serialize", rt->path);
                     hx_api_req b;
-                    if (rt->parse(rt, path, "action=erase", again, strlen(again), &b, &e) != ENG_OK)
+                    if (rt->parse(rt, path, rt->query ? rt->query : "action=erase", again, strlen(again), &b, &e) != ENG_OK)
                         fuzz_fail("%s: the request it sends does not parse: %s\n%s", rt->path, e.message, again);
                     if (!hx_request_equal(&q.req, &b.req)) fuzz_fail("%s: the request changed on its round trip\n%s", rt->path, again);
                     hx_api_req_free(&b);
@@ -442,7 +445,7 @@ static void run_api(const uint8_t *data, size_t size, int d) {
         }
     }
     hx_api_error e;
-    dl->read_error(body, size, 400, &e);
+    hx_api_read_error(dl, body, size, 400, &e);
 }
 
 // ----------------------------------------------------------------------------

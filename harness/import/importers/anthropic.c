@@ -17,7 +17,7 @@ static int anthropic_request(json_t *j, const char *path, int64_t line, hx_reque
 
 static int anthropic_import(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
                             int64_t *n_skipped, hx_imp_standin *si, char *err, size_t errlen) {
-    return hx_imp_bodies(o, path, data, n, out, n_skipped, anthropic_request, err, errlen);
+    return hx_imp_bodies(o, path, data, n, out, n_skipped, anthropic_request, &hx_api_anthropic_body, err, errlen);
 }
 
 const hx_importer hx_importer_anthropic = {

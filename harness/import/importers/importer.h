@@ -75,12 +75,21 @@ void hx_imp_standin_free(hx_imp_standin *s);
  * from req_id when s->billing: hx_cc_billing_cch). */
 int  hx_imp_standin_apply(const hx_imp_standin *s, hx_request *q, const char *req_id);
 
+struct hx_api_shape;
+/* Walks j against shape (api.h) and counts what it does not know into o->stats (unknown_fields and the
+ * distinct paths, prefixed by prefix). No-op without stats. */
+void hx_imp_note_unknown(const hx_import_opts *o, const json_t *j, const struct hx_api_shape *shape, const char *prefix);
+/* A distinct name added to a comma list of cap bytes (truncated, never overflowing). */
+void hx_imp_list_add(char *list, size_t cap, const char *name);
+
 /* One request body (a JSON object of line `line`) -> *q. */
 typedef int (*hx_imp_request_fn)(json_t *j, const char *path, int64_t line, hx_request *q, char *err, size_t errlen);
 /* One request per line through request, then sessions by key (system prompt
  * after anthropic-cch normalization + first non-system message) and each
- * request's response from its session's next request (anthropic, openai). */
+ * request's response from its session's next request (anthropic, openai);
+ * the members of a body that shape does not name are counted (hx_imp_note_unknown). */
 int hx_imp_bodies(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
-                  int64_t *n_skipped, hx_imp_request_fn request, char *err, size_t errlen);
+                  int64_t *n_skipped, hx_imp_request_fn request, const struct hx_api_shape *shape, char *err,
+                  size_t errlen);
 
 #endif /* HX_IMPORTER_H */

@@ -16,7 +16,7 @@ static int openai_request(json_t *j, const char *path, int64_t line, hx_request 
 
 static int openai_import(const hx_import_opts *o, const char *path, const char *data, size_t n, hx_transcript *out,
                          int64_t *n_skipped, hx_imp_standin *si, char *err, size_t errlen) {
-    return hx_imp_bodies(o, path, data, n, out, n_skipped, openai_request, err, errlen);
+    return hx_imp_bodies(o, path, data, n, out, n_skipped, openai_request, &hx_api_openai_chat_body, err, errlen);
 }
 
 const hx_importer hx_importer_openai = {
