@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "import.h"
 #include "importer.h"
 #include "options.h"
 #include "policy.h"
