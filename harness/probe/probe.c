@@ -5,6 +5,9 @@
  * methods; whose cache rule applies comes from the server's identity
  * (reuse.h).
  *
+ * Nothing here exits: hx_probe_opts_check says what cannot work, and the
+ * run says its errors on stderr and returns the exit code.
+ *
  * Invariants:
  * - nothing sent is rewritten: --normalize only changes what is expected;
  * - equality is memcmp of float bits and of the JSON text, never a tolerance;
@@ -16,7 +19,6 @@
  *   is not judged on reuse.
  */
 #include "probe.h"
-#include "cli.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -30,7 +32,6 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "bench_util.h"
 #include "bits.h"
 #include "errors.h"
 #include "http.h"
@@ -46,6 +47,9 @@
 #include "str.h"
 #include "transcript.h"
 #include "util.h"
+
+/* The most runs of each kind (cold, warm) per request: --repeat's bound. */
+#define MAX_RUNS 64
 
 // ----------------------------------------------------------------------------
 // The APIs probe speaks: one line each (a new server kind is one line here;
@@ -91,18 +95,25 @@ static bool has_cold(const probe_api *a, const char *m) {
     return false;
 }
 
+/* The --api names into out: "llama" sep "openai" ... last "anthropic". */
+static void api_names(char *out, size_t cap, const char *sep, const char *last) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (const probe_api *a = k_apis; a->name && n < cap; a++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", a == k_apis ? "" : a[1].name ? sep : last, a->name);
+}
+
 // ----------------------------------------------------------------------------
 // Options
 
 void hx_probe_opts_default(hx_probe_opts *o) {
     memset(o, 0, sizeof *o);
-    o->normalize = "";
+    hx_session_params_default(&o->sp);
+    o->sp.decode_n = 16;
     o->route = "auto";
     o->cold = "auto";
     o->engine = "auto";
     o->n_probs = 20;
-    o->decode_n = 16;
-    o->repeat = 1;
     o->id_slot = 0;
     o->cap_prompt = -1;
     o->reports_reuse = -1;
@@ -133,23 +144,25 @@ static int parse_reports(const char *flag, const char *v, void *field, char *err
     return ENG_OK;
 }
 
+/* The session's fields probe uses (sp.*) with probe's own texts, then probe's own; --api's help
+ * line is k_apis' names (hx_probe_opts_help). */
 #define OPT(f) offsetof(hx_probe_opts, f)
 static const hx_option k_options[] = {
     {"--server", NULL, "URL", "the live server's base URL, e.g. http://127.0.0.1:8080 (required)", HX_OPT_STRING,
      OPT(server), 0, 0, NULL},
-    {"--api", NULL, "A", "llama | openai | vllm | sglang | anthropic (required)", HX_OPT_STRING, OPT(api), 0, 0, NULL},
+    {"--api", NULL, "A", NULL, HX_OPT_STRING, OPT(api), 0, 0, NULL},
     {"--transcript", "-t", "FILE", "transcript JSONL, v1 or v2 (required)", HX_OPT_STRING, OPT(transcript_path), 0, 0,
      NULL},
     {"--output", "-o", "FILE.sqlite", "results database (default: a temporary one, removed afterwards)",
      HX_OPT_STRING, OPT(db_path), 0, 0, NULL},
     {"--db", NULL, "FILE.sqlite", NULL, HX_OPT_STRING, OPT(db_path), 0, 0, NULL},
     {"--model", "-m", "FILE.gguf", "the server's model (or a GGUF with its vocabulary): prompts are rendered and\n"
-     "tokenized as replay does, and sent as token ids where the API takes them", HX_OPT_STRING, OPT(model_path), 0,
-     0, NULL},
-    {"--template", NULL, "T", "chat template for -m (default: from its metadata)", HX_OPT_STRING, OPT(template_name),
+     "tokenized as replay does, and sent as token ids where the API takes them", HX_OPT_STRING, OPT(sp.model_path),
      0, 0, NULL},
+    {"--template", NULL, "T", "chat template for -m (default: from its metadata)", HX_OPT_STRING,
+     OPT(sp.template_name), 0, 0, NULL},
     {"--normalize", NULL, "R", "rules the server is expected to apply (anthropic-cch): expected reuse is counted\n"
-     "after them; the requests are sent as the transcript has them", HX_OPT_STRING, OPT(normalize), 0, 0, NULL},
+     "after them; the requests are sent as the transcript has them", HX_OPT_STRING, OPT(sp.normalize), 0, 0, NULL},
     {"--route", NULL, "R", "auto | tokens | chat: send token ids or the messages (default auto: ids when\n"
      "the API takes them)", HX_OPT_STRING, OPT(route), 0, 0, NULL},
     {"--cold", NULL, "M", "how the cold run is forced: cache-prompt (cache_prompt: false), erase (POST\n"
@@ -171,9 +184,9 @@ static const hx_option k_options[] = {
     {"--n-probs", NULL, "K|all", "candidates compared at each generated position (default 20; all: the whole\n"
      "vocabulary, where the server allows it)", HX_OPT_CUSTOM, OPT(n_probs), 0, 0, parse_n_probs},
     {"--decode", NULL, "N", "tokens generated greedily per run, compared position by position (default 16)",
-     HX_OPT_INT, OPT(decode_n), 1, 1 << 16, NULL},
+     HX_OPT_INT, OPT(sp.decode_n), 1, 1 << 16, NULL},
     {"--repeat", NULL, "N", "cold and warm runs timed per request: median, min, max (default 1)", HX_OPT_INT,
-     OPT(repeat), 1, 64, NULL},
+     OPT(sp.repeat), 1, MAX_RUNS, NULL},
     {"--slot", NULL, "ID", "llama-server slot to pin (id_slot; -1: none; default 0)", HX_OPT_INT, OPT(id_slot), -1,
      1 << 20, NULL},
     {"--timeout", NULL, "S", "seconds for one exchange (default 600)", HX_OPT_DOUBLE, OPT(timeout_s), 0.1, 1e6, NULL},
@@ -181,7 +194,7 @@ static const hx_option k_options[] = {
      0.1, 1e6, NULL},
     {"--limit", NULL, "N", "probe at most the first N requests (default 0: all)", HX_OPT_INT, OPT(limit), 0, 1 << 30,
      NULL},
-    {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
+    {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(sp.quiet), 0, 0, NULL},
     {0},
 };
 
@@ -189,7 +202,40 @@ int hx_probe_opts_take(hx_probe_opts *o, int argc, char **argv, int *i, char *er
     return hx_options_take(k_options, o, argc, argv, i, err, errlen);
 }
 
-void hx_probe_opts_help(FILE *f) { hx_options_help(k_options, NULL, f); }
+void hx_probe_opts_help(FILE *f) {
+    char api_help[256];
+    api_names(api_help, sizeof api_help - 16, " | ", " | ");
+    strcat(api_help, " (required)");
+    for (const hx_option *op = k_options; op->name; op++) {
+        hx_option one[2] = {*op, {0}};
+        if (!strcmp(op->name, "--api")) one[0].help = api_help;
+        hx_options_help(one, NULL, f);
+    }
+}
+
+int hx_probe_opts_check(const hx_probe_opts *o, char *err, size_t errlen) {
+    const probe_api *a = find_api(o->api);
+    char names[256];
+    hx_normalize nz;
+    api_names(names, sizeof names, ", ", " or ");
+    if (!o->server) eng_errf(err, errlen, "probe: --server is required");
+    else if (!o->transcript_path) eng_errf(err, errlen, "probe: -t/--transcript is required");
+    else if (!a) eng_errf(err, errlen, "--api: expected %s, got '%s'", names, o->api ? o->api : "");
+    else if (strcmp(o->route, "auto") && strcmp(o->route, "tokens") && strcmp(o->route, "chat"))
+        eng_errf(err, errlen, "--route: expected auto, tokens or chat, got '%s'", o->route);
+    else if (strcmp(o->engine, "auto") && hx_engine_from_name(o->engine) <= 0)
+        eng_errf(err, errlen, "--engine: expected llama.cpp, vllm, sglang or kvreplay, got '%s'", o->engine);
+    else if (hx_normalize_parse(o->sp.normalize, &nz) != ENG_OK) eng_errf(err, errlen, "%s", nz.err);
+    else if (!strcmp(o->route, "tokens") && !a->path_tokens)
+        eng_errf(err, errlen, "--route tokens: --api %s takes no token ids", a->name);
+    else if (strcmp(o->cold, "auto") && !has_cold(a, o->cold))
+        eng_errf(err, errlen, "--cold %s: --api %s forces a cold run by %s", o->cold, a->name, a->colds);
+    else if (o->sp.repeat < 1 || o->sp.repeat > MAX_RUNS || o->sp.decode_n < 1)
+        eng_errf(err, errlen, "--repeat %d, --decode %d: expected --repeat in [1, %d] and --decode >= 1",
+                 o->sp.repeat, o->sp.decode_n, MAX_RUNS);
+    else return ENG_OK;
+    return ENG_ERR_ARG;
+}
 
 // ----------------------------------------------------------------------------
 // The run's state
@@ -267,7 +313,7 @@ static void gen_run_free(gen_run *g) {
 
 static void say(const probe_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const probe_ctx *x, const char *fmt, ...) {
-    if (x->o->quiet) return;
+    if (x->o->sp.quiet) return;
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "kvreplay probe: ");
@@ -702,7 +748,7 @@ static int build_req(probe_ctx *x, const hx_request *req, const int32_t *ids, in
         return rc;
     }
     hx_api_params *p = &q->params;
-    p->max_tokens = x->o->decode_n;
+    p->max_tokens = x->o->sp.decode_n;
     p->stream = true;
     p->include_usage = true;
     int32_t k = x->no_probs[0] ? 0 : x->o->n_probs < 0 ? x->n_vocab : x->o->n_probs;
@@ -903,7 +949,7 @@ static int write_row(probe_ctx *x, int32_t idx, const hx_request *req, hx_reques
     row->transcript = x->o->transcript_path;
     row->session = req->session;
     row->turn = req->turn;
-    row->n_decode = x->o->decode_n;
+    row->n_decode = x->o->sp.decode_n;
     if (row->n_prefilled < 0) row->n_prefilled = 0;
     int rc = hx_store_put_request(x->store, x->run_id, row, steps, n_steps, err, sizeof err);
     if (rc) fprintf(stderr, "kvreplay probe: %s\n", err);
@@ -961,10 +1007,10 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
     int rc = ENG_OK;
     hx_prepared loc = {0}, loc_norm = {0};
     hx_request norm_req = {0};
-    bool have_loc = false, have_norm = false, normalizing = o->normalize && o->normalize[0];
+    bool have_loc = false, have_norm = false, normalizing = o->sp.normalize && o->sp.normalize[0];
     hx_api_req q;
     hx_api_req_init(&q);
-    gen_run warm[64], cold[64];
+    gen_run warm[MAX_RUNS], cold[MAX_RUNS];
     int n_warm = 0, n_cold = 0;
     req_ids sent = {0}, srv = {0}, srv_norm = {0};
     cmp_out cmp = {0};
@@ -983,7 +1029,7 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
     if (normalizing) {
         hx_normalize nz;
         if ((rc = hx_request_copy(&norm_req, req))) goto out;
-        hx_normalize_parse(o->normalize, &nz);
+        hx_normalize_parse(o->sp.normalize, &nz);
         if (hx_normalize_apply(&nz, &norm_req) < 0) { rc = ENG_ERR_NOMEM; goto out; }
         if (x->pc_norm) {
             if ((rc = hx_prepare(x->pc_norm, &norm_req, &loc_norm, err, sizeof err))) goto out;
@@ -1058,7 +1104,7 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
         diff_ids(loc.tokens, loc.n, srv.ids, srv.n, diffbuf, sizeof diffbuf);
     if ((rc = note_run(x, basis->ids, basis->ids ? basis->n : 0, w, false))) goto out;
     /* 4. the cold run(s); then the other warm runs, each from the first one's cache state */
-    for (int k = 0; k < o->repeat; k++) {
+    for (int k = 0; k < o->sp.repeat; k++) {
         gen_run *c = &cold[n_cold++];
         memset(c, 0, sizeof *c);
         hx_api_result_init(&c->r);
@@ -1074,7 +1120,7 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
         if (c->fail) break;
     }
     int64_t cold_reused = reported_reuse(x, &cold[0]);
-    for (int k = 1; k < o->repeat && !cold[n_cold - 1].fail; k++) {
+    for (int k = 1; k < o->sp.repeat && !cold[n_cold - 1].fail; k++) {
         if (!strcmp(x->cold, "salt")) fresh_salt(x, x->salt_warm, sizeof x->salt_warm, "warm");  /* an empty namespace */
         else if (!strcmp(x->cold, "reset") || !strcmp(x->cold, "flush")) cache_control(x, x->cold, msg, sizeof msg);
         else if (!x->has_prev) cache_control(x, "erase", msg, sizeof msg);  /* a slot: the first request found it empty */
@@ -1122,7 +1168,7 @@ static int probe_one(probe_ctx *x, int32_t idx, hx_request *req, bool *stop) {
     timing tmw = timing_of(tw, n_warm), tmc = timing_of(tc, n_cold);
     row.ttft_reuse_ms = tmw.med;
     row.ttft_cold_ms = tmc.med;
-    if (o->repeat > 1) {
+    if (o->sp.repeat > 1) {
         row.ttft_reuse_min_ms = tmw.mn, row.ttft_reuse_max_ms = tmw.mx;
         row.ttft_cold_min_ms = tmc.mn, row.ttft_cold_max_ms = tmc.mx;
     }
@@ -1210,8 +1256,8 @@ static json_t *opts_json(const probe_ctx *x) {
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:f, s:f, s:i}", "api",
                      o->api, "route", x->route == ROUTE_TOKENS ? "tokens" : "chat", "path", x->rt->path, "cold",
                      x->cold, "engine", hx_engine_name(x->rule.engine), "model", x->model_send, "normalize",
-                     o->normalize && o->normalize[0] ? o->normalize : NULL, "n_probs", o->n_probs, "decode",
-                     o->decode_n, "repeat", o->repeat, "slot", o->id_slot, "grid", x->rule.grid, "cap_prompt",
+                     o->sp.normalize && o->sp.normalize[0] ? o->sp.normalize : NULL, "n_probs", o->n_probs, "decode",
+                     o->sp.decode_n, "repeat", o->sp.repeat, "slot", o->id_slot, "grid", x->rule.grid, "cap_prompt",
                      x->rule.cap_prompt, "absent_reuse_is_zero", x->id.absent_is_zero, "timeout", o->timeout_s, "idle_timeout", o->idle_s, "limit", o->limit);
 }
 
@@ -1234,16 +1280,11 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     hx_transcript t = {0};
     json_t *oj = NULL;
     char *info_s = NULL, *opts_s = NULL;
-    if (!o->server) hx_die(HX_EXIT_USAGE, "probe: --server is required");
-    if (!o->transcript_path) hx_die(HX_EXIT_USAGE, "probe: -t/--transcript is required");
-    if (!(x.api = find_api(o->api)))
-        hx_die(HX_EXIT_USAGE, "--api: expected llama, openai, vllm, sglang or anthropic, got '%s'", o->api ? o->api : "");
-    if (strcmp(o->route, "auto") && strcmp(o->route, "tokens") && strcmp(o->route, "chat"))
-        hx_die(HX_EXIT_USAGE, "--route: expected auto, tokens or chat, got '%s'", o->route);
-    if (strcmp(o->engine, "auto") && hx_engine_from_name(o->engine) <= 0)
-        hx_die(HX_EXIT_USAGE, "--engine: expected llama.cpp, vllm, sglang or kvreplay, got '%s'", o->engine);
-    hx_normalize nz;
-    if (hx_normalize_parse(o->normalize, &nz) != ENG_OK) hx_die(HX_EXIT_USAGE, "%s", nz.err);
+    if (hx_probe_opts_check(o, err, sizeof err) != ENG_OK) {
+        fprintf(stderr, "kvreplay: %s\n", err);
+        return HX_EXIT_USAGE;
+    }
+    x.api = find_api(o->api);
     x.dialect = hx_api_dialect_find(x.api->dialect);
 
     /* the transcript, and the local rendering */
@@ -1259,16 +1300,16 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
         code = HX_EXIT_USAGE;
         goto done;
     }
-    if (o->model_path) {
-        if ((rc = hx_vocab_load(o->model_path, &x.tok, &x.tmpl_meta, err, sizeof err)) != ENG_OK) {
+    if (o->sp.model_path) {
+        if ((rc = hx_vocab_load(o->sp.model_path, &x.tok, &x.tmpl_meta, err, sizeof err)) != ENG_OK) {
             fprintf(stderr, "kvreplay: %s\n", err);
             code = hx_exit_for_input(rc);
             goto done;
         }
         x.n_vocab = eng_tokenizer_n_vocab(x.tok);
-        if ((rc = hx_prepare_ctx_new(x.tok, o->template_name, x.tmpl_meta, "", &x.pc, err, sizeof err)) ||
-            (o->normalize[0] &&
-             (rc = hx_prepare_ctx_new(x.tok, o->template_name, x.tmpl_meta, o->normalize, &x.pc_norm, err, sizeof err)))) {
+        if ((rc = hx_prepare_ctx_new(x.tok, o->sp.template_name, x.tmpl_meta, "", &x.pc, err, sizeof err)) ||
+            (o->sp.normalize[0] &&
+             (rc = hx_prepare_ctx_new(x.tok, o->sp.template_name, x.tmpl_meta, o->sp.normalize, &x.pc_norm, err, sizeof err)))) {
             fprintf(stderr, "kvreplay: %s\n", err);
             code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
             goto done;
@@ -1317,8 +1358,6 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     bool tokens = x.api->path_tokens && !strcmp(o->route, "tokens");
     if (!strcmp(o->route, "auto"))
         tokens = x.api->path_tokens && (!x.api->path_chat || x.tok || hx_request_kind_of(&t.reqs[0]) != HX_REQUEST_MESSAGES);
-    if (!strcmp(o->route, "tokens") && !x.api->path_tokens)
-        hx_die(HX_EXIT_USAGE, "--route tokens: --api %s takes no token ids", x.api->name);
     x.route = tokens ? ROUTE_TOKENS : ROUTE_CHAT;
     const char *path = tokens ? x.api->path_tokens : x.api->path_chat;
     for (const hx_api_route *r = x.dialect->routes; r->path; r++)
@@ -1339,10 +1378,8 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
             snprintf(first, sizeof first, "%.*s", (int)strcspn(x.api->colds, ","), x.api->colds);
             x.cold = first;
         }
-    } else if (has_cold(x.api, o->cold)) {
-        x.cold = o->cold;
     } else {
-        hx_die(HX_EXIT_USAGE, "--cold %s: --api %s forces a cold run by %s", o->cold, x.api->name, x.api->colds);
+        x.cold = o->cold;
     }
     x.model_send = o->model_name ? o->model_name : x.id.n_models ? x.id.models[0] : "kvreplay";
     /* an empty warm cache to start from */
@@ -1375,15 +1412,15 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     m.template_name = x.pc ? hx_prepare_template_name(x.pc) : NULL;
     m.policy = "probe";
     m.quirks = "";
-    m.normalize = o->normalize;
+    m.normalize = o->sp.normalize;
     m.align = "server";
     m.chunk = x.rule.grid;
     m.kernel = "server";
     m.precision = "server";
     m.threads = 1;
-    m.decode_n = o->decode_n;
+    m.decode_n = o->sp.decode_n;
     m.cap_prompt = x.rule.cap_prompt;
-    m.n_repeat = o->repeat;
+    m.n_repeat = o->sp.repeat;
     m.block_size = x.rule.grid;
     m.server_url = o->server;
     m.server_api = o->api;
@@ -1402,7 +1439,7 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
     double t0 = eng_now_s();
     for (int32_t i = 0; i < n_req; i++) {
         bool stop = false;
-        if (eng_stderr_is_tty() && !o->quiet)
+        if (eng_stderr_is_tty() && !o->sp.quiet)
             fprintf(stderr, "\r[%d/%d] %s turn %d  %.1fs   ", i + 1, n_req, t.reqs[i].session, t.reqs[i].turn,
                     eng_now_s() - t0);
         if ((rc = probe_one(&x, i, &t.reqs[i], &stop)) != ENG_OK) {
@@ -1417,7 +1454,7 @@ int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum) {
             break;
         }
     }
-    if (eng_stderr_is_tty() && !o->quiet) fputc('\n', stderr);
+    if (eng_stderr_is_tty() && !o->sp.quiet) fputc('\n', stderr);
     if ((rc = hx_store_finish_run(x.store, x.run_id, sum->stopped ? HX_RUN_FAILED : HX_RUN_DONE, err, sizeof err))) {
         fprintf(stderr, "kvreplay: %s\n", err);
         code = HX_EXIT_INTERNAL;
