@@ -36,6 +36,12 @@
  * JSON, a field missing, a stream cut mid-event, another model than the one
  * it says it serves) gives that request a row with the error (verified 0)
  * and a clear line on stderr; a refused connection ends the run there.
+ *
+ * The files: probe.c (the options and the run), request.c (the steps above,
+ * one function each), exchange.c (what is said to the server: identity,
+ * read-backs, cache controls, one streamed generation, requests as sent),
+ * reuse.c (each engine's cache rule), bits.c (the comparison); probe_int.h
+ * is what they share.
  */
 #ifndef HX_PROBE_H
 #define HX_PROBE_H
