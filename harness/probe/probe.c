@@ -208,13 +208,13 @@ int hx_probe_opts_check(const hx_probe_opts *o, char *err, size_t errlen) {
 
 /* The run's state beyond what a request reads (probe_ctx). */
 typedef struct probe_run {
-    probe_ctx     x;           /* what the requests share */
+    probe_ctx            x;          /* what the requests share */
     const hx_probe_opts *o;
     hx_probe_summary    *sum;
-    hx_transcript t;
-    int32_t       n_req;       /* requests probed: the transcript's, at most --limit */
-    char          tmpdb[64];   /* the temporary results database ("": -o given) */
-    double        t0;
+    hx_transcript        t;
+    int32_t              n_req;      /* requests probed: the transcript's, at most --limit */
+    char                 tmpdb[64];  /* the temporary results database ("": -o given) */
+    double               t0;
 } probe_run;
 
 /* -m: the prompts rendered and tokenized as replay does, plainly and after the --normalize rules. */
@@ -228,9 +228,10 @@ static int local_rendering(probe_run *run) {
         return hx_exit_for_input(rc);
     }
     x->n_vocab = eng_tokenizer_n_vocab(x->tok);
+    bool normalizing = o->sp.normalize && o->sp.normalize[0];
     if ((rc = hx_prepare_ctx_new(x->tok, o->sp.template_name, x->tmpl_meta, "", &x->pc, err, sizeof err)) ||
-        (o->sp.normalize[0] && (rc = hx_prepare_ctx_new(x->tok, o->sp.template_name, x->tmpl_meta, o->sp.normalize,
-                                                        &x->pc_norm, err, sizeof err)))) {
+        (normalizing && (rc = hx_prepare_ctx_new(x->tok, o->sp.template_name, x->tmpl_meta, o->sp.normalize,
+                                                 &x->pc_norm, err, sizeof err)))) {
         fprintf(stderr, "kvreplay: %s\n", err);
         return rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
     }
