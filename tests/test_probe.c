@@ -47,6 +47,7 @@
 #include "fixtures.h"
 #include "policy.h"
 #include "probe.h"
+#include "proc.h"
 #include "reuse.h"
 #include "runcli.h"
 #include "served.h"
@@ -401,13 +402,13 @@ static int probe_api(const char *name, int port, hx_probe_summary *sum, int repe
     o.api = api;
     o.transcript_path = tr;
     o.db_path = g_db;
-    o.model_path = g_model;
+    o.sp.model_path = g_model;
     o.n_probs = 5;
-    o.decode_n = 3;
-    o.repeat = repeat;
+    o.sp.decode_n = 3;
+    o.sp.repeat = repeat;
     o.idle_s = g_idle;
     o.timeout_s = g_idle > 1 ? 600 : 20;
-    o.quiet = true;
+    o.sp.quiet = true;
     return hx_probe_run(&o, sum);
 }
 
@@ -576,11 +577,11 @@ static void a_vllm_server_is_probed_through_its_own_rules(void **state) {
     o.api = "vllm";
     o.transcript_path = g_tr;
     o.db_path = g_db;
-    o.model_path = g_model;
+    o.sp.model_path = g_model;
     o.n_probs = 5;
-    o.decode_n = 3;
+    o.sp.decode_n = 3;
     o.reports_reuse = 1;
-    o.quiet = true;
+    o.sp.quiet = true;
     int code = hx_probe_run(&o, &s);
     assert_int_equal(code, 0);
     assert_int_equal(s.n_identical, 3);
@@ -599,6 +600,78 @@ static void a_vllm_server_is_probed_through_its_own_rules(void **state) {
     assert_int_equal(s.n_reuse_unknown, 1);
     assert_int_equal(q("SELECT count(*) FROM requests WHERE reuse_reported IS NULL AND req_index = 0"), 1);
     srv_stop();
+}
+
+// ----------------------------------------------------------------------------
+// Options that cannot work
+
+/* Each option the probe cannot work with is refused with the flag named (ENG_ERR_ARG), before a
+ * database is made or a server asked; the command line and an experiment's probe run exit 2 with
+ * the same message, the experiment before it starts its server. */
+static void options_that_cannot_work_are_refused_before_anything_runs(void **state) {
+    (void)state;
+    static const struct { const char *flag, *value, *says; } k_bad[] = {
+        {"server", NULL, "probe: --server is required"},
+        {"transcript", NULL, "probe: -t/--transcript is required"},
+        {"api", "gemini-pro", "--api: expected llama, openai, vllm, sglang, anthropic, responses or gemini, got 'gemini-pro'"},
+        {"route", "chatty", "--route: expected auto, tokens or chat, got 'chatty'"},
+        {"engine", "tgi", "--engine: expected llama.cpp, vllm, sglang or kvreplay, got 'tgi'"},
+        {"normalize", "bogus", "--normalize: unknown rule 'bogus'"},
+        {"route", "tokens", "--route tokens: --api anthropic takes no token ids"},
+        {"cold", "salt", "--cold salt: --api anthropic forces a cold run by erase"},
+        {"repeat", "65", "expected --repeat in [1, 64]"},
+    };
+    char db[200], err[512];
+    snprintf(db, sizeof db, "%s/cannot-work.sqlite", g_dir);
+    for (size_t k = 0; k < sizeof k_bad / sizeof k_bad[0]; k++) {
+        hx_probe_opts o;
+        hx_probe_opts_default(&o);
+        o.server = "http://127.0.0.1:9";
+        o.api = "anthropic";
+        o.transcript_path = g_tr;
+        o.db_path = db;
+        o.sp.quiet = true;
+        assert_int_equal(hx_probe_opts_check(&o, err, sizeof err), ENG_OK);
+        const char *f = k_bad[k].flag, *v = k_bad[k].value;
+        if (!strcmp(f, "server")) o.server = v;
+        if (!strcmp(f, "transcript")) o.transcript_path = v;
+        if (!strcmp(f, "api")) o.api = v;
+        if (!strcmp(f, "route")) o.route = v;
+        if (!strcmp(f, "engine")) o.engine = v;
+        if (!strcmp(f, "normalize")) o.sp.normalize = v;
+        if (!strcmp(f, "cold")) o.cold = v;
+        if (!strcmp(f, "repeat")) o.sp.repeat = 65;
+        err[0] = '\0';
+        assert_int_equal(hx_probe_opts_check(&o, err, sizeof err), ENG_ERR_ARG);
+        if (!strstr(err, k_bad[k].says)) fail_msg("--%s %s: '%s' does not say '%s'", f, v ? v : "", err, k_bad[k].says);
+        hx_probe_summary s;
+        assert_int_equal(hx_probe_run(&o, &s), 2);
+        assert_int_equal(access(db, F_OK), -1);  /* nothing written */
+    }
+    if (!kvr_bin()) return;
+    char out[4096];
+    const char *cli[] = {"probe", "--server", "http://127.0.0.1:9", "--api", "llama", "-t", g_tr, "-o", db,
+                         "--cold", "salt", NULL};
+    assert_int_equal(proc_run(NULL, NULL, 0, out, sizeof out, cli), 2);
+    assert_non_null(strstr(out, "kvreplay: --cold salt: --api llama forces a cold run by cache-prompt,erase"));
+    assert_int_equal(access(db, F_OK), -1);
+    /* an experiment's probe run against a server it would start itself */
+    char spec[200], cache[200], log[300];
+    snprintf(spec, sizeof spec, "%s/cannot-work-spec.json", g_dir);
+    snprintf(cache, sizeof cache, "%s/cannot-work-cache", g_dir);
+    snprintf(log, sizeof log, "%s/logs/serve-cannot-work-0.log", cache);
+    FILE *fp = fopen(spec, "w");
+    assert_non_null(fp);
+    fprintf(fp, "{\"name\": \"cannot-work\", \"models\": {\"m\": {\"path\": \"%s\"}},\n"
+                " \"transcripts\": {\"t\": {\"path\": \"%s\"}},\n"
+                " \"servers\": {\"own\": {\"serve\": [\"--policy\", \"slot-lcp\"]}},\n"
+                " \"runs\": [{\"variant\": \"v\", \"server\": \"own\", \"transcript\": \"t\", \"model\": \"m\",\n"
+                "            \"probe\": [\"--api\", \"llama\", \"--route\", \"chatty\"]}]}\n", g_model, g_tr);
+    fclose(fp);
+    const char *exp[] = {"experiment", spec, "--db", db, "--cache-root", cache, NULL};
+    assert_int_equal(proc_run(NULL, NULL, 0, out, sizeof out, exp), 2);
+    assert_non_null(strstr(out, "kvreplay: --route: expected auto, tokens or chat, got 'chatty'"));
+    assert_int_equal(access(log, F_OK), -1);  /* no server was started */
 }
 
 // ----------------------------------------------------------------------------
@@ -817,6 +890,7 @@ int main(void) {
         cmocka_unit_test(a_server_lying_about_its_model_is_recorded),
         cmocka_unit_test(a_refused_connection_is_recorded_and_stops),
         cmocka_unit_test(a_vllm_server_is_probed_through_its_own_rules),
+        cmocka_unit_test(options_that_cannot_work_are_refused_before_anything_runs),
         cmocka_unit_test(serve_is_identical_with_reuse_as_expected),
         cmocka_unit_test(serve_misreporting_its_cache_is_caught),
         cmocka_unit_test(serve_with_a_stale_kv_row_is_caught),

@@ -335,6 +335,19 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
         printf("   # variant %s\n", vname);
         goto out;
     }
+    /* the probe's flags, checked before a server is started (exit 2 naming the flag) */
+    hx_probe_opts o;
+    hx_probe_opts_default(&o);
+    for (int i = 1; i < pargc; i++)
+        if (!hx_took(hx_probe_opts_take(&o, pargc, pargv, &i, err, errlen), err)) hx_bad_arg("experiment (spec probe flags)", pargv[i]);
+    o.server = url;  /* a started serve's port is written into url below */
+    o.transcript_path = tr_path;
+    o.db_path = db;
+    if (mid) o.sp.model_path = model_path;
+    o.experiment = exp_name;
+    o.variant = vname;
+    o.sp.quiet = !eng_stderr_is_tty();
+    hx_check(hx_probe_opts_check(&o, err, errlen), err);
     hx_serve_child child = {0};
     if (serve) {
         char logdir[600], log[800];
@@ -348,17 +361,6 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
         }
         snprintf(url, sizeof url, "http://127.0.0.1:%d", child.port);
     }
-    hx_probe_opts o;
-    hx_probe_opts_default(&o);
-    for (int i = 1; i < pargc; i++)
-        if (!hx_took(hx_probe_opts_take(&o, pargc, pargv, &i, err, errlen), err)) hx_bad_arg("experiment (spec probe flags)", pargv[i]);
-    o.server = url;
-    o.transcript_path = tr_path;
-    o.db_path = db;
-    if (mid) o.model_path = model_path;
-    o.experiment = exp_name;
-    o.variant = vname;
-    o.quiet = !eng_stderr_is_tty();
     if (eng_stderr_is_tty()) fprintf(stderr, "kvreplay: %s / %s (probe %s)\n", exp_name, vname, url);
     hx_probe_summary sum;
     int prc = hx_probe_run(&o, &sum);

@@ -29,6 +29,7 @@ int hx_cmd_probe(int argc, char **argv) {
     char err[512];
     for (int i = 1; i < argc; i++)
         if (!hx_took(hx_probe_opts_take(&o, argc, argv, &i, err, sizeof err), err)) hx_bad_arg("probe", argv[i]);
+    hx_check(hx_probe_opts_check(&o, err, sizeof err), err);
     hx_probe_summary sum;
     return hx_probe_run(&o, &sum);
 }

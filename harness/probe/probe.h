@@ -4,7 +4,7 @@
  * speaks one of their APIs). docs/probe.md is the user's guide.
  *
  * For every request of a transcript, in replay order:
- *   1. the prompt, rendered exactly as replay renders it (replay/prepare.h,
+ *   1. the prompt, rendered exactly as replay renders it (session/prepare.h,
  *      with -m a local copy of the model or its vocabulary): token ids where
  *      the route takes them (llama-server's /completion, /v1/completions),
  *      else the messages (/v1/chat/completions, /v1/messages), and the
@@ -36,6 +36,12 @@
  * JSON, a field missing, a stream cut mid-event, another model than the one
  * it says it serves) gives that request a row with the error (verified 0)
  * and a clear line on stderr; a refused connection ends the run there.
+ *
+ * The files: probe.c (the options and the run), request.c (the steps above,
+ * one function each), exchange.c (what is said to the server: identity,
+ * read-backs, cache controls, one streamed generation, requests as sent),
+ * reuse.c (each engine's cache rule), bits.c (the comparison); probe_int.h
+ * is what they share.
  */
 #ifndef HX_PROBE_H
 #define HX_PROBE_H
@@ -45,30 +51,32 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "session.h"
+
 typedef struct hx_probe_opts {
+    /* what a request needs, as replay's and serve's options have it; probe uses model_path (-m: the
+     * server's model, or a GGUF with its vocabulary, for rendering and tokenizing locally; NULL: the
+     * server's own rendering only), template_name, normalize (rules the server is expected to apply,
+     * anthropic-cch: expected reuse is counted on the prompts after them; what is sent is never
+     * rewritten), decode_n (tokens generated greedily per run, >= 1; probe's default 16), repeat (cold
+     * and warm runs timed per request) and quiet; the rest is the server's business */
+    hx_session_params sp;
     const char *server;          /* base URL, required ("http://127.0.0.1:8080") */
-    const char *api;             /* llama | openai | vllm | sglang | anthropic, required */
+    const char *api;             /* an --api of probe's table (llama, openai, ...), required */
     const char *transcript_path; /* required */
     const char *db_path;         /* -o; NULL: a temporary database, removed afterwards */
-    const char *model_path;      /* -m: the server's model (or a GGUF with its vocabulary) for rendering and
-                                    tokenizing locally; NULL: the server's own rendering only */
-    const char *template_name;   /* as replay's --template */
-    const char *normalize;       /* rules the server is expected to apply (anthropic-cch): expected reuse is
-                                    counted on the prompts after them; what is sent is never rewritten */
-    const char *route;           /* auto | tokens | text | chat: how prompts are sent (auto: token ids when
-                                    the API and -m allow, else the messages) */
+    const char *route;           /* auto | tokens | chat: how prompts are sent (auto: token ids when the API
+                                    and -m allow, else the messages) */
     const char *cold;            /* auto | cache-prompt | erase | reset | salt | flush */
     const char *engine;          /* auto | llama.cpp | vllm | sglang | kvreplay: whose cache rule is expected */
     const char *model_name;      /* "model" in every body; NULL: the first model the server lists */
     const char *api_key;
     int32_t     n_probs;         /* K candidates compared at each generated position; -1: the whole vocabulary */
-    int32_t     decode_n;        /* tokens generated greedily per run (>= 1) */
-    int32_t     repeat;          /* cold and warm runs timed per request */
     int32_t     id_slot;         /* llama-server slot to pin (-1: none) */
     int32_t     grid;            /* reuse floored to multiples of this (vLLM block, SGLang page, kvreplay
                                     chunk); 0: from the server's identity */
     int32_t     cap_prompt;      /* reuse capped at the cached entry's prompt length (kvreplay): 1, 0, or -1
-                                    from the server's identity */
+                                    from the server's identity (not sp.cap_prompt, which is serve's own) */
     int32_t     reports_reuse;   /* 1: an absent cached-token count means 0 (vLLM --enable-prompt-tokens-details
                                     and SGLang --enable-cache-report leave it out at 0); 0: absent is unknown;
                                     -1 (default): from the server's identity (SGLang's enable_cache_report) */
@@ -76,7 +84,6 @@ typedef struct hx_probe_opts {
     double      idle_s;          /* no byte for this long: a timeout */
     int32_t     limit;           /* at most this many requests (0: all) */
     const char *experiment, *variant;  /* set by `experiment` */
-    bool        quiet;
 } hx_probe_opts;
 
 void hx_probe_opts_default(hx_probe_opts *o);
@@ -84,6 +91,11 @@ void hx_probe_opts_default(hx_probe_opts *o);
  * one; ENG_ERR_ARG with err naming the flag for a bad value. */
 int  hx_probe_opts_take(hx_probe_opts *o, int argc, char **argv, int *i, char *err, size_t errlen);
 void hx_probe_opts_help(FILE *f);
+/* ENG_OK, or ENG_ERR_ARG with err saying what is missing or does not fit
+ * (--server, -t, an --api, --route, --engine or --cold not known or not
+ * that API's, a --normalize rule). What only the server can tell (the
+ * vocabulary --n-probs all needs) is checked by hx_probe_run. */
+int  hx_probe_opts_check(const hx_probe_opts *o, char *err, size_t errlen);
 
 typedef struct hx_probe_summary {
     int64_t run_id;
@@ -99,11 +111,12 @@ typedef struct hx_probe_summary {
     bool    stopped;         /* the run stopped early (the server went away) */
 } hx_probe_summary;
 
-/* Runs the probe. Returns the exit code: 0 every request compared identical
- * and reused as expected; 1 a warm run differed from its cold run, reused
- * less or more than expected, or the server failed a request; 2 bad input
- * or usage (also: the server cannot be reached at all); 3 internal or I/O
- * error (the database). */
+/* Runs the probe (the options checked first: hx_probe_opts_check). Returns
+ * the exit code, never exits: 0 every request compared identical and reused
+ * as expected; 1 a warm run differed from its cold run, reused less or more
+ * than expected, or the server failed a request; 2 bad input or usage (also:
+ * the server cannot be reached at all); 3 internal or I/O error (the
+ * database). Errors are said on stderr. */
 int hx_probe_run(const hx_probe_opts *o, hx_probe_summary *sum);
 
 #endif /* HX_PROBE_H */
