@@ -57,8 +57,8 @@ static void meta(hx_run_meta *m, const char *experiment, const char *variant) {
     m->precision = "fp32";
     m->threads = 2;
     m->decode_n = 4;
-    m->experiment = experiment;
-    m->variant = variant;
+    m->exp.experiment = experiment;
+    m->exp.variant = variant;
 }
 
 static void put(hx_store *s, int64_t run, const hx_request_row *r, const hx_step_row *st, int n) {
@@ -90,8 +90,8 @@ static void build_db(fixture *f) {
     int64_t run;
 
     meta(&m, "exp", "fixed");
-    m.sweep_name = "chunk";
-    m.sweep_value = 64;
+    m.exp.sweep_name = "chunk";
+    m.exp.sweep_value = 64;
     if (hx_store_begin_run(f->s, &m, &run, err, sizeof err)) fail_msg("%s", err);
     assert_int_equal(run, 1);
     for (int i = 99; i >= 0; i--) {
@@ -116,7 +116,7 @@ static void build_db(fixture *f) {
 
     meta(&m, "exp", "buggy");
     m.quirks = "cch-drift";
-    m.sweep_name = "policy";  /* a sweep over names: the value is NULL */
+    m.exp.sweep_name = "policy";  /* a sweep over names: the value is NULL */
     if (hx_store_begin_run(f->s, &m, &run, err, sizeof err)) fail_msg("%s", err);
     for (int i = 0; i < 10; i++) {
         hx_request_row r;

@@ -287,12 +287,12 @@ static void a_version_5_file_is_migrated_on_open(void **state) {
                             "SELECT count(plan_sha256) + count(unit) FROM runs");
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), 5);
     hx_store *s = open_ok(f->db);
-    m.spec_sha256 = "ab12";
-    m.unit = 3;
-    m.n_units = 4;
-    m.shard = 2;
-    m.n_shards = 2;
-    m.plan_sha256 = "cd34";
+    m.exp.spec_sha256 = "ab12";
+    m.exp.unit = 3;
+    m.exp.n_units = 4;
+    m.exp.shard = 2;
+    m.exp.n_shards = 2;
+    m.exp.plan_sha256 = "cd34";
     int64_t id2 = begin_ok(s, &m);
     hx_shard_meta sm = {.experiment = "x", .spec_sha256 = "ab12", .scale = "demo", .shard = 2, .n_shards = 2,
                         .n_units = 4, .plan_sha256 = "cd34", .plan = "[]"};
@@ -309,9 +309,9 @@ static void a_version_5_file_is_migrated_on_open(void **state) {
     assert_int_equal(query_i64(f->db, "SELECT count(*) FROM shards WHERE shard = 2 AND n_units = 4"), 1);
     /* the shard columns are not part of the configuration: a shard's run of a unit resumes as the unsharded one */
     hx_run_meta m2 = m;
-    m2.shard = 1;
-    m2.n_shards = 4;
-    m2.plan_sha256 = "ef56";
+    m2.exp.shard = 1;
+    m2.exp.n_shards = 4;
+    m2.exp.plan_sha256 = "ef56";
     char *k1 = hx_run_meta_config_key(&m), *k2 = hx_run_meta_config_key(&m2);
     assert_string_equal(k1, k2);
     free(k1);
@@ -340,9 +340,9 @@ static void a_file_with_a_hole_in_its_schema_is_repaired_on_open(void **state) {
         r.transcript = "t";
         r.verified = 1;
         put_ok(s, id, &r, NULL, 0);
-        m.shard = 1;
-        m.n_shards = 1;
-        m.plan_sha256 = "cd34";
+        m.exp.shard = 1;
+        m.exp.n_shards = 1;
+        m.exp.plan_sha256 = "cd34";
         begin_ok(s, &m);
         hx_shard_meta sm = {.experiment = "x", .spec_sha256 = "ab12", .scale = "demo", .shard = 1, .n_shards = 1,
                             .n_units = 1, .plan_sha256 = "cd34", .plan = "[]"};
@@ -373,8 +373,8 @@ static void a_version_2_file_is_migrated_on_open(void **state) {
     r.cache_entries = 2;
     put_ok(s, id, &r, NULL, 0);
     m.policy = "block-hash";
-    m.block_size = 64;
-    m.policy_opts = "{\"block_size\":64}";
+    m.pol.block_size = 64;
+    m.pol.policy_opts = "{\"block_size\":64}";
     int64_t id2 = begin_ok(s, &m);
     hx_store_close(s);
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
@@ -384,7 +384,7 @@ static void a_version_2_file_is_migrated_on_open(void **state) {
     assert_int_equal(query_i64(f->db, sql), 64);
     /* a different block size is a different configuration (resume never mixes them) */
     hx_run_meta m2 = m;
-    m2.block_size = 128;
+    m2.pol.block_size = 128;
     char *k1 = hx_run_meta_config_key(&m), *k2 = hx_run_meta_config_key(&m2);
     assert_string_not_equal(k1, k2);
     free(k1);
@@ -589,10 +589,10 @@ static void begin_run_records_the_meta_and_fills_the_defaults(void **state) {
     hx_store *s = open_ok(f->db);
     hx_run_meta m;
     meta_fill(&m);
-    m.experiment = "exp1";
-    m.variant = "fixed";
-    m.sweep_name = "chunk";
-    m.sweep_value = 64;
+    m.exp.experiment = "exp1";
+    m.exp.variant = "fixed";
+    m.exp.sweep_name = "chunk";
+    m.exp.sweep_value = 64;
     int64_t id = begin_ok(s, &m);
     char buf[512], sql[256];
 #define COL(c) (snprintf(sql, sizeof sql, "SELECT " c " FROM runs WHERE run_id = %lld", \
@@ -644,7 +644,7 @@ static void config_key_is_canonical_and_follows_the_config(void **state) {
     meta_fill(&b);
     b.argv = "a different command line";
     b.started_at = "2020-01-01T00:00:00.000Z";
-    b.hostname = "elsewhere";
+    b.machine.hostname = "elsewhere";
     char *ka = hx_run_meta_config_key(&a), *kb = hx_run_meta_config_key(&b);
     assert_non_null(ka);
     assert_string_equal(ka, kb);

@@ -378,8 +378,8 @@ static int begin_run(probe_run *run) {
     const char *mpath = json_string_value(json_object_get(json_object_get(x->id.info, "props"), "model_path"));
     hx_run_meta m;
     hx_run_meta_init(&m);
-    m.experiment = o->experiment;
-    m.variant = o->variant;
+    m.exp.experiment = o->experiment;
+    m.exp.variant = o->variant;
     m.n_requests = run->n_req;
     m.model_path = mpath ? mpath : x->model_send;
     m.model_name = x->model_send;
@@ -395,13 +395,13 @@ static int begin_run(probe_run *run) {
     m.threads = 1;
     m.decode_n = o->sp.decode_n;
     m.cap_prompt = x->rule.cap_prompt;
-    m.n_repeat = o->sp.repeat;
-    m.block_size = x->rule.grid;
-    m.server_url = o->server;
-    m.server_api = o->api;
-    m.server_engine = hx_engine_name(x->rule.engine);
-    m.server_info = info_s;
-    m.probe_opts = opts_s;
+    m.price.n_repeat = o->sp.repeat;
+    m.pol.block_size = x->rule.grid;
+    m.probe.server_url = o->server;
+    m.probe.server_api = o->api;
+    m.probe.server_engine = hx_engine_name(x->rule.engine);
+    m.probe.server_info = info_s;
+    m.probe.probe_opts = opts_s;
     int code = HX_EXIT_OK;
     if (!info_s || !opts_s || hx_store_begin_run(x->store, &m, &x->run_id, err, sizeof err) != ENG_OK) {
         fprintf(stderr, "kvreplay: %s\n", err[0] ? err : "out of memory");

@@ -165,11 +165,11 @@ int hx_session_calibrate(hx_session *s, hx_run_meta *meta, char *source, size_t 
                     "(%.4g GFLOP/s, restore %.4g GB/s) and added\n", o->calibration, measured.gflops,
                     measured.restore_gbs);
     }
-    meta->calib_gflops = measured.gflops;
-    meta->calib_restore_gbs = measured.restore_gbs;
-    meta->price_gflops = s->price.gflops;
-    meta->price_restore_gbs = s->price.restore_gbs;
-    meta->price_source = source;
+    meta->price.calib_gflops = measured.gflops;
+    meta->price.calib_restore_gbs = measured.restore_gbs;
+    meta->price.price_gflops = s->price.gflops;
+    meta->price.price_restore_gbs = s->price.restore_gbs;
+    meta->price.price_source = source;
     return ENG_OK;
 }
 
@@ -197,8 +197,8 @@ void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int32_t n_ctx_arg, int64
     meta->decode_n = o->decode_n;
     meta->cap_prompt = o->cap_prompt ? 1 : 0;
     meta->n_ctx = n_ctx;
-    meta->blas = eng_blas_info();
-    meta->n_repeat = o->repeat;
+    meta->machine.blas = eng_blas_info();
+    meta->price.n_repeat = o->repeat;
     /* runs.extra has always recorded --anchor as given (-1: auto or absent), whatever the policy */
     int32_t anchor_tokens = -1;
     hx_policy_args_read(&o->policy_args, "--anchor", &anchor_tokens);

@@ -113,17 +113,78 @@ const char *hx_run_status_str(hx_run_status st);
  * hx_run_meta_init): a NULL string, a negative integer and a NaN real are
  * stored as SQL NULL, except where "default" says what is stored instead.
  * "required": NULL/negative makes hx_store_begin_run fail with ENG_ERR_ARG. */
+/* Experiments and their shards (docs/scale.md); none of these but the experiment, variant and
+ * sweep is in config_key, so a shard's run of a unit has the configuration the unsharded run of that
+ * unit has. NULL / NaN / -1 for a plain replay. */
+typedef struct hx_run_experiment {
+    const char *experiment;        /* experiment spec name */
+    const char *variant;           /* variant within the experiment */
+    const char *sweep_name;        /* the swept knob ("chunk", "n_ctx", ...), NULL if none */
+    double      sweep_value;       /* its value in this run (NaN -> NULL) */
+    const char *spec_sha256;       /* SHA-256 of the experiment spec file (hex) */
+    const char *scale;             /* "demo" | "full" */
+    int64_t     unit;              /* this run's unit: its 0-based place in the experiment's plan */
+    int64_t     n_units;           /* units in the plan */
+    int64_t     shard;             /* the shard that ran it, 1..n_shards (1 of 1: unsharded) */
+    int64_t     n_shards;
+    const char *plan_sha256;       /* digest of the plan: every unit and its shard */
+} hx_run_experiment;
+
+/* A policy's own settings (its record and record_state functions write them). */
+typedef struct hx_run_policy_settings {
+    double      threshold;         /* slot similarity threshold (slot-lcp) */
+    int64_t     n_slots;           /* slot count (slot-lcp) */
+    int64_t     ctx_checkpoints;   /* checkpoints kept per slot */
+    int64_t     checkpoint_every;  /* tokens between context checkpoints */
+    int64_t     waypoint_every;    /* tokens between disk waypoints (disk-anchor) */
+    const char *anchor;            /* anchor rule (disk-anchor) */
+    const char *cache_dir;         /* disk cache directory */
+    int64_t     cache_ram;         /* host prompt-cache budget, bytes (slot-lcp --cache-ram) */
+    int64_t     cache_budget;      /* disk cache budget, bytes (disk-anchor) */
+    const char *policy_opts;       /* JSON object: the options as it runs them (block-hash, radix), or NULL */
+    int64_t     block_size;        /* tokens per block (block-hash, effective) or page (radix), <0 -> NULL */
+} hx_run_policy_settings;
+
+/* Timing: --repeat and the modeled TTFT's calibration and price (docs/sqlite.md). */
+typedef struct hx_run_price {
+    int64_t     n_repeat;          /* prefills timed per request (cold and reused); in config_key when > 1 */
+    double      calib_gflops;      /* measured at the run's start: prefill GFLOP/s at its chunk shape */
+    double      calib_restore_gbs; /* measured at the run's start: state restore GB/s */
+    double      price_gflops;      /* the figures the modeled TTFT is priced at */
+    double      price_restore_gbs;
+    const char *price_source;      /* "measured", or "reference FILE" */
+} hx_run_price;
+
+/* The machine; default: hx_sysinfo_get(). */
+typedef struct hx_run_machine {
+    const char *blas;              /* BLAS build, e.g. "OpenBLAS 0.3.21 ... (Haswell)" */
+    const char *cpu;               /* CPU model name */
+    int64_t     n_cpus;            /* online CPUs (<=0: default) */
+    const char *hostname;
+    const char *os_release;        /* "Linux 6.1.0-18-amd64" */
+} hx_run_machine;
+
+/* kvreplay probe (docs/probe.md): the live server under test; NULL for every other run. */
+typedef struct hx_run_probe {
+    const char *server_url;        /* its base URL */
+    const char *server_api;        /* llama | openai | vllm | sglang | anthropic | responses | gemini */
+    const char *server_engine;     /* llama.cpp | vllm | sglang | kvreplay | unknown: whose cache rule applied */
+    const char *server_info;       /* JSON object: what its identity endpoints answered (/props, /v1/models, ...) */
+    const char *probe_opts;        /* JSON object: the probe's flags as it ran them */
+} hx_run_probe;
+
+/* Every column of `runs` the caller provides, by part. Sentinels (set by
+ * hx_run_meta_init): a NULL string, a negative integer and a NaN real are
+ * stored as SQL NULL, except where "default" says what is stored instead.
+ * "required": NULL/negative makes hx_store_begin_run fail with ENG_ERR_ARG. */
 typedef struct hx_run_meta {
     /* provenance */
     const char *started_at;        /* ISO-8601 UTC; default: now, "2025-01-31T12:00:00.000Z" */
     const char *version;           /* default KVR_VERSION */
     const char *git_rev;           /* default hx_git_rev() */
     const char *argv;              /* the command line; default hx_argv_joined() */
-    const char *experiment;        /* experiment spec name; NULL for a plain replay */
-    const char *variant;           /* variant within the experiment; NULL for a plain replay */
-    const char *sweep_name;        /* the swept knob ("chunk", "n_ctx", ...), NULL if none */
-    double      sweep_value;       /* its value in this run (NaN -> NULL) */
     int64_t     n_requests;        /* requests in the transcript (planned), <0 -> NULL */
+    hx_run_experiment exp;
     /* model */
     const char *model_path;        /* required */
     const char *model_sha256;      /* hex digest of the GGUF file */
@@ -137,15 +198,7 @@ typedef struct hx_run_meta {
     const char *policy;            /* required: "cold", "slot-lcp", "disk-anchor", ... */
     const char *quirks;            /* comma-separated quirk names; default "" (none) */
     const char *normalize;         /* comma-separated normalization rules; default "" */
-    double      threshold;         /* slot similarity threshold (slot-lcp) */
-    int64_t     n_slots;           /* slot count (slot-lcp) */
-    int64_t     ctx_checkpoints;   /* checkpoints kept per slot */
-    int64_t     checkpoint_every;  /* tokens between context checkpoints */
-    int64_t     waypoint_every;    /* tokens between disk waypoints (disk-anchor) */
-    const char *anchor;            /* anchor rule (disk-anchor) */
-    const char *cache_dir;         /* disk cache directory */
-    int64_t     cache_ram;         /* host prompt-cache budget, bytes (slot-lcp --cache-ram) */
-    int64_t     cache_budget;      /* disk cache budget, bytes (disk-anchor) */
+    hx_run_policy_settings pol;
     /* engine */
     const char *align;             /* required: "chunk" | "none" */
     int64_t     chunk;             /* required: C, the prefill grid */
@@ -157,39 +210,12 @@ typedef struct hx_run_meta {
     int64_t     cap_prompt;        /* prompt token cap */
     int64_t     n_ctx;             /* context length */
     int64_t     seed;              /* the run's seed, in [0, 2^63) */
-    /* machine; default: hx_sysinfo_get() */
-    const char *blas;              /* BLAS build, e.g. "OpenBLAS 0.3.21 ... (Haswell)" */
-    const char *cpu;               /* CPU model name */
-    int64_t     n_cpus;            /* online CPUs (<=0: default) */
-    const char *hostname;
-    const char *os_release;        /* "Linux 6.1.0-18-amd64" */
+    hx_run_machine machine;
+    hx_run_price   price;
+    hx_run_probe   probe;
     /* resume and extras */
     const char *config_key;        /* default hx_run_meta_config_key(this) */
     const char *extra;             /* JSON object with policy-specific settings, or NULL */
-    const char *policy_opts;       /* JSON object: the policy's options as it runs them (block-hash, radix), or NULL */
-    int64_t     block_size;        /* tokens per block (block-hash, effective) or page (radix), <0 -> NULL */
-    /* timing: --repeat and the modeled TTFT (docs/sqlite.md) */
-    int64_t     n_repeat;          /* prefills timed per request (cold and reused); part of config_key when > 1 */
-    double      calib_gflops;      /* measured at the run's start: prefill GFLOP/s at its chunk shape */
-    double      calib_restore_gbs; /* measured at the run's start: state restore GB/s */
-    double      price_gflops;      /* the figures the modeled TTFT is priced at */
-    double      price_restore_gbs;
-    const char *price_source;      /* "measured", or "reference FILE" */
-    /* experiments and their shards (docs/scale.md); none of these is in config_key, so a shard's
-     * run of a unit has the configuration the unsharded run of that unit has */
-    const char *spec_sha256;       /* SHA-256 of the experiment spec file (hex) */
-    const char *scale;             /* "demo" | "full" */
-    int64_t     unit;              /* this run's unit: its 0-based place in the experiment's plan */
-    int64_t     n_units;           /* units in the plan */
-    int64_t     shard;             /* the shard that ran it, 1..n_shards (1 of 1: unsharded) */
-    int64_t     n_shards;
-    const char *plan_sha256;       /* digest of the plan: every unit and its shard */
-    /* kvreplay probe (docs/probe.md): the live server under test; NULL for every other run */
-    const char *server_url;        /* its base URL */
-    const char *server_api;        /* llama | openai | vllm | sglang | anthropic */
-    const char *server_engine;     /* llama.cpp | vllm | sglang | kvreplay | unknown: whose cache rule applied */
-    const char *server_info;       /* JSON object: what its identity endpoints answered (/props, /v1/models, ...) */
-    const char *probe_opts;        /* JSON object: the probe's flags as it ran them */
 } hx_run_meta;
 
 /* Sets every field to its sentinel: NULL strings, -1 integers, NaN reals. */

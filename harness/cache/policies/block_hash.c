@@ -244,8 +244,8 @@ static int bh_create(const hx_policy_config *cfg, void **state, char *err, size_
 
 static void bh_record_state(const void *state, hx_run_meta *meta) {
     const bh_state *st = state;
-    meta->block_size = st->B;
-    meta->policy_opts = st->opts_json;
+    meta->pol.block_size = st->B;
+    meta->pol.policy_opts = st->opts_json;
 }
 
 /* Room for the blocks of n tokens. */

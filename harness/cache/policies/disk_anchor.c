@@ -87,10 +87,10 @@ static const hx_quirk da_quirks[] = {
 
 static void da_record(const void *opts, hx_run_meta *meta) {
     const da_opts *o = opts;
-    meta->waypoint_every = o->waypoint_every;
-    meta->anchor = o->anchor_tokens < 0 ? "auto" : "fixed";
-    meta->cache_dir = o->cache_dir;
-    meta->cache_budget = o->cache_budget;
+    meta->pol.waypoint_every = o->waypoint_every;
+    meta->pol.anchor = o->anchor_tokens < 0 ? "auto" : "fixed";
+    meta->pol.cache_dir = o->cache_dir;
+    meta->pol.cache_budget = o->cache_budget;
 }
 
 /* Deletes dir's checkpoint files (*.kv) and everything in dir/quarantine. */

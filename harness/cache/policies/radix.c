@@ -187,8 +187,8 @@ static int rx_create(const hx_policy_config *cfg, void **state, char *err, size_
 
 static void rx_record_state(const void *state, hx_run_meta *meta) {
     const rx_state *st = state;
-    meta->block_size = st->o.page_size;
-    meta->policy_opts = st->opts_json;
+    meta->pol.block_size = st->o.page_size;
+    meta->pol.policy_opts = st->opts_json;
 }
 
 /* The path from the root to node into st->path; its length, -1 on OOM. */

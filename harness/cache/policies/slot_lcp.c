@@ -90,11 +90,11 @@ static const hx_quirk slot_quirks[] = {
 
 static void slot_record(const void *opts, hx_run_meta *meta) {
     const slot_opts *o = opts;
-    meta->threshold = o->sim_threshold;
-    meta->n_slots = o->n_slots;
-    meta->ctx_checkpoints = o->ctx_checkpoints;
-    meta->checkpoint_every = o->checkpoint_every;
-    meta->cache_ram = o->cache_ram;
+    meta->pol.threshold = o->sim_threshold;
+    meta->pol.n_slots = o->n_slots;
+    meta->pol.ctx_checkpoints = o->ctx_checkpoints;
+    meta->pol.checkpoint_every = o->checkpoint_every;
+    meta->pol.cache_ram = o->cache_ram;
 }
 
 // ----------------------------------------------------------------------------
