@@ -25,6 +25,7 @@ struct hx_blockpool {
     int32_t           B;
     int32_t           capacity;   /* 0: unbounded */
     hx_block         *blocks;
+    int32_t          *tokens;     /* (cap_blocks * B) each block's token ids while cached */
     int32_t           n_blocks, cap_blocks;
     hx_evict         *ev;         /* the cached blocks' order; candidates: the free ones */
     int32_t           free_head, free_tail;  /* uncached free blocks, least recently freed first */
@@ -69,9 +70,11 @@ static slot *map_find(hx_blockpool *p, uint64_t h) {
     }
 }
 
+/* Rebuilds the map for the live entries (dropping the gone ones), at a
+ * size where they fill at most a quarter of it. */
 static int map_grow(hx_blockpool *p) {
-    int32_t cap = p->map_cap ? 2 * p->map_cap : 1024;
-    while (p->n_cached * 2 >= cap) cap *= 2;
+    int32_t cap = 1024;
+    while (p->n_cached * 4 >= cap) cap *= 2;
     slot *m = malloc(sizeof *m * (size_t)cap);
     if (!m) return ENG_ERR_NOMEM;
     for (int32_t i = 0; i < cap; i++) m[i].head = SLOT_EMPTY;
@@ -131,6 +134,7 @@ hx_blockpool *hx_blockpool_new_evict(int32_t block_size, int32_t capacity, hx_ev
     if (block_size < 1 || capacity < 0) return NULL;
     hx_blockpool *p = calloc(1, sizeof *p);
     if (!p || !(p->ev = hx_evict_new(kind, capacity))) { free(p); return NULL; }
+    hx_evict_monotone(p->ev);  /* lru: blocks become candidates as they are freed, stamped then */
     p->B = block_size;
     p->capacity = capacity;
     p->free_head = p->free_tail = -1;
@@ -158,8 +162,6 @@ static void uncache(hx_blockpool *p, int32_t id, bool evicted) {
     }
     if (p->on_evict) p->on_evict(p->ud, b);
     hx_evict_drop(p->ev, id, evicted);
-    free(b->tokens);
-    b->tokens = NULL;
     b->data = NULL;
     b->hash = b->parent = 0;
     b->dup = -1;
@@ -171,6 +173,7 @@ void hx_blockpool_free(hx_blockpool *p) {
     for (int32_t i = 0; i < p->n_blocks; i++) uncache(p, i, false);
     hx_evict_free(p->ev);
     free(p->blocks);
+    free(p->tokens);
     free(p->map);
     free(p);
 }
@@ -180,7 +183,9 @@ int32_t hx_blockpool_find(hx_blockpool *p, uint64_t hash, uint64_t parent, const
     slot *s = map_find(p, hash);
     for (int32_t k = s ? s->head : -1; k >= 0; k = p->blocks[k].dup) {
         const hx_block *b = &p->blocks[k];
-        if (b->parent != parent || memcmp(b->tokens, tokens, sizeof(int32_t) * (size_t)p->B) != 0) continue;
+        if (b->parent != parent ||
+            memcmp(p->tokens + (size_t)k * (size_t)p->B, tokens, sizeof(int32_t) * (size_t)p->B) != 0)
+            continue;
         if (!accept || accept(ud, b)) return k;
     }
     return -1;
@@ -189,6 +194,11 @@ int32_t hx_blockpool_find(hx_blockpool *p, uint64_t hash, uint64_t parent, const
 hx_block *hx_blockpool_get(hx_blockpool *p, int32_t id) {
     ENG_ASSERT(id >= 0 && id < p->n_blocks);
     return &p->blocks[id];
+}
+
+const int32_t *hx_blockpool_tokens(const hx_blockpool *p, int32_t id) {
+    ENG_ASSERT(id >= 0 && id < p->n_blocks && p->blocks[id].hash);
+    return p->tokens + (size_t)id * (size_t)p->B;
 }
 
 void hx_blockpool_touch(hx_blockpool *p, int32_t id) {
@@ -224,6 +234,9 @@ int32_t hx_blockpool_alloc(hx_blockpool *p) {
             hx_block *nb = realloc(p->blocks, sizeof *nb * (size_t)cap);
             if (!nb) return -1;
             p->blocks = nb;
+            int32_t *nt = realloc(p->tokens, sizeof *nt * (size_t)cap * (size_t)p->B);
+            if (!nt) return -1;
+            p->tokens = nt;
             p->cap_blocks = cap;
         }
         id = p->n_blocks++;
@@ -241,14 +254,11 @@ int hx_blockpool_cache(hx_blockpool *p, int32_t id, uint64_t hash, uint64_t pare
                        const int32_t *tokens, void *data) {
     hx_block *b = hx_blockpool_get(p, id);
     ENG_ASSERT(b->hash == 0 && hash != 0 && !b->free);
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)p->B);
-    if (!t) return ENG_ERR_NOMEM;
-    if (hx_evict_add(p->ev, id, ++p->clock, hash, 1) != ENG_OK) { free(t); return ENG_ERR_NOMEM; }
+    if (hx_evict_add(p->ev, id, ++p->clock, hash, 1) != ENG_OK) return ENG_ERR_NOMEM;
     p->n_cached++;  /* counted first: map_grow sizes for it */
     slot *s = map_put(p, hash);
-    if (!s) { p->n_cached--; hx_evict_drop(p->ev, id, false); free(t); return ENG_ERR_NOMEM; }
-    memcpy(t, tokens, sizeof(int32_t) * (size_t)p->B);
-    b->tokens = t;
+    if (!s) { p->n_cached--; hx_evict_drop(p->ev, id, false); return ENG_ERR_NOMEM; }
+    memcpy(p->tokens + (size_t)id * (size_t)p->B, tokens, sizeof(int32_t) * (size_t)p->B);
     b->hash = hash;
     b->parent = parent;
     b->index = index;

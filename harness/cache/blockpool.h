@@ -50,7 +50,6 @@ typedef struct hx_block {
     int32_t  free_next;/* the next uncached free block (freed later), -1 */
     bool     free;     /* ref 0 (a candidate when cached, on the free list when not) */
     uint64_t stamp;    /* when it was last freed */
-    int32_t *tokens;   /* (B) its token ids while cached */
     void    *data;     /* the policy's payload while cached */
 } hx_block;
 
@@ -84,6 +83,8 @@ int32_t hx_blockpool_find(hx_blockpool *p, uint64_t hash, uint64_t parent, const
                           hx_block_accept_fn accept, void *ud);
 /* Block id; the pointer is valid until the next hx_blockpool_alloc. */
 hx_block *hx_blockpool_get(hx_blockpool *p, int32_t id);
+/* Block id's token ids (B) while cached; valid until the next hx_blockpool_alloc. */
+const int32_t *hx_blockpool_tokens(const hx_blockpool *p, int32_t id);
 /* A cache hit: one more user; the block leaves the free queue. */
 void    hx_blockpool_touch(hx_blockpool *p, int32_t id);
 /* A block for a running request (one user, not cached), evicting the free

@@ -39,6 +39,7 @@ typedef struct gslot {
 
 struct hx_evict {
     hx_evict_kind kind;
+    bool          mono;       /* lru with monotone stamps: candidates in queue M, newest at the head */
     int64_t       cap;
     ent          *e;
     int32_t       n_e;        /* ids < n_e have a slot */
@@ -88,6 +89,7 @@ void hx_evict_free(hx_evict *e) {
 }
 
 hx_evict_kind hx_evict_kind_of(const hx_evict *e) { return e->kind; }
+void hx_evict_monotone(hx_evict *e) { e->mono = e->kind == HX_EVICT_LRU; }
 int32_t hx_evict_entries(const hx_evict *e) { return e->live; }
 int32_t hx_evict_candidates(const hx_evict *e) { return e->cands; }
 
@@ -358,7 +360,14 @@ void hx_evict_hit(hx_evict *e, int32_t id) {
 void hx_evict_use(hx_evict *e, int32_t id, uint64_t stamp) {
     ent *x = get(e, id);
     x->last = stamp;
-    if (e->kind == HX_EVICT_LRU || e->kind == HX_EVICT_LFU) heap_fix(e, id);
+    if (e->mono) {
+        if (x->cand) {  /* the newest now: to the head */
+            q_unlink(e, id);
+            q_push_head(e, Q_M, id);
+        }
+    } else if (e->kind == HX_EVICT_LRU || e->kind == HX_EVICT_LFU) {
+        heap_fix(e, id);
+    }
 }
 
 void hx_evict_candidate(hx_evict *e, int32_t id, bool on) {
@@ -367,6 +376,11 @@ void hx_evict_candidate(hx_evict *e, int32_t id, bool on) {
     x->cand = on;
     e->cands += on ? 1 : -1;
     if (e->kind == HX_EVICT_S3FIFO) return;
+    if (e->mono) {
+        if (on) q_push_head(e, Q_M, id);
+        else q_unlink(e, id);
+        return;
+    }
     if (on) {
         if (heap_push(e, id) != ENG_OK) {  /* out of memory: it stays, never chosen */
             x->cand = false;
@@ -437,5 +451,6 @@ static int32_t s3_victim(hx_evict *e) {
 
 int32_t hx_evict_victim(hx_evict *e) {
     if (e->kind == HX_EVICT_S3FIFO) return s3_victim(e);
+    if (e->mono) return e->tail[Q_M];
     return e->n_heap > 0 ? e->heap[0] : -1;
 }

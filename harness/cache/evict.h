@@ -61,6 +61,10 @@ typedef struct hx_evict hx_evict;
 hx_evict *hx_evict_new(hx_evict_kind kind, int64_t capacity);
 void      hx_evict_free(hx_evict *e);  /* accepts NULL */
 hx_evict_kind hx_evict_kind_of(const hx_evict *e);
+/* The structure's promise, under lru: an entry becomes a candidate only at
+ * the largest `last` stamp so far (the block pool stamps a block as it frees
+ * it). The candidates are then one list, oldest first: O(1) per change. */
+void hx_evict_monotone(hx_evict *e);
 
 /* A new entry id (not a candidate yet) of size units, inserted at stamp
  * (its created and last stamps), with an identity (s3fifo's ghost: equal

@@ -123,21 +123,34 @@ bool hx_policy_args_parse(hx_policy_args *args, int argc, char **argv, int *i) {
     const char *v = NULL;
     if (!o) return false;
     if (o->type == HX_OPT_FLAG ? strcmp(argv[*i], name) != 0 : !(v = hx_opt(argc, argv, i, name))) return false;
-    /* the value is checked now (exit 2 naming the flag), parsed into a scratch copy of the options */
+    /* the value is checked now (hx_option_set: exit 2 naming the flag), parsed into a scratch copy */
     void *scratch = malloc(ops->opts_size);
-    if (!scratch) hx_die(HX_EXIT_INTERNAL, "%s: out of memory", o->name);
+    if (!scratch) {
+        if (!args->err[0]) snprintf(args->err, sizeof args->err, "%s: out of memory", o->name);
+        return true;
+    }
     memcpy(scratch, ops->defaults, ops->opts_size);
     hx_option_set(o, v, (char *)scratch + o->offset);
     free(scratch);
     hx_policy_arg *a = arg_slot(args, o->name);
-    if (!a) hx_die(HX_EXIT_USAGE, "%s: more than %d policy options", o->name, HX_POLICY_ARGS_MAX);
+    if (!a) {
+        if (!args->err[0]) snprintf(args->err, sizeof args->err, "%s: more than %d policy options", o->name,
+                                    HX_POLICY_ARGS_MAX);
+        return true;
+    }
     a->name = o->name;
     a->text = v ? v : "";
     a->num = 0;
     return true;
 }
 
-/* Writes arg's value into field, as o declares it. */
+/* Whether an option of type t can be set as a number. */
+static bool numeric(hx_opt_type t) {
+    return t == HX_OPT_FLAG || t == HX_OPT_INT || t == HX_OPT_INT64 || t == HX_OPT_MIB || t == HX_OPT_DOUBLE;
+}
+
+/* Writes arg's value into field, as o declares it (a number only into a
+ * numeric option: hx_policy_args_set_num refuses the others). */
 static void apply_arg(const hx_option *o, const hx_policy_arg *a, void *field) {
     if (a->text) {
         hx_option_set(o, o->type == HX_OPT_FLAG ? NULL : a->text, field);
@@ -149,7 +162,7 @@ static void apply_arg(const hx_option *o, const hx_policy_arg *a, void *field) {
     case HX_OPT_INT64:
     case HX_OPT_MIB:    *(int64_t *)field = a->num; break;
     case HX_OPT_DOUBLE: *(double *)field = (double)a->num; break;
-    default:            hx_die(HX_EXIT_USAGE, "%s: cannot be set as a number", o->name);
+    default:            ENG_ASSERT(numeric(o->type)); break;
     }
 }
 
@@ -164,6 +177,7 @@ bool hx_policy_args_read(const hx_policy_args *args, const char *name, void *fie
 
 static int set_arg(hx_policy_args *args, const char *name, const char *text, int64_t num) {
     const hx_option *o = find_option(name, NULL);
+    if (o && !text && !numeric(o->type)) return ENG_ERR_ARG;
     hx_policy_arg *a = o ? arg_slot(args, o->name) : NULL;
     if (!a) return ENG_ERR_ARG;
     a->name = o->name;
@@ -246,6 +260,10 @@ int hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_pol
         eng_errf(err, errlen, "--policy: unknown policy '%s' (known: %s)", name, hx_policy_names());
         return ENG_ERR_ARG;
     }
+    if (args && args->err[0]) {
+        eng_errf(err, errlen, "%s", args->err);
+        return ENG_ERR_ARG;
+    }
     hx_policy *p = calloc(1, sizeof *p);
     if (!p) return ENG_ERR_NOMEM;
     p->ops = ops;
@@ -278,6 +296,68 @@ void hx_policy_record(const hx_policy *p, struct hx_run_meta *meta) {
 void hx_policy_destroy(hx_policy *p) {
     if (!p) return;
     if (p->ops && p->state) p->ops->destroy(p->state);
+    free(p->opts);
+    free(p);
+}
+
+// ----------------------------------------------------------------------------
+// Token-only mode
+
+int32_t hx_sim_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    int32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[HX_SIM_WORDS * i] == b[HX_SIM_WORDS * i] && a[HX_SIM_WORDS * i + 1] == b[HX_SIM_WORDS * i + 1]) i++;
+    return i;
+}
+
+int hx_sim_policy_create(const char *name, const hx_sim_config *cfg, const hx_policy_args *args,
+                         hx_sim_policy **out, char *err, size_t errlen) {
+    *out = NULL;
+    const hx_policy_ops *ops = find_policy(name);
+    if (!ops || !ops->sim) {
+        char known[256] = "";
+        for (size_t i = 0, off = 0; hx_policies[i] && off < sizeof known; i++)
+            if (hx_policies[i]->sim)
+                off += (size_t)snprintf(known + off, sizeof known - off, "%s%s", off ? ", " : "", hx_policies[i]->name);
+        eng_errf(err, errlen, "--policy: %s '%s' (policies with a token-only mode: %s)",
+                 ops ? "no token-only mode for policy" : "unknown policy", name, known);
+        return ENG_ERR_ARG;
+    }
+    if (args && args->err[0]) {
+        eng_errf(err, errlen, "%s", args->err);
+        return ENG_ERR_ARG;
+    }
+    if (cfg->block_tokens < 1 || cfg->capacity_tokens < 0 || cfg->block_size < 0 ||
+        (cfg->block_size && cfg->block_size % cfg->block_tokens)) {
+        eng_errf(err, errlen, "--block-size: %lld tokens is not a whole number of the trace's %d-token blocks",
+                 (long long)cfg->block_size, cfg->block_tokens);
+        return ENG_ERR_ARG;
+    }
+    hx_sim_policy *p = calloc(1, sizeof *p);
+    if (!p) return ENG_ERR_NOMEM;
+    p->ops = ops;
+    p->sim = ops->sim;
+    p->cfg = *cfg;
+    if (ops->opts_size) {
+        if (!(p->opts = malloc(ops->opts_size))) { free(p); return ENG_ERR_NOMEM; }
+        memcpy(p->opts, ops->defaults, ops->opts_size);
+        for (int32_t k = 0; args && k < args->n; k++) {
+            const hx_option *o = hx_option_find(ops->options, args->a[k].name);
+            if (o) apply_arg(o, &args->a[k], (char *)p->opts + o->offset);
+        }
+    }
+    p->cfg.opts = p->opts;
+    int rc = p->sim->create(&p->cfg, &p->state, err, errlen);
+    if (rc != ENG_OK) {
+        hx_sim_policy_destroy(p);
+        return rc;
+    }
+    *out = p;
+    return ENG_OK;
+}
+
+void hx_sim_policy_destroy(hx_sim_policy *p) {
+    if (!p) return;
+    if (p->state) p->sim->destroy(p->state);
     free(p->opts);
     free(p);
 }
