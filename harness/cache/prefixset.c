@@ -297,3 +297,34 @@ int64_t hx_prefixset_origin(const hx_prefixset *s, int32_t id) { return s->e[id]
 int64_t hx_prefixset_held(const hx_prefixset *s) { return s->held; }
 int32_t hx_prefixset_entries(const hx_prefixset *s) { return s->live; }
 int64_t hx_prefixset_evicted(const hx_prefixset *s) { return s->evicted; }
+
+int hx_prefixset_check(const hx_prefixset *s, char *err, size_t errlen) {
+    int64_t held = 0;
+    int32_t live = 0;
+    for (int32_t id = 0; id < s->n_e; id++) {
+        const entry *x = &s->e[id];
+        if (!x->live) continue;
+        live++;
+        held += x->n;
+        for (int32_t i = 0; i < x->n; i++) {
+            const mslot *m = lookup(s, x->h[i]);
+            bool in = false;
+            for (int32_t k = m ? m->head : -1, steps = 0; k >= 0 && steps <= s->n_e; k = s->e[k].links[i].next, steps++)
+                in |= k == id;
+            if (!in) {
+                eng_errf(err, errlen, "prefix set: entry %d is not listed under its prefix of %d blocks", id, i + 1);
+                return ENG_ERR_FORMAT;
+            }
+        }
+        if (hx_prefixset_find(s, x->h, x->n) != id) {
+            eng_errf(err, errlen, "prefix set: entry %d is not found by its own content", id);
+            return ENG_ERR_FORMAT;
+        }
+    }
+    if (held != s->held || live != s->live || live != hx_evict_entries(s->ev) || (s->budget && held > s->budget)) {
+        eng_errf(err, errlen, "prefix set: %d entries of %lld blocks (counted %d, %lld; ordered %d; budget %lld)", live,
+                 (long long)held, s->live, (long long)s->held, hx_evict_entries(s->ev), (long long)s->budget);
+        return ENG_ERR_FORMAT;
+    }
+    return ENG_OK;
+}

@@ -28,6 +28,7 @@
 #define HX_PREFIXSET_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "evict.h"
@@ -64,5 +65,9 @@ int64_t hx_prefixset_origin(const hx_prefixset *s, int32_t id);
 int64_t hx_prefixset_held(const hx_prefixset *s);      /* blocks held */
 int32_t hx_prefixset_entries(const hx_prefixset *s);
 int64_t hx_prefixset_evicted(const hx_prefixset *s);   /* blocks evicted so far */
+/* Checks the invariants: held within the budget and equal to the entries'
+ * blocks; every entry found by each of its prefixes, exactly by its last;
+ * the order's entries. ENG_OK or ENG_ERR_FORMAT with err. */
+int     hx_prefixset_check(const hx_prefixset *s, char *err, size_t errlen);
 
 #endif /* HX_PREFIXSET_H */

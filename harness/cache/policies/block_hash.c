@@ -615,7 +615,13 @@ static int bh_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
     return ENG_OK;
 }
 
+static int bh_sim_check(void *state, char *err, size_t errlen) {
+    bh_sim *st = state;
+    return hx_blockpool_check(st->pool, err, errlen);
+}
+
 static const hx_sim_ops bh_sim_ops = {
+    .check = bh_sim_check,
     .create = bh_sim_create,
     .peek = bh_sim_peek,
     .access = bh_sim_access,

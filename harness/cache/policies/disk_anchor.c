@@ -468,12 +468,10 @@ static int da_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
     }
     char err[160];
     if (hx_anchor_plan(&st->ap, n_tok, k * st->bt, st->plan, cap, &n_plan, err, sizeof err) != ENG_OK) n_plan = 0;
-    int32_t stored = 0;
     for (int32_t i = 0; i < n_plan; i++) {
         int32_t b = st->plan[i].pos / st->bt, id;
         if (hx_prefixset_find(st->files, st->h, b) >= 0) continue;  /* HX_DISKCACHE_PRESENT */
         if (hx_prefixset_add(st->files, r->words, st->h, b, r->index, ++st->clock, &id) != ENG_OK) return ENG_ERR_NOMEM;
-        stored += id >= 0;
     }
     /* the live sequence: this prompt */
     if (m > st->cap_live) {
@@ -492,11 +490,15 @@ static int da_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
                          st->group;
     out->evicted_blocks = (hx_prefixset_evicted(st->files) - ev0) * st->group;
     out->held_blocks = (hx_prefixset_held(st->files) + st->n_live) * st->group;
-    (void)stored;
     return ENG_OK;
 }
 
+static int da_sim_check(void *state, char *err, size_t errlen) {
+    return hx_prefixset_check(((da_sim *)state)->files, err, errlen);
+}
+
 static const hx_sim_ops da_sim_ops = {
+    .check = da_sim_check,
     .create = da_sim_create,
     .peek = da_sim_peek,
     .access = da_sim_access,

@@ -268,6 +268,8 @@ typedef struct hx_sim_ops {
     int32_t (*peek)(void *state, const hx_sim_req *r);
     int     (*access)(void *state, const hx_sim_req *r, hx_sim_access *out);
     void    (*destroy)(void *state);
+    /* The structures' invariants and the capacity (tests): ENG_OK or ENG_ERR_FORMAT with err. */
+    int     (*check)(void *state, char *err, size_t errlen);
 } hx_sim_ops;
 
 /* A policy in token-only mode. */

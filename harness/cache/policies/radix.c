@@ -577,7 +577,19 @@ static int rx_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
     return ENG_OK;
 }
 
+static int rx_sim_check(void *state, char *err, size_t errlen) {
+    rx_sim *st = state;
+    int rc = hx_radix_check(st->t, err, errlen);
+    if (rc == ENG_OK && st->cap > 0 && hx_radix_tokens(st->t) > st->cap) {
+        eng_errf(err, errlen, "radix: the tree holds %lld words, capacity %lld", (long long)hx_radix_tokens(st->t),
+                 (long long)st->cap);
+        rc = ENG_ERR_FORMAT;
+    }
+    return rc;
+}
+
 static const hx_sim_ops rx_sim_ops = {
+    .check = rx_sim_check,
     .create = rx_sim_create,
     .peek = rx_sim_peek,
     .access = rx_sim_access,

@@ -621,7 +621,12 @@ static int slot_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out)
     return ENG_OK;
 }
 
+static int slot_sim_check(void *state, char *err, size_t errlen) {
+    return hx_prefixset_check(((slot_sim *)state)->cache, err, errlen);
+}
+
 static const hx_sim_ops slot_sim_ops = {
+    .check = slot_sim_check,
     .create = slot_sim_create,
     .peek = slot_sim_peek,
     .access = slot_sim_access,
