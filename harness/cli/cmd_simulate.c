@@ -431,7 +431,7 @@ int hx_cmd_simulate(int argc, char **argv) {
                  "\"route\":\"%s\",\"pool\":\"%s\"}", a.evict, (long long)o.capacity_tokens, a.instances, a.route, a.pool);
         meta.extra = extra;
         int rc = hx_sim_store_begin(a.db, &meta, &c.db, err, sizeof err);
-        if (rc != ENG_OK) hx_die(rc == ENG_ERR_NOMEM || rc == ENG_ERR_IO ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
+        if (rc != ENG_OK) hx_die(hx_exit_for_input(rc), "%s", err);
     }
     o.on_request = (c.db || c.keep || c.mat) ? on_request : NULL;
     o.on_window = c.db ? on_window : NULL;
