@@ -45,6 +45,8 @@ static const char k_usage[] =
 typedef struct sim_args {
     const char  *trace, *format, *policy, *evict, *route, *pool, *profile, *model, *calibration, *db;
     const char  *capacity, *capacity_bytes, *experiment, *variant, *sweep_name, *materialize;
+    const char  *plan_sha, *spec_sha, *scale;   /* set by kvreplay experiment */
+    int64_t      unit, n_units, shard, n_shards;
     hx_str_list  quirks;
     int32_t      block_tokens, instances, chunk, ubatch;
     int64_t      repeat, limit, request_rows, verify_n, verify_seed, verify_max_tokens, block_size;
@@ -63,7 +65,7 @@ static const hx_option k_options[] = {
      OPT(block_tokens), 1, 1 << 20, NULL},
     {"--repeat", NULL, "K", "K copies of the trace, time-shifted, ids remapped (default 1)", HX_OPT_INT64,
      OPT(repeat), 1, 1 << 20, NULL},
-    {"--limit", NULL, "N", "the first N requests only", HX_OPT_INT64, OPT(limit), 1, INT64_MAX, NULL},
+    {"--limit", NULL, "N", "the first N requests only", HX_OPT_INT64, OPT(limit), 1, (double)(1LL << 62), NULL},
     {"--policy", NULL, "P", "block-hash (default), radix, slot-lcp or disk-anchor", HX_OPT_STRING, OPT(policy), 0, 0,
      NULL},
     {"--capacity", NULL, "TOKENS", "tokens each instance's cache holds, e.g. 3e6 or 3M (default: unbounded)",
@@ -99,7 +101,7 @@ static const hx_option k_options[] = {
     {"--tpot-ms", NULL, "MS", "override the decode step", HX_OPT_DOUBLE, OPT(tpot_ms), 0, 1e9, NULL},
     {"--db", NULL, "FILE", "write the run to this results database", HX_OPT_STRING, OPT(db), 0, 0, NULL},
     {"--request-rows", NULL, "N", "keep the first N requests' rows (default: all)", HX_OPT_INT64, OPT(request_rows),
-     0, INT64_MAX, NULL},
+     0, (double)(1LL << 62), NULL},
     {"--experiment", NULL, "NAME", "runs.experiment (set by kvreplay experiment)", HX_OPT_STRING, OPT(experiment), 0,
      0, NULL},
     {"--variant", NULL, "NAME", "runs.variant", HX_OPT_STRING, OPT(variant), 0, 0, NULL},
@@ -107,7 +109,7 @@ static const hx_option k_options[] = {
     {"--sweep-value", NULL, "X", "runs.sweep_value", HX_OPT_DOUBLE, OPT(sweep_value), -1e300, 1e300, NULL},
     {"--verify-sample", NULL, "N", "check N hits (seeded) cold and reused on -m's engine, memcmp", HX_OPT_INT64,
      OPT(verify_n), 0, 1 << 20, NULL},
-    {"--verify-seed", NULL, "S", "the sample's seed (default 0)", HX_OPT_INT64, OPT(verify_seed), 0, INT64_MAX, NULL},
+    {"--verify-seed", NULL, "S", "the sample's seed (default 0)", HX_OPT_INT64, OPT(verify_seed), 0, (double)(1LL << 62), NULL},
     {"--verify-max-tokens", NULL, "N", "sample only requests of at most N tokens", HX_OPT_INT64,
      OPT(verify_max_tokens), 1, INT32_MAX, NULL},
     {"--materialize", NULL, "FILE", "write each request's tokens (materialized block ids) to FILE, one JSON\n"
@@ -117,7 +119,15 @@ static const hx_option k_options[] = {
      hx_parse_align},
     {"--ubatch", NULL, "U", "chunk under --align none (default 512)", HX_OPT_INT, OPT(ubatch), 1, 1 << 20, NULL},
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
-    {"--quiet", NULL, NULL, "no progress on stderr", HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
+    {"--quiet", NULL, NULL, "print nothing (but --json's object and errors)", HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},
+    /* set by kvreplay experiment (cmd_experiment_sim.c): the run's place in the experiment's plan */
+    {"--unit", NULL, "U", NULL, HX_OPT_INT64, OPT(unit), 0, INT32_MAX, NULL},
+    {"--n-units", NULL, "N", NULL, HX_OPT_INT64, OPT(n_units), 0, INT32_MAX, NULL},
+    {"--shard-index", NULL, "K", NULL, HX_OPT_INT64, OPT(shard), 1, 4096, NULL},
+    {"--n-shards", NULL, "N", NULL, HX_OPT_INT64, OPT(n_shards), 1, 4096, NULL},
+    {"--plan-sha256", NULL, "HEX", NULL, HX_OPT_STRING, OPT(plan_sha), 0, 0, NULL},
+    {"--spec-sha256", NULL, "HEX", NULL, HX_OPT_STRING, OPT(spec_sha), 0, 0, NULL},
+    {"--scale", NULL, "S", NULL, HX_OPT_STRING, OPT(scale), 0, 0, NULL},
     {0},
 };
 
@@ -293,7 +303,7 @@ static int verify(const sim_args *a, const hx_trace_opts *to, run_ctx *c, const 
                               (json_int_t)(v.max_ulp > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v.max_ulp),
                               "max_abs_diff", v.max_abs);
         if (o) json_array_append_new(arr, o);
-        if (!v.equal && !a->json)
+        if (!v.equal && !a->json && !a->quiet)
             printf("verify: request %lld (%d tokens, %d segments, reused %lld): logits differ from cold at %lld, "
                    "max ULP %llu\n", (long long)r.index, r.input_length, nb, (long long)bounds[nb - 1],
                    (long long)v.first_diff, (unsigned long long)v.max_ulp);
@@ -315,7 +325,8 @@ int hx_cmd_simulate(int argc, char **argv) {
     }
     sim_args a = {.policy = "block-hash", .evict = "lru", .route = "round-robin", .pool = "local", .instances = 1,
                   .speedup = 1, .window = 60, .route_weight = 1, .calibration = "results/calibration.json",
-                  .request_rows = -1, .chunk = 64, .ubatch = 512, .align = ENG_ALIGN_CHUNK, .sweep_value = NAN};
+                  .request_rows = -1, .chunk = 64, .ubatch = 512, .align = ENG_ALIGN_CHUNK, .sweep_value = NAN,
+                  .unit = -1, .n_units = -1, .shard = -1, .n_shards = -1};
     a.num = eng_numerics_default();
     hx_policy_args pargs = {0};
     for (int i = 1; i < argc; i++) {
@@ -426,6 +437,13 @@ int hx_cmd_simulate(int argc, char **argv) {
         meta.sweep_value = a.sweep_value;
         meta.block_size = a.block_size;
         meta.seed = a.verify_seed;
+        meta.unit = a.unit;
+        meta.n_units = a.n_units;
+        meta.shard = a.shard;
+        meta.n_shards = a.n_shards;
+        meta.plan_sha256 = a.plan_sha;
+        meta.spec_sha256 = a.spec_sha;
+        meta.scale = a.scale;
         char extra[256];
         snprintf(extra, sizeof extra, "{\"simulate\":true,\"evict\":\"%s\",\"capacity_tokens\":%lld,\"instances\":%d,"
                  "\"route\":\"%s\",\"pool\":\"%s\"}", a.evict, (long long)o.capacity_tokens, a.instances, a.route, a.pool);
@@ -519,7 +537,7 @@ int hx_cmd_simulate(int argc, char **argv) {
         printf("%s\n", s ? s : "{}");
         free(s);
         json_decref(j);
-    } else {
+    } else if (!a.quiet) {
         printf("simulate: %s (%s, %lld requests, %d-token blocks) through %s, %s, capacity %s, %d instance%s (%s, %s pool)\n",
                a.trace, hx_trace_format_name(sum.format), (long long)sum.requests, sum.block_tokens, a.policy, a.evict,
                o.capacity_tokens ? a.capacity ? a.capacity : a.capacity_bytes : "unbounded", a.instances,

@@ -33,8 +33,8 @@ static const hx_time_profile k_profiles[] = {
       .source = "LLaMA3-70B shape from Meta's config (80 layers, d 8192, 8 KV heads of 128: 320 KiB/token, the "
                 "Mooncake paper's figure); 8 x A800 SXM4 at 312 TFLOP/s bf16 dense each (NVIDIA's A800/A100 "
                 "datasheet) at an assumed 0.4 model-FLOPs utilisation; local restore over 8 PCIe 4.0 x16 links "
-                "at 25 GB/s each; global pool over 4 x 200 Gbit/s RDMA (100 GB/s); 25 ms per decode step "
-                "(assumed)"}},
+                "at 25 GB/s each; a global pool's transfer at 100 GB/s (assumed: 800 Gbit/s of RDMA per "
+                "node); 25 ms per decode step (assumed)"}},
     {"llama3-8b-h100", "LLaMA3-8B on one H100 SXM, MFU 0.4",
      {.name = "llama3-8b-h100", .gflops = 989e3 * 0.4, .flops_token = L8_FLOPS_TOKEN, .flops_pair = L8_FLOPS_PAIR,
       .kv_bytes_token = L8_KV, .restore_gbs = 50.0, .transfer_gbs = 50.0, .tpot_ms = 8.0,
