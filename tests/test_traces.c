@@ -351,6 +351,37 @@ static void a_bad_trace_exits_2_naming_line_and_field_and_writes_nothing(void **
     assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, rep), 0);
 }
 
+/* experiments/traces.json's pool runs: sharded in two and merged, the same figures as unsharded. */
+static void a_sharded_experiment_merges_to_the_unsharded_runs_figures(void **state) {
+    (void)state;
+    FILE *f = fopen(MOONCAKE, "r");
+    if (!f) { fprintf(stderr, "skipped: %s absent\n", MOONCAKE); skip(); return; }
+    fclose(f);
+    char one[200], s1[200], s2[200], merged[200];
+    snprintf(one, sizeof one, "%s/one.sqlite", g_dir);
+    snprintf(s1, sizeof s1, "%s/s1.sqlite", g_dir);
+    snprintf(s2, sizeof s2, "%s/s2.sqlite", g_dir);
+    snprintf(merged, sizeof merged, "%s/merged.sqlite", g_dir);
+    const char *a[] = {"experiment", "experiments/traces.json", "--db", one, "--only", "pool", NULL};
+    const char *b[] = {"experiment", "experiments/traces.json", "--db", s1, "--only", "pool", "--shard", "1/2", NULL};
+    const char *c[] = {"experiment", "experiments/traces.json", "--db", s2, "--only", "pool", "--shard", "2/2", NULL};
+    const char *m[] = {"merge", merged, s1, s2, NULL};
+    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, a), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, b), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, c), 0);
+    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, m), 0);
+    const char *q = "SELECT sum(hit_tokens) * 1000003 + sum(evictions) + sum(requests) FROM sim_runs";
+    assert_int_equal(q_int(merged, "SELECT count(*) FROM sim_runs"), 2);
+    assert_int_equal(q_int(merged, q), q_int(one, q));
+    assert_int_equal(q_int(merged, "SELECT count(*) FROM sim_requests"), q_int(one, "SELECT count(*) FROM sim_requests"));
+    assert_int_equal(q_int(merged, "SELECT sum(ttft_ms * 1000) FROM sim_requests"),
+                     q_int(one, "SELECT sum(ttft_ms * 1000) FROM sim_requests"));
+    /* --resume: nothing left to run */
+    const char *r[] = {"experiment", "experiments/traces.json", "--db", one, "--only", "pool", "--resume", NULL};
+    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, r), 0);
+    assert_int_equal(q_int(one, "SELECT count(*) FROM runs"), 2);
+}
+
 // ----------------------------------------------------------------------------
 // Materialized blocks and the bit-exact check
 
@@ -484,6 +515,7 @@ int main(void) {
         cmocka_unit_test(repeat_makes_shifted_copies_that_share_nothing),
         cmocka_unit_test(simulate_prints_the_contracts_json_fields),
         cmocka_unit_test(a_bad_trace_exits_2_naming_line_and_field_and_writes_nothing),
+        cmocka_unit_test(a_sharded_experiment_merges_to_the_unsharded_runs_figures),
         cmocka_unit_test(equal_ids_are_equal_tokens_and_a_partial_block_is_a_prefix),
         cmocka_unit_test(verified_hits_are_identical_to_cold_on_the_grid_and_not_off_it),
         cmocka_unit_test(the_verify_check_catches_a_state_built_from_other_tokens),

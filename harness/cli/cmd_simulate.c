@@ -431,6 +431,7 @@ int hx_cmd_simulate(int argc, char **argv) {
         meta.kernel = eng_kernel_name(a.num.kernel);
         meta.precision = eng_precision_name(a.num.precision);
         meta.threads = a.num.n_threads;
+        meta.blas = eng_blas_info();  /* as the shards row's: the kernels' fingerprint */
         meta.experiment = a.experiment;
         meta.variant = a.variant;
         meta.sweep_name = a.sweep_name;

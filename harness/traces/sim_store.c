@@ -56,6 +56,12 @@ static int sql_fail(hx_sim_store *s, const char *what, char *err, size_t errlen)
     return ENG_ERR_IO;
 }
 
+int hx_sim_store_schema(sqlite3 *db, char *err, size_t errlen) {
+    if (sqlite3_exec(db, k_schema, NULL, NULL, NULL) == SQLITE_OK) return ENG_OK;
+    eng_errf(err, errlen, "creating simulate's tables: %s", sqlite3_errmsg(db));
+    return ENG_ERR_IO;
+}
+
 int hx_sim_store_begin(const char *db_path, const hx_run_meta *meta, hx_sim_store **out, char *err, size_t errlen) {
     *out = NULL;
     hx_sim_store *s = calloc(1, sizeof *s);

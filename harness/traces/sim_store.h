@@ -36,6 +36,8 @@ typedef struct hx_sim_meta {
     int64_t     request_rows;    /* rows kept in sim_requests (-1: all) */
 } hx_sim_meta;
 
+/* Creates simulate's tables in db when absent (kvreplay merge's output). ENG_OK or ENG_ERR_IO. */
+int  hx_sim_store_schema(sqlite3 *db, char *err, size_t errlen);
 /* Opens the database (store.h), begins the run (meta: the runs columns) and
  * its transaction, creating the tables when absent. */
 int  hx_sim_store_begin(const char *db_path, const hx_run_meta *meta, hx_sim_store **out, char *err, size_t errlen);
