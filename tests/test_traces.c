@@ -347,8 +347,11 @@ static void a_bad_trace_exits_2_naming_line_and_field_and_writes_nothing(void **
     assert_int_equal(q_int(db, "SELECT count(*) FROM sim_requests"), 40);
     assert_int_equal(q_int(db, "SELECT count(*) FROM sim_windows WHERE run_id <> 1"), 0);
     /* report reads the database with the simulate run in it */
+    static char rout[1 << 16];
     const char *rep[] = {"report", "--db", db, NULL};
-    assert_int_equal(proc_run(NULL, NULL, 0, NULL, 0, rep), 0);
+    assert_int_equal(proc_run(NULL, rout, sizeof rout, NULL, 0, rep), 0);
+    assert_non_null(strstr(rout, "| simulate: requests |"));
+    assert_non_null(strstr(rout, "| 40 |"));
 }
 
 /* experiments/traces.json's pool runs: sharded in two and merged, the same figures as unsharded. */
