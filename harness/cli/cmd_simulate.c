@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "policy.h"
 #include "sha256.h"
@@ -528,6 +529,9 @@ int hx_cmd_simulate(int argc, char **argv) {
         json_object_set_new(j, "prefill_mean_ms", json_real(sum.prefill_mean_ms));
         json_object_set_new(j, "restore_mean_ms", json_real(sum.restore_mean_ms));
         json_object_set_new(j, "stored_blocks", json_integer(sum.stored_blocks));
+        json_object_set_new(j, "cpu_seconds", json_real(sum.cpu_seconds));
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0) json_object_set_new(j, "peak_rss_kb", json_integer(ru.ru_maxrss));
         if (run_id >= 0) json_object_set_new(j, "run_id", json_integer(run_id));
         if (n_ver >= 0) {
             json_object_set_new(j, "verified", json_integer(n_ver));
@@ -553,7 +557,8 @@ int hx_cmd_simulate(int argc, char **argv) {
                "(time model %s)\n", sum.ttft_mean_ms, sum.ttft_p50_ms, sum.ttft_p90_ms, sum.ttft_p99_ms,
                sum.queue_mean_ms, sum.queue_p99_ms, sum.prefill_mean_ms, o.tm.name);
         if (n_ver >= 0) printf("verify        %lld of %lld checked hits bit-identical to cold\n", (long long)n_same, (long long)n_ver);
-        printf("run           %.3f s, %.0f requests/s%s%s\n", sum.seconds, rps, run_id >= 0 ? "; run " : "",
+        printf("run           %.3f s (%.3f s of CPU), %.0f requests/s%s%s\n", sum.seconds, sum.cpu_seconds, rps,
+               run_id >= 0 ? "; run " : "",
                run_id >= 0 ? a.db : "");
     }
     json_decref(vjs);

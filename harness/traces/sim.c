@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "status.h"
 #include "util.h"
@@ -102,6 +103,12 @@ static void window_flush(const hx_sim_opts *o, window_acc *a, int64_t held) {
     if (o->on_window) o->on_window(o->ud, &a->w);
 }
 
+static double cpu_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 int hx_sim_run(const hx_sim_opts *o, hx_sim_summary *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (o->instances < 1 || o->instances > 4096 || !(o->speedup > 0) || !(o->window_s > 0) || !o->policy ||
@@ -110,7 +117,7 @@ int hx_sim_run(const hx_sim_opts *o, hx_sim_summary *out, char *err, size_t errl
                  o->instances, o->speedup, o->window_s, (long long)o->capacity_tokens);
         return ENG_ERR_ARG;
     }
-    double t0 = eng_now_s();
+    double t0 = eng_now_s(), c0 = cpu_now_s();
     hx_trace *t = NULL;
     int rc = hx_trace_open(o->trace_path, &o->trace, &t, err, errlen);
     if (rc != ENG_OK) return rc;
@@ -249,6 +256,7 @@ int hx_sim_run(const hx_sim_opts *o, hx_sim_summary *out, char *err, size_t errl
     }
 out:
     out->seconds = eng_now_s() - t0;
+    out->cpu_seconds = cpu_now_s() - c0;
     if (rc == ENG_ERR_NOMEM && (!err || !err[0])) eng_errf(err, errlen, "simulate: out of memory");
     for (int32_t i = 0; caches && i < n_caches; i++) hx_sim_policy_destroy(caches[i]);
     free(caches);

@@ -117,6 +117,7 @@ typedef struct hx_sim_summary {
     double   span_ms;                /* last arrival (after --speedup) */
     int64_t  windows;
     double   seconds;                /* wall time of the run */
+    double   cpu_seconds;            /* the process's CPU time over the run (what a loaded machine does not inflate) */
 } hx_sim_summary;
 
 /* Runs o. ENG_OK; a trace error (ENG_ERR_FORMAT with "FILE:LINE: FIELD:
