@@ -405,7 +405,7 @@ int hx_cmd_simulate(int argc, char **argv) {
     c.n_vocab = m ? eng_model_get_info(m)->n_vocab : 0;
     uint8_t dg[32];
     char trace_sha[65] = "";
-    {
+    if (a.db) {  /* the trace's digest, for the run's row */
         char *text = NULL;
         size_t len = 0;
         int rc = eng_read_file(a.trace, &text, &len, err, sizeof err);
