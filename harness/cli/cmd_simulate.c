@@ -470,8 +470,15 @@ int hx_cmd_simulate(int argc, char **argv) {
     }
     hx_sim_summary sum;
     int rc = hx_sim_run(&o, &sum, err, sizeof err);
+    /* the exit code: the trace, an option or the model is the user's (2, 3 when out of memory); a write
+     * that fails once the outputs exist (the database, --materialize) is the machine's (3) */
+    bool writing = c.rc != 0;
     if (rc != ENG_OK && c.rc) snprintf(err, sizeof err, "%s", c.err);
-    if (c.mat && fclose(c.mat) != 0 && rc == ENG_OK) { rc = ENG_ERR_IO; snprintf(err, sizeof err, "--materialize: write failed"); }
+    if (c.mat && fclose(c.mat) != 0 && rc == ENG_OK) {
+        rc = ENG_ERR_IO;
+        writing = true;
+        snprintf(err, sizeof err, "--materialize: write failed");
+    }
     json_t *vjs = json_array();
     int64_t n_ver = -1, n_same = -1;
     if (rc == ENG_OK && a.verify_n > 0)
@@ -490,6 +497,7 @@ int hx_cmd_simulate(int argc, char **argv) {
                           .transfer_gbs = o.tm.transfer_gbs, .tpot_ms = o.tm.tpot_ms,
                           .request_rows = a.request_rows};
         rc = hx_sim_store_finish(c.db, &sm, &sum, n_ver, n_same, err, sizeof err);
+        writing = rc != ENG_OK;
     }
     int64_t run_id = c.db ? hx_sim_store_run_id(c.db) : -1;
     if (rc != ENG_OK) {
@@ -498,7 +506,7 @@ int hx_cmd_simulate(int argc, char **argv) {
         free(c.hit); free(c.len); free(c.origin); free(c.mat_buf);
         json_decref(vjs);
         eng_model_free(m);
-        hx_die(rc == ENG_ERR_NOMEM || rc == ENG_ERR_IO ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
+        hx_die(writing ? HX_EXIT_INTERNAL : hx_exit_for_input(rc), "%s", err);
     }
     hx_sim_store_close(c.db);
     double rps = sum.seconds > 0 ? (double)sum.requests / sum.seconds : 0;
