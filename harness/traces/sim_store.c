@@ -23,7 +23,7 @@ static const char k_schema[] =
     "  held_blocks_end INTEGER, held_blocks_max INTEGER, held_bytes_end REAL, held_bytes_max REAL,\n"
     "  ttft_mean_ms REAL, ttft_p50_ms REAL, ttft_p90_ms REAL, ttft_p99_ms REAL,\n"
     "  queue_mean_ms REAL, queue_p50_ms REAL, queue_p99_ms REAL, prefill_mean_ms REAL, restore_mean_ms REAL,\n"
-    "  e2e_mean_ms REAL, span_s REAL, windows INTEGER, request_rows INTEGER, seconds REAL,\n"
+    "  e2e_mean_ms REAL, span_s REAL, windows INTEGER, request_rows INTEGER, seconds REAL, cpu_seconds REAL,\n"
     "  verified INTEGER, verified_identical INTEGER);\n"
     "CREATE TABLE IF NOT EXISTS sim_requests(\n"
     "  run_id INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, idx INTEGER NOT NULL,\n"
@@ -183,7 +183,7 @@ int hx_sim_store_finish(hx_sim_store *s, const hx_sim_meta *m, const hx_sim_summ
     if (sqlite3_prepare_v2(s->db,
                            "INSERT INTO sim_runs VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,"
                            "?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39,"
-                           "?40,?41,?42,?43,?44,?45,?46,?47,?48,?49,?50,?51,?52,?53,?54)",
+                           "?40,?41,?42,?43,?44,?45,?46,?47,?48,?49,?50,?51,?52,?53,?54,?55)",
                            -1, &st, NULL) != SQLITE_OK)
         return sql_fail(s, "sim_runs: preparing", err, errlen);
     int i = 1;
@@ -239,6 +239,7 @@ int hx_sim_store_finish(hx_sim_store *s, const hx_sim_meta *m, const hx_sim_summ
     sqlite3_bind_int64(st, i++, u->windows);
     sqlite3_bind_int64(st, i++, m->request_rows);
     bind_real(st, i++, u->seconds);
+    bind_real(st, i++, u->cpu_seconds);
     if (verified >= 0) sqlite3_bind_int64(st, i, verified);
     i++;
     if (verified >= 0) sqlite3_bind_int64(st, i, identical);
