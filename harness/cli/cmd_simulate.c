@@ -67,7 +67,7 @@ static const hx_option k_options[] = {
     {"--repeat", NULL, "K", "K copies of the trace, time-shifted, ids remapped (default 1)", HX_OPT_INT64,
      OPT(repeat), 1, 1 << 20, NULL},
     {"--limit", NULL, "N", "the first N requests only", HX_OPT_INT64, OPT(limit), 1, (double)(1LL << 62), NULL},
-    {"--policy", NULL, "P", "block-hash (default), radix, slot-lcp or disk-anchor", HX_OPT_STRING, OPT(policy), 0, 0,
+    {"--policy", NULL, "P", "block-hash (default), radix, slot-lcp, disk-anchor or cold", HX_OPT_STRING, OPT(policy), 0, 0,
      NULL},
     {"--capacity", NULL, "TOKENS", "tokens each instance's cache holds, e.g. 3e6 or 3M (default: unbounded)",
      HX_OPT_STRING, OPT(capacity), 0, 0, NULL},
