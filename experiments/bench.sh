@@ -97,4 +97,24 @@ echo "== shared cold baseline: cold compute saved on a policy sweep (seed002: qu
 rm -f "$DB" "$DB-wal" "$DB-shm"
 "$KVR" experiment experiments/seed002.json --db "$DB" --threads "$T"
 rm -f "$DB" "$DB-wal" "$DB-shm"
+TRACE=../shared/data/traces/mooncake_conversation_trace.jsonl
+if [ -f "$TRACE" ]; then
+    echo "== simulate (docs/traces.md): the conversation trace's accesses, simulate's structures against the brute-force reference"
+    make --no-print-directory build/tests/test_simulate >/dev/null && KVR_SIM_BENCH=1 build/tests/test_simulate
+    echo "== simulate end to end (trace parsing included), one thread, block-hash lru at 1e7 tokens: 1 copy, 1M and 10M requests"
+    for K in 1 84 800; do
+        /usr/bin/time -f "   repeat $K: %e s wall, %U s user, peak RSS %M KB" \
+            "$KVR" simulate -t "$TRACE" --policy block-hash --capacity 1e7 --repeat "$K" --json
+    done
+    echo "== simulate: a 12-capacity x 4-policy sweep of the trace (48 runs, lru, one thread)"
+    start=$(date +%s.%N)
+    for p in block-hash radix slot-lcp disk-anchor; do
+        for c in 1e4 3e4 1e5 3e5 1e6 2e6 3e6 5e6 1e7 2e7 5e7 1e8; do
+            "$KVR" simulate -t "$TRACE" --policy "$p" --capacity "$c" --quiet
+        done
+    done
+    echo "   48 runs in $(echo "$(date +%s.%N) - $start" | bc) s"
+else
+    echo "== simulate: skipped, $TRACE absent"
+fi
 uptime

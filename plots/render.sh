@@ -86,7 +86,7 @@ runs_filter() {
     echo "${_f:-1}"
 }
 
-printf 'SELECT count(*) FROM req;\n' >"$work/count.sql"
+printf 'SELECT count(*) + (SELECT count(*) FROM pragma_table_info('"'"'sim_runs'"'"')) FROM req;\n' >"$work/count.sql"
 rendered=0
 # FULL_ONLY=1: the experiments' demo databases are left as they are (only the full-scale part is drawn)
 _demo_list=$EXPERIMENTS
@@ -142,8 +142,10 @@ $(cat "$work/gp.out")"
         {
             printf '%s: %s\n' "$fig" "$(sed -n 's/^# caption: *//p' "$gp" | head -n 1)"
             printf 'Data: %s\n' "$db"
-            query "$db" "$filter" "$PLOTS/caption.sql" -noheader -list 2>"$work/err" \
-                || die "$PLOTS/caption.sql: query failed on $db: $(cat "$work/err")"
+            _cap=$PLOTS/caption.sql  # an experiment's own caption query when it has one (traces)
+            [ -f "$PLOTS/$name-caption.sql" ] && _cap=$PLOTS/$name-caption.sql
+            query "$db" "$filter" "$_cap" -noheader -list 2>"$work/err" \
+                || die "$_cap: query failed on $db: $(cat "$work/err")"
         } >"$stage/$fig.txt"
         [ -z "$DATA_DIR" ] || cp "$work/$fig.tsv" "$stage/$fig.tsv" || die "$stage/$fig.tsv: cannot write"
         made="$made $fig"

@@ -99,6 +99,13 @@ static const row k_rows[] = {
     {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "MODEL", "--script", "@"}, K_INPUT},
     {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "MODEL", "--record", "@"}, K_OUTPUT},
     {"serve", {"serve", "--listen", "127.0.0.1:0", "-m", "MODEL", "--db", "@"}, K_DB | K_NODIR},
+    /* simulate and trace info (traces/): the trace, the model, the database, the materialized prompts */
+    {"simulate", {"simulate", "-t", "@"}, K_INPUT},
+    {"simulate", {"simulate", "-t", "tests/data/trace_mooncake.jsonl", "-m", "@"}, K_INPUT},
+    {"simulate", {"simulate", "-t", "tests/data/trace_mooncake.jsonl", "--db", "@"}, K_DB | K_NODIR},
+    {"simulate", {"simulate", "-t", "tests/data/trace_mooncake.jsonl", "-m", "MODEL", "--profile", "llama3-8b-h100",
+                  "--materialize", "@"}, K_OUTPUT},
+    {"trace", {"trace", "info", "@"}, K_INPUT},
 };
 #define N_ROWS (sizeof k_rows / sizeof k_rows[0])
 

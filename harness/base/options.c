@@ -100,6 +100,14 @@ const hx_option *hx_option_find(const hx_option *table, const char *name) {
     return NULL;
 }
 
+/* A range bound given as a double (INT64_MAX is not exactly representable: (double)INT64_MAX is
+ * 2^63, whose conversion back to int64_t would overflow), clamped to int64_t. */
+static int64_t bound(double d) {
+    if (d >= 9223372036854775807.0) return INT64_MAX;
+    if (d <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)d;
+}
+
 int hx_option_set(const hx_option *opt, const char *v, void *field, char *err, size_t errlen) {
     const char *f = opt->name;
     int64_t i = 0;
@@ -107,13 +115,13 @@ int hx_option_set(const hx_option *opt, const char *v, void *field, char *err, s
     switch (opt->type) {
     case HX_OPT_FLAG:   *(bool *)field = true; break;
     case HX_OPT_INT:
-        if (!(rc = hx_parse_i64(f, v, (int64_t)opt->lo, (int64_t)opt->hi, &i, err, errlen))) *(int32_t *)field = (int32_t)i;
+        if (!(rc = hx_parse_i64(f, v, bound(opt->lo), bound(opt->hi), &i, err, errlen))) *(int32_t *)field = (int32_t)i;
         break;
     case HX_OPT_INT64:
-        if (!(rc = hx_parse_i64(f, v, (int64_t)opt->lo, (int64_t)opt->hi, &i, err, errlen))) *(int64_t *)field = i;
+        if (!(rc = hx_parse_i64(f, v, bound(opt->lo), bound(opt->hi), &i, err, errlen))) *(int64_t *)field = i;
         break;
     case HX_OPT_MIB:
-        if (!(rc = hx_parse_i64(f, v, (int64_t)opt->lo, (int64_t)opt->hi, &i, err, errlen))) *(int64_t *)field = i << 20;
+        if (!(rc = hx_parse_i64(f, v, bound(opt->lo), bound(opt->hi), &i, err, errlen))) *(int64_t *)field = i << 20;
         break;
     case HX_OPT_DOUBLE: rc = hx_parse_f64(f, v, opt->lo, opt->hi, field, err, errlen); break;
     case HX_OPT_STRING: *(const char **)field = v; break;

@@ -25,8 +25,11 @@ struct hx_blockpool {
     int32_t           B;
     int32_t           capacity;   /* 0: unbounded */
     hx_block         *blocks;
+    int32_t          *tokens;     /* (cap_blocks * B) each block's token ids while cached */
     int32_t           n_blocks, cap_blocks;
-    int32_t           head, tail; /* free queue: head = least recently freed */
+    hx_evict         *ev;         /* the cached blocks' order; candidates: the free ones */
+    int32_t           free_head, free_tail;  /* uncached free blocks, least recently freed first */
+    uint64_t          clock;      /* stamps: a release, a block cached */
     int32_t           n_cached;
     int64_t           evictions;
     slot             *map;
@@ -67,9 +70,11 @@ static slot *map_find(hx_blockpool *p, uint64_t h) {
     }
 }
 
+/* Rebuilds the map for the live entries (dropping the gone ones), at a
+ * size where they fill at most a quarter of it. */
 static int map_grow(hx_blockpool *p) {
-    int32_t cap = p->map_cap ? 2 * p->map_cap : 1024;
-    while (p->n_cached * 2 >= cap) cap *= 2;
+    int32_t cap = 1024;
+    while (p->n_cached * 4 >= cap) cap *= 2;
     slot *m = malloc(sizeof *m * (size_t)cap);
     if (!m) return ENG_ERR_NOMEM;
     for (int32_t i = 0; i < cap; i++) m[i].head = SLOT_EMPTY;
@@ -102,45 +107,48 @@ static slot *map_put(hx_blockpool *p, uint64_t h) {
 }
 
 // ----------------------------------------------------------------------------
-// The free queue
+// The free blocks: cached ones are candidates of the eviction order, uncached
+// ones wait on a list in release order
 
-static void queue_remove(hx_blockpool *p, hx_block *b) {
-    if (!b->queued) return;
-    if (b->prev >= 0) p->blocks[b->prev].next = b->next;
-    else p->head = b->next;
-    if (b->next >= 0) p->blocks[b->next].prev = b->prev;
-    else p->tail = b->prev;
-    b->prev = b->next = -1;
-    b->queued = false;
+static void free_list_append(hx_blockpool *p, int32_t id) {
+    p->blocks[id].free_next = -1;
+    if (p->free_tail >= 0) p->blocks[p->free_tail].free_next = id;
+    else p->free_head = id;
+    p->free_tail = id;
 }
 
-static void queue_append(hx_blockpool *p, int32_t id) {
-    hx_block *b = &p->blocks[id];
-    b->prev = p->tail;
-    b->next = -1;
-    if (p->tail >= 0) p->blocks[p->tail].next = id;
-    else p->head = id;
-    p->tail = id;
-    b->queued = true;
+static int32_t free_list_pop(hx_blockpool *p) {
+    int32_t id = p->free_head;
+    if (id < 0) return -1;
+    p->free_head = p->blocks[id].free_next;
+    if (p->free_head < 0) p->free_tail = -1;
+    p->blocks[id].free_next = -1;
+    return id;
 }
 
 // ----------------------------------------------------------------------------
 // The pool
 
-hx_blockpool *hx_blockpool_new(int32_t block_size, int32_t capacity, hx_block_evict_fn on_evict, void *ud) {
+hx_blockpool *hx_blockpool_new_evict(int32_t block_size, int32_t capacity, hx_evict_kind kind,
+                                     hx_block_evict_fn on_evict, void *ud) {
     if (block_size < 1 || capacity < 0) return NULL;
     hx_blockpool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    if (!p || !(p->ev = hx_evict_new(kind, capacity))) { free(p); return NULL; }
+    hx_evict_monotone(p->ev);  /* lru: blocks become candidates as they are freed, stamped then */
     p->B = block_size;
     p->capacity = capacity;
-    p->head = p->tail = -1;
+    p->free_head = p->free_tail = -1;
     p->on_evict = on_evict;
     p->ud = ud;
     return p;
 }
 
+hx_blockpool *hx_blockpool_new(int32_t block_size, int32_t capacity, hx_block_evict_fn on_evict, void *ud) {
+    return hx_blockpool_new_evict(block_size, capacity, HX_EVICT_LRU, on_evict, ud);
+}
+
 /* Takes block id's contents out of the cache (payload freed by on_evict). */
-static void uncache(hx_blockpool *p, int32_t id) {
+static void uncache(hx_blockpool *p, int32_t id, bool evicted) {
     hx_block *b = &p->blocks[id];
     if (!b->hash) return;
     slot *s = map_find(p, b->hash);
@@ -153,8 +161,7 @@ static void uncache(hx_blockpool *p, int32_t id) {
         p->blocks[k].dup = b->dup;
     }
     if (p->on_evict) p->on_evict(p->ud, b);
-    free(b->tokens);
-    b->tokens = NULL;
+    hx_evict_drop(p->ev, id, evicted);
     b->data = NULL;
     b->hash = b->parent = 0;
     b->dup = -1;
@@ -163,8 +170,10 @@ static void uncache(hx_blockpool *p, int32_t id) {
 
 void hx_blockpool_free(hx_blockpool *p) {
     if (!p) return;
-    for (int32_t i = 0; i < p->n_blocks; i++) uncache(p, i);
+    for (int32_t i = 0; i < p->n_blocks; i++) uncache(p, i, false);
+    hx_evict_free(p->ev);
     free(p->blocks);
+    free(p->tokens);
     free(p->map);
     free(p);
 }
@@ -174,7 +183,9 @@ int32_t hx_blockpool_find(hx_blockpool *p, uint64_t hash, uint64_t parent, const
     slot *s = map_find(p, hash);
     for (int32_t k = s ? s->head : -1; k >= 0; k = p->blocks[k].dup) {
         const hx_block *b = &p->blocks[k];
-        if (b->parent != parent || memcmp(b->tokens, tokens, sizeof(int32_t) * (size_t)p->B) != 0) continue;
+        if (b->parent != parent ||
+            memcmp(p->tokens + (size_t)k * (size_t)p->B, tokens, sizeof(int32_t) * (size_t)p->B) != 0)
+            continue;
         if (!accept || accept(ud, b)) return k;
     }
     return -1;
@@ -185,34 +196,55 @@ hx_block *hx_blockpool_get(hx_blockpool *p, int32_t id) {
     return &p->blocks[id];
 }
 
+const int32_t *hx_blockpool_tokens(const hx_blockpool *p, int32_t id) {
+    ENG_ASSERT(id >= 0 && id < p->n_blocks && p->blocks[id].hash);
+    return p->tokens + (size_t)id * (size_t)p->B;
+}
+
 void hx_blockpool_touch(hx_blockpool *p, int32_t id) {
     hx_block *b = hx_blockpool_get(p, id);
-    queue_remove(p, b);
+    ENG_ASSERT(b->hash != 0);
+    if (b->free) hx_evict_candidate(p->ev, id, false);
+    b->free = false;
+    hx_evict_hit(p->ev, id);
     b->ref++;
+}
+
+/* The free block to reuse: under lru the least recently freed, cached or not
+ * (vLLM's one free queue); else an uncached one first. -1 when none. */
+static int32_t take_free(hx_blockpool *p) {
+    int32_t victim = hx_evict_victim(p->ev), empty = p->free_head;
+    if (victim >= 0 && empty >= 0 && hx_evict_kind_of(p->ev) == HX_EVICT_LRU &&
+        p->blocks[victim].stamp < p->blocks[empty].stamp)
+        empty = -1;
+    if (empty >= 0) return free_list_pop(p);
+    if (victim < 0) return -1;
+    uncache(p, victim, true);
+    p->evictions++;
+    return victim;
 }
 
 int32_t hx_blockpool_alloc(hx_blockpool *p) {
     int32_t id;
-    if (p->capacity == 0 || p->n_blocks < p->capacity) {  /* a block never used before */
+    int32_t limit = p->capacity + ((hx_cache_faults & HX_FAULT_OVER_CAPACITY) ? 1 : 0);
+    if (p->capacity == 0 || p->n_blocks < limit) {  /* a block never used before */
         if (p->n_blocks == p->cap_blocks) {
             int32_t cap = p->cap_blocks ? 2 * p->cap_blocks : 256;
-            if (p->capacity && cap > p->capacity) cap = p->capacity;
+            if (p->capacity && cap > limit) cap = limit;
             hx_block *nb = realloc(p->blocks, sizeof *nb * (size_t)cap);
             if (!nb) return -1;
             p->blocks = nb;
+            int32_t *nt = realloc(p->tokens, sizeof *nt * (size_t)cap * (size_t)p->B);
+            if (!nt) return -1;
+            p->tokens = nt;
             p->cap_blocks = cap;
         }
         id = p->n_blocks++;
-        p->blocks[id] = (hx_block){.prev = -1, .next = -1, .dup = -1};
-    } else {
-        if (p->head < 0) return -1;  /* every block is in use */
-        id = p->head;
-        queue_remove(p, &p->blocks[id]);
-        if (p->blocks[id].hash) {
-            uncache(p, id);
-            p->evictions++;
-        }
+        p->blocks[id] = (hx_block){.dup = -1, .free_next = -1};
+    } else if ((id = take_free(p)) < 0) {
+        return -1;  /* every block is in use */
     }
+    p->blocks[id].free = false;
     p->blocks[id].ref = 1;
     p->blocks[id].index = -1;
     return id;
@@ -221,14 +253,12 @@ int32_t hx_blockpool_alloc(hx_blockpool *p) {
 int hx_blockpool_cache(hx_blockpool *p, int32_t id, uint64_t hash, uint64_t parent, int32_t index,
                        const int32_t *tokens, void *data) {
     hx_block *b = hx_blockpool_get(p, id);
-    ENG_ASSERT(b->hash == 0 && hash != 0);
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)p->B);
-    if (!t) return ENG_ERR_NOMEM;
+    ENG_ASSERT(b->hash == 0 && hash != 0 && !b->free);
+    if (hx_evict_add(p->ev, id, ++p->clock, hash, 1) != ENG_OK) return ENG_ERR_NOMEM;
     p->n_cached++;  /* counted first: map_grow sizes for it */
     slot *s = map_put(p, hash);
-    if (!s) { p->n_cached--; free(t); return ENG_ERR_NOMEM; }
-    memcpy(t, tokens, sizeof(int32_t) * (size_t)p->B);
-    b->tokens = t;
+    if (!s) { p->n_cached--; hx_evict_drop(p->ev, id, false); return ENG_ERR_NOMEM; }
+    memcpy(p->tokens + (size_t)id * (size_t)p->B, tokens, sizeof(int32_t) * (size_t)p->B);
     b->hash = hash;
     b->parent = parent;
     b->index = index;
@@ -248,15 +278,75 @@ void hx_blockpool_release(hx_blockpool *p, const int32_t *ids, int32_t n) {
     for (int32_t i = n - 1; i >= 0; i--) {
         hx_block *b = hx_blockpool_get(p, ids[i]);
         ENG_ASSERT(b->ref > 0);
-        if (--b->ref == 0) queue_append(p, ids[i]);
+        if (--b->ref > 0) continue;
+        b->free = true;
+        b->stamp = ++p->clock;
+        if (b->hash) {
+            hx_evict_use(p->ev, ids[i], b->stamp);
+            hx_evict_candidate(p->ev, ids[i], true);
+        } else {
+            free_list_append(p, ids[i]);
+        }
     }
 }
 
 int32_t hx_blockpool_block_size(const hx_blockpool *p) { return p->B; }
 int32_t hx_blockpool_cached(const hx_blockpool *p) { return p->n_cached; }
 int64_t hx_blockpool_evictions(const hx_blockpool *p) { return p->evictions; }
+int32_t hx_blockpool_blocks(const hx_blockpool *p) { return p->n_blocks; }
 
 void hx_blockpool_each(hx_blockpool *p, void (*fn)(void *ud, hx_block *b), void *ud) {
     for (int32_t i = 0; i < p->n_blocks; i++)
         if (p->blocks[i].hash) fn(ud, &p->blocks[i]);
+}
+
+int hx_blockpool_check(hx_blockpool *p, char *err, size_t errlen) {
+    if (p->capacity && p->n_blocks > p->capacity) {
+        eng_errf(err, errlen, "block pool: %d blocks, capacity %d", p->n_blocks, p->capacity);
+        return ENG_ERR_FORMAT;
+    }
+    int32_t cached = 0, on_list = 0;
+    for (int32_t k = p->free_head; k >= 0 && on_list <= p->n_blocks; k = p->blocks[k].free_next) on_list++;
+    for (int32_t i = 0; i < p->n_blocks; i++) {
+        const hx_block *b = &p->blocks[i];
+        if (b->free != (b->ref == 0)) {
+            eng_errf(err, errlen, "block pool: block %d: ref %d but %s", i, b->ref, b->free ? "free" : "not free");
+            return ENG_ERR_FORMAT;
+        }
+        if (b->hash) {
+            cached++;
+            if (hx_evict_is_candidate(p->ev, i) != b->free) {
+                eng_errf(err, errlen, "block pool: cached block %d: free %d, candidate %d", i, b->free,
+                         hx_evict_is_candidate(p->ev, i));
+                return ENG_ERR_FORMAT;
+            }
+            slot *s = map_find(p, b->hash);
+            int32_t k = s ? s->head : -1;
+            while (k >= 0 && k != i) k = p->blocks[k].dup;
+            if (k != i) {
+                eng_errf(err, errlen, "block pool: cached block %d: not found under its hash %016llx", i,
+                         (unsigned long long)b->hash);
+                return ENG_ERR_FORMAT;
+            }
+        } else if (b->free) {
+            on_list--;
+        }
+    }
+    if (on_list != 0) {
+        eng_errf(err, errlen, "block pool: the free list and the uncached free blocks differ by %d", on_list);
+        return ENG_ERR_FORMAT;
+    }
+    if (cached != p->n_cached || cached != hx_evict_entries(p->ev)) {
+        eng_errf(err, errlen, "block pool: %d cached blocks, counted %d, ordered %d", cached, p->n_cached,
+                 hx_evict_entries(p->ev));
+        return ENG_ERR_FORMAT;
+    }
+    for (int32_t i = 0; i < p->map_cap; i++) {
+        for (int32_t k = p->map[i].head; k >= 0; k = p->blocks[k].dup)
+            if (p->blocks[k].hash != p->map[i].hash) {
+                eng_errf(err, errlen, "block pool: the map lists block %d under a hash it does not have", k);
+                return ENG_ERR_FORMAT;
+            }
+    }
+    return ENG_OK;
 }

@@ -13,9 +13,11 @@
  *   insert(key):  walks the same way, splitting where the key leaves an edge,
  *                 and hangs the rest of the key (if any) under the last node as
  *                 one new leaf; returns how much of the key was present.
- *   evict(n):     removes unlocked leaves, least recently touched first (a
- *                 parent left without children becomes a candidate), until n
- *                 tokens are gone or none is left.
+ *   evict(n):     removes unlocked leaves whole, in the tree's eviction order
+ *                 (evict.h: lru, least recently touched first, by default;
+ *                 SGLang's lfu and fifo strategies; s3fifo), until n tokens
+ *                 are gone or none is left (a parent left without children
+ *                 becomes a candidate).
  *   lock(node):   protects the node and its ancestors from eviction (SGLang's
  *                 inc_lock_ref while a request uses the prefix).
  *
@@ -24,15 +26,28 @@
  * (what the prefix's rows need); on removal the drop callback frees it.
  *
  * Positions: a node's key covers [start, start + len) of every sequence
- * through it. The root has len 0. Workload: hundreds of nodes, keys of
- * thousands of tokens; children are found by a linear scan of their first
- * page.
+ * through it. The root has len 0. A node's identity (ident) is the chained
+ * hash of its path's pages (blockpool.h's hx_block_hash, page by page from
+ * the root), so equal identities are equal paths: S3-FIFO's ghost keys.
+ * Touches (a walk's stamp) and hits (every node of a match's path) feed the
+ * eviction order.
+ *
+ * The same code serves replay (keys are token ids, page = the page size)
+ * and simulate (keys are the words of trace block ids, page = the words of
+ * one policy block; cache/policies/radix.c).
+ *
+ * Workload: hundreds of nodes, keys of thousands of tokens in replay; up to
+ * a million nodes in simulate; children are found by a linear scan of their
+ * first page.
  */
 #ifndef HX_RADIXTREE_H
 #define HX_RADIXTREE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "evict.h"
 
 typedef struct hx_rnode {
     struct hx_rnode  *parent;
@@ -42,6 +57,8 @@ typedef struct hx_rnode {
     int32_t           len;
     int32_t           start;        /* position of key[0] */
     uint64_t          last_access;  /* touch stamp; larger is more recent */
+    uint64_t          ident;        /* chained hash of the path's pages (0 for the root) */
+    int32_t           eid;          /* its entry in the eviction order (-1 for the root) */
     int32_t           lock;
     void             *data;         /* the policy's payload */
 } hx_rnode;
@@ -54,8 +71,12 @@ typedef void (*hx_radix_split_fn)(void *ud, hx_rnode *upper, hx_rnode *lower);
 /* node is about to be removed (eviction or free); free node->data. */
 typedef void (*hx_radix_drop_fn)(void *ud, hx_rnode *node);
 
-/* page >= 1 tokens; NULL on OOM. */
+/* page >= 1 tokens; lru; NULL on OOM. */
 hx_radix *hx_radix_new(int32_t page, hx_radix_split_fn on_split, hx_radix_drop_fn on_drop, void *ud);
+/* The same with an eviction order (evict.h) and the capacity in tokens that
+ * s3fifo's queue fractions refer to (0: unbounded). */
+hx_radix *hx_radix_new_evict(int32_t page, hx_evict_kind kind, int64_t capacity, hx_radix_split_fn on_split,
+                             hx_radix_drop_fn on_drop, void *ud);
 void      hx_radix_free(hx_radix *t);  /* drops every node; accepts NULL */
 hx_rnode *hx_radix_root(hx_radix *t);
 int32_t   hx_radix_page(const hx_radix *t);
@@ -64,6 +85,9 @@ int32_t   hx_radix_page(const hx_radix *t);
  * ending there (the root for 0). Splits and touches as described above.
  * -1 on OOM (the tree is unchanged). */
 int32_t hx_radix_match(hx_radix *t, const int32_t *key, int32_t n, hx_rnode **last);
+/* The length of key[0, n) (rounded down to whole pages) present in the tree,
+ * without splitting, touching or counting anything (a router's question). */
+int32_t hx_radix_peek(const hx_radix *t, const int32_t *key, int32_t n);
 /* Inserts key[0, n) (n rounded down to the page). Returns the length already
  * present, with *leaf the node ending at n (a new leaf when anything was
  * added, whose data is NULL for the caller to set), or -1 on OOM. */
@@ -87,5 +111,11 @@ int64_t hx_radix_evicted(const hx_radix *t); /* tokens evicted so far */
 int32_t hx_radix_path(hx_rnode *node, hx_rnode **out, int32_t cap);
 /* Visits every node but the root, parents before children. */
 void    hx_radix_each(hx_radix *t, void (*fn)(void *ud, hx_rnode *n), void *ud);
+/* Checks the invariants: every node starts where its parent ends, holds whole
+ * pages, hangs under its parent, differs from its siblings in its first page
+ * and carries its path's identity; the token and node counts; the candidates
+ * of the eviction order are exactly the unlocked leaves. ENG_OK, or
+ * ENG_ERR_FORMAT with the first broken one in err. */
+int     hx_radix_check(hx_radix *t, char *err, size_t errlen);
 
 #endif /* HX_RADIXTREE_H */

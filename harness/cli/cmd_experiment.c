@@ -56,6 +56,8 @@
 
 int hx_cmd_model_synth(int argc, char **argv);
 int hx_cmd_model_convert(int argc, char **argv);
+int hx_experiment_simulate(json_t *spec, const char *spec_path, const char *spec_sha, const char *db, const char *scale,
+                           const char *shard, bool dry, bool resume, const hx_str_list *only);
 
 typedef struct xctx {
     const char *spec_path;
@@ -593,6 +595,11 @@ int hx_cmd_experiment(int argc, char **argv) {
     json_t *name = json_object_get(spec, "name"), *runs = json_object_get(spec, "runs");
     if (!json_is_string(name)) hx_die(HX_EXIT_USAGE, "%s: name: expected a string", spec_path);
     if (!json_is_array(runs)) hx_die(HX_EXIT_USAGE, "%s: runs: expected an array", spec_path);
+    if (json_object_get(spec, "traces")) {  /* production traces: simulate units (cmd_experiment_sim.c) */
+        int code = hx_experiment_simulate(spec, spec_path, spec_sha, db, scale, a.shard, dry, a.resume, &a.only);
+        json_decref(spec);
+        return code;
+    }
     json_t *models = json_object_get(spec, "models"), *transcripts = json_object_get(spec, "transcripts");
     if (!json_is_object(models) || !json_is_object(transcripts))
         hx_die(HX_EXIT_USAGE, "%s: models and transcripts: expected objects", spec_path);

@@ -36,6 +36,7 @@
 #include <xxhash.h>
 
 #include "cli.h"
+#include "sim_store.h"
 #include "status.h"
 #include "store.h"
 #include "util.h"
@@ -498,6 +499,22 @@ int hx_cmd_merge(int argc, char **argv) {
         if (rc == ENG_OK)
             rc = copy_rows(src, odb, "steps", cols[3], "WHERE run_id = ?1 ORDER BY session, turn, step", id, nid, err,
                            sizeof err);
+        /* ---- simulate runs (harness/traces/sim_store.c): their sim_* rows, renumbered as the run ---- */
+        static const char *const k_sim_tables[] = {"sim_runs", "sim_requests", "sim_windows", "sim_verify"};
+        for (int t = 0; t < 4 && rc == ENG_OK; t++) {
+            char probe[96];
+            snprintf(probe, sizeof probe, "SELECT 1 FROM %s LIMIT 0", k_sim_tables[t]);
+            sqlite3_stmt *ps = NULL;
+            bool has = sqlite3_prepare_v2(src, probe, -1, &ps, NULL) == SQLITE_OK;
+            sqlite3_finalize(ps);
+            if (!has) continue;  /* a database without simulate runs */
+            if ((rc = hx_sim_store_schema(odb, err, sizeof err)) != ENG_OK) break;
+            char *sc = columns(odb, k_sim_tables[t]);
+            rc = sc ? copy_rows(src, odb, k_sim_tables[t], sc, "WHERE run_id = ?1 ORDER BY rowid", id, nid, err,
+                                sizeof err) : ENG_ERR_NOMEM;
+            free(sc);
+        }
+        /* ---- end of simulate runs ---- */
     }
     if (rc == ENG_OK) {
         sqlite3_stmt *st = NULL;

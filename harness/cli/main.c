@@ -29,6 +29,8 @@
     X("merge",            hx_cmd_merge,             "join the databases of an experiment's shards into one") \
     X("report",           hx_cmd_report,            "markdown summary of a results database") \
     X("serve",            hx_cmd_serve,             "serve the engine and a cache policy over llama-server/OpenAI/Anthropic HTTP APIs") \
+    X("simulate",         hx_cmd_simulate,          "a production trace (Mooncake, Bailian) through a cache policy, token-only") \
+    X("trace",            hx_cmd_trace,             "trace info: a production trace's summary and ideal hit rate") \
     /* one line per subcommand, above this one */
 
 HX_COMMAND_LIST(HX_COMMAND_DECLARE)

@@ -291,6 +291,41 @@ static void md_figures(FILE *out, const hx_run_summary *f) {
     fputs(" |\n", out);
 }
 
+// ---- simulate runs (harness/traces/sim_store.c writes sim_runs; docs/traces.md) ----
+/* Prints run_id's sim_runs figures as a table and returns 1, or 0 when the
+ * run has none (no such table: a database without simulate runs). */
+static int md_sim_run(hx_store *s, int64_t run_id, FILE *out) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(hx_store_db(s),
+                           "SELECT requests, hit_rate_tokens, hit_rate_blocks, evictions, capacity_tokens, evict,"
+                           " instances, route, pool, held_bytes_max, ttft_p50_ms, ttft_p99_ms, prefill_mean_ms,"
+                           " profile, verified, verified_identical FROM sim_runs WHERE run_id = ?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int64(st, 1, run_id);
+    int printed = 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        fputs("\n| simulate: requests | hit rate tokens | hit rate blocks | evictions (blocks) | capacity tokens |"
+              " evict | instances | route | pool | held GB (max) | TTFT p50 ms | TTFT p99 ms | prefill mean ms |"
+              " time model | verified identical |\n|---:|---:|---:|---:|---:|---|---:|---|---|---:|---:|---:|---:|---|---:|\n",
+              out);
+        fprintf(out, "| %lld | %.4f | %.4f | %lld | %s | %s | %lld | %s | %s | %.3g | %.1f | %.1f | %.1f | %s | ",
+                (long long)sqlite3_column_int64(st, 0), sqlite3_column_double(st, 1), sqlite3_column_double(st, 2),
+                (long long)sqlite3_column_int64(st, 3),
+                sqlite3_column_int64(st, 4) ? (const char *)sqlite3_column_text(st, 4) : "unbounded",
+                (const char *)sqlite3_column_text(st, 5), (long long)sqlite3_column_int64(st, 6),
+                (const char *)sqlite3_column_text(st, 7), (const char *)sqlite3_column_text(st, 8),
+                sqlite3_column_double(st, 9) / 1e9, sqlite3_column_double(st, 10), sqlite3_column_double(st, 11),
+                sqlite3_column_double(st, 12), (const char *)sqlite3_column_text(st, 13));
+        if (sqlite3_column_type(st, 14) == SQLITE_NULL) fputs("- |\n", out);
+        else fprintf(out, "%lld of %lld |\n", (long long)sqlite3_column_int64(st, 15), (long long)sqlite3_column_int64(st, 14));
+        printed = 1;
+    }
+    sqlite3_finalize(st);
+    return printed;
+}
+// ---- end of simulate runs ----
+
 int hx_report_markdown(hx_store *s, int64_t run_id, FILE *out, char *err, size_t errlen) {
     ENG_ASSERT(s != NULL && out != NULL);
     sqlite3_stmt *r = NULL;
@@ -305,6 +340,10 @@ int hx_report_markdown(hx_store *s, int64_t run_id, FILE *out, char *err, size_t
         if (status != ENG_OK) goto out;
         fputc('\n', out);
         md_run_header(out, r);
+        if (f.n_requests == 0 && md_sim_run(s, col_int(r, RC_RUN_ID), out)) {  /* a simulate run */
+            n_runs++;
+            continue;
+        }
         fprintf(out, "\n| %s\n|%s\n| ", md_figures_head, md_figures_rule);
         md_figures(out, &f);
         n_runs++;

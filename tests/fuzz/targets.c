@@ -27,10 +27,12 @@
 #include "import.h"
 #include "importer.h"
 #include "model.h"
+#include "policy.h"
 #include "prepare.h"
 #include "status.h"
 #include "synth.h"
 #include "tokenizer.h"
+#include "trace.h"
 #include "transcript.h"
 #include "util.h"
 
@@ -560,6 +562,59 @@ static void run_state(const uint8_t *data, size_t size, int arg) {
 }
 
 // ----------------------------------------------------------------------------
+// trace-mooncake, trace-bailian: the bytes as a trace file of that format,
+// read with --repeat 2; every record accepted must keep the reader's promises,
+// and goes through block-hash and radix caches of 8 blocks whose invariants
+// are checked
+
+static void run_trace(const uint8_t *data, size_t size, int arg) {
+    FILE *f = fmemopen((void *)data, size ? size : 1, "r");
+    if (!f) fuzz_fail("fmemopen failed");
+    if (!size) {  /* fmemopen of 0 bytes is not portable: an empty file instead */
+        fclose(f);
+        f = fopen("/dev/null", "r");
+    }
+    hx_trace_opts o = {.format = (hx_trace_format)arg, .repeat = 2};
+    hx_trace *t = NULL;
+    char err[512] = "";
+    if (hx_trace_open_file(f, "fuzz.jsonl", &o, &t, err, sizeof err) != ENG_OK) fuzz_fail("trace: open: %s", err);
+    hx_sim_policy *p[2] = {NULL, NULL};
+    const char *names[2] = {"block-hash", "radix"};
+    hx_trace_rec r;
+    int rc;
+    double last = 0;
+    int64_t n = 0;
+    while ((rc = hx_trace_next(t, &r, err, sizeof err)) == 1) {
+        int32_t B = hx_trace_block_tokens(t);
+        if (r.n_blocks < 1 || (int64_t)(r.n_blocks - 1) * B >= r.input_length || r.input_length > (int64_t)r.n_blocks * B)
+            fuzz_fail("trace: accepted %d blocks for %d tokens", r.n_blocks, r.input_length);
+        if (r.t_ms < last || r.output_length < 0) fuzz_fail("trace: accepted a timestamp back in time");
+        for (int32_t i = 0; i < r.n_blocks; i++)
+            if (r.ids[i] < 0 || r.words[2 * i] != (int32_t)(uint32_t)r.ids[i]) fuzz_fail("trace: ids and words differ");
+        if (r.index != n++) fuzz_fail("trace: index %lld, expected %lld", (long long)r.index, (long long)(n - 1));
+        last = r.t_ms;
+        for (int k = 0; k < 2; k++) {
+            if (!p[k]) {
+                hx_sim_config cfg = {.block_tokens = B, .capacity_tokens = 8LL * B, .evict = (hx_evict_kind)(n % 4)};
+                if (hx_sim_policy_create(names[k], &cfg, NULL, &p[k], err, sizeof err) != ENG_OK)
+                    fuzz_fail("trace: %s: %s", names[k], err);
+            }
+            hx_sim_req q = {.words = r.words, .n_blocks = r.n_blocks, .n_tokens = r.input_length, .index = r.index};
+            hx_sim_access a;
+            if (p[k]->sim->access(p[k]->state, &q, &a) != ENG_OK) fuzz_fail("trace: %s: access failed", names[k]);
+            if (a.hit_blocks < 0 || a.hit_blocks > r.n_blocks || a.held_blocks > 8)
+                fuzz_fail("trace: %s: hit %d of %d blocks, %lld held", names[k], a.hit_blocks, r.n_blocks,
+                          (long long)a.held_blocks);
+            if (p[k]->sim->check(p[k]->state, err, sizeof err) != ENG_OK) fuzz_fail("trace: %s: %s", names[k], err);
+        }
+    }
+    if (rc < 0 && (!err[0] || !strstr(err, "fuzz.jsonl"))) fuzz_fail("trace: an error without the file's name: '%s'", err);
+    for (int k = 0; k < 2; k++) hx_sim_policy_destroy(p[k]);
+    hx_trace_close(t);
+    fclose(f);
+}
+
+// ----------------------------------------------------------------------------
 // The registry
 
 static void run_tokenize_spm(const uint8_t *d, size_t n, int a) { (void)a; run_tokenize(d, n, ENG_VOCAB_SPM); }
@@ -573,6 +628,8 @@ static const kvr_fuzz_target k_static[] = {
     {"transcript", run_transcript, 0},
     {"checkpoint", run_checkpoint, 0},
     {"state", run_state, 0},
+    {"trace-mooncake", run_trace, HX_TRACE_MOONCAKE},
+    {"trace-bailian", run_trace, HX_TRACE_BAILIAN},
 };
 #define N_STATIC (int)(sizeof k_static / sizeof k_static[0])
 

@@ -37,6 +37,10 @@
  *   state          eng_seq_deserialize into the tiny model of each synthetic
  *                  architecture (engine/synth.h's registry; byte 0 picks it),
  *                  then serialize back and decode a token
+ *   trace-mooncake hx_trace_next over the bytes as a Mooncake or Bailian trace
+ *   trace-bailian  (--repeat 2); what is accepted keeps the reader's promises
+ *                  and runs through block-hash and radix caches of 8 blocks
+ *                  whose invariants are checked
  * For checkpoint and state, byte 0 bit 7 asks the harness to reseal the
  * input (fingerprint and checksums fixed up), so mutations reach the checks
  * behind the checksums.

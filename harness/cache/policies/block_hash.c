@@ -467,6 +467,165 @@ static int bh_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     return ENG_OK;
 }
 
+// ----------------------------------------------------------------------------
+// Token-only mode (simulate): the same pool over trace block ids
+//
+// A policy block is `group` trace blocks (the trace's block unless
+// --block-size, or the quirk, makes it larger); its "tokens" in the pool are
+// the words of those ids (HX_SIM_WORDS each), chained by hx_block_hashes as
+// token ids are, so block i is found only when blocks 0..i-1 were. Per
+// request: the leading cached blocks are hit (stopping at the first miss,
+// vLLM's find_longest_cache_hit), touched out of the free blocks, the rest
+// allocated and cached (evicting free blocks in the pool's order; a request
+// larger than the pool caches what fits), then all released, last block
+// first. Every trace block, the partial last one included, is a block here:
+// an id stands for exactly its tokens. vLLM's at-most-n-1-tokens rule is the
+// time model's (one token is always prefilled), not the hit's.
+
+typedef struct bh_sim {
+    hx_blockpool *pool;
+    int32_t       group;      /* trace blocks per policy block */
+    int32_t       W;          /* pool "tokens" per block: group * HX_SIM_WORDS */
+    uint64_t     *hashes;     /* (cap) */
+    int32_t      *ids;        /* (cap) */
+    int32_t       cap;
+    int64_t      *origin;     /* (cap_origin) by pool block id: the request that cached it */
+    int32_t       cap_origin;
+    const char   *salt;
+} bh_sim;
+
+static void bh_sim_destroy(void *state) {
+    bh_sim *st = state;
+    if (!st) return;
+    hx_blockpool_free(st->pool);
+    free(st->hashes);
+    free(st->ids);
+    free(st->origin);
+    free(st);
+}
+
+static int bh_sim_create(const hx_sim_config *cfg, void **state, char *err, size_t errlen) {
+    bh_sim *st = calloc(1, sizeof *st);
+    if (!st) return ENG_ERR_NOMEM;
+    *state = st;
+    const bh_opts *o = cfg->opts;
+    int64_t B = cfg->block_size ? cfg->block_size : o->block_size ? o->block_size : cfg->block_tokens;
+    if (B % cfg->block_tokens) {
+        eng_errf(err, errlen, "block-hash: --block-size %lld is not a whole number of the trace's %d-token blocks",
+                 (long long)B, cfg->block_tokens);
+        return ENG_ERR_ARG;
+    }
+    if ((cfg->quirks & Q_HYBRID_BLOCK_SIZE) && cfg->model) {  /* vLLM #40696, unit 16 as vLLM's */
+        int32_t hb = hybrid_block_size(cfg->model, 16);
+        if (B < hb) B = (hb + cfg->block_tokens - 1) / cfg->block_tokens * cfg->block_tokens;
+    }
+    st->group = (int32_t)(B / cfg->block_tokens);
+    st->W = st->group * HX_SIM_WORDS;
+    st->salt = o->salt;
+    int64_t cap = cfg->capacity_tokens / B;
+    if (cfg->capacity_tokens > 0 && cap < 1) {
+        eng_errf(err, errlen, "block-hash: --capacity %lld tokens holds no %lld-token block",
+                 (long long)cfg->capacity_tokens, (long long)B);
+        return ENG_ERR_ARG;
+    }
+    if (cap > (1 << 30)) {
+        eng_errf(err, errlen, "block-hash: --capacity %lld tokens is more than 2^30 blocks of %lld tokens",
+                 (long long)cfg->capacity_tokens, (long long)B);
+        return ENG_ERR_ARG;
+    }
+    st->pool = hx_blockpool_new_evict(st->W, (int32_t)cap, cfg->evict, NULL, NULL);
+    return st->pool ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+static int bh_sim_reserve(bh_sim *st, int32_t m) {
+    if (m <= st->cap) return ENG_OK;
+    int32_t cap = m > 2 * st->cap ? m : 2 * st->cap;
+    uint64_t *h = realloc(st->hashes, sizeof *h * (size_t)cap);
+    if (h) st->hashes = h;
+    int32_t *ids = realloc(st->ids, sizeof *ids * (size_t)cap);
+    if (ids) st->ids = ids;
+    if (!h || !ids) return ENG_ERR_NOMEM;
+    st->cap = cap;
+    return ENG_OK;
+}
+
+/* The leading cached blocks of the request's m policy blocks (hashes in
+ * st->hashes, hits' ids in st->ids). */
+static int32_t bh_sim_lookup(bh_sim *st, const int32_t *words, int32_t m) {
+    int32_t k = 0;
+    while (k < m) {
+        int32_t id = hx_blockpool_find(st->pool, st->hashes[k], k ? st->hashes[k - 1] : 0, words + (size_t)k * st->W,
+                                       NULL, NULL);
+        if (id < 0) break;
+        st->ids[k++] = id;
+    }
+    return k;
+}
+
+static int32_t bh_sim_peek(void *state, const hx_sim_req *r) {
+    bh_sim *st = state;
+    int32_t m = r->n_blocks / st->group;
+    if (bh_sim_reserve(st, m) != ENG_OK) return 0;
+    hx_block_hashes(r->words, m * st->W, st->W, st->salt, st->hashes);
+    return bh_sim_lookup(st, r->words, m) * st->group;
+}
+
+static int bh_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
+    bh_sim *st = state;
+    memset(out, 0, sizeof *out);
+    out->origin = -1;
+    int32_t m = r->n_blocks / st->group;
+    if (bh_sim_reserve(st, m) != ENG_OK) return ENG_ERR_NOMEM;
+    hx_block_hashes(r->words, m * st->W, st->W, st->salt, st->hashes);
+    int64_t ev0 = hx_blockpool_evictions(st->pool);
+    int32_t k = bh_sim_lookup(st, r->words, m), counted = k;
+    if (hx_cache_faults & HX_FAULT_HIT_AFTER_GAP)  /* planted: blocks past the first miss counted too */
+        for (int32_t i = k + 1; i < m; i++)
+            counted += hx_blockpool_find(st->pool, st->hashes[i], st->hashes[i - 1], r->words + (size_t)i * st->W,
+                                         NULL, NULL) >= 0;
+    if (k > 0) out->origin = st->origin[st->ids[k - 1]];
+    for (int32_t i = 0; i < k; i++) hx_blockpool_touch(st->pool, st->ids[i]);
+    int32_t n_ids = k;
+    for (int32_t i = k; i < m; i++) {
+        int32_t id = hx_blockpool_alloc(st->pool);
+        if (id < 0) break;  /* every block is in use: the rest is not cached */
+        st->ids[n_ids++] = id;
+        if (id >= st->cap_origin) {
+            int32_t cap = st->cap_origin ? 2 * st->cap_origin : 1024;
+            while (cap <= id) cap *= 2;
+            int64_t *g = realloc(st->origin, sizeof *g * (size_t)cap);
+            if (!g) { hx_blockpool_release(st->pool, st->ids, n_ids); return ENG_ERR_NOMEM; }
+            st->origin = g;
+            st->cap_origin = cap;
+        }
+        st->origin[id] = r->index;
+        if (hx_blockpool_cache(st->pool, id, st->hashes[i], i ? st->hashes[i - 1] : 0, i, r->words + (size_t)i * st->W,
+                               NULL) != ENG_OK) {
+            hx_blockpool_release(st->pool, st->ids, n_ids);
+            return ENG_ERR_NOMEM;
+        }
+    }
+    hx_blockpool_release(st->pool, st->ids, n_ids);
+    out->hit_blocks = counted * st->group;
+    out->stored_blocks = (n_ids - k) * st->group;
+    out->evicted_blocks = (hx_blockpool_evictions(st->pool) - ev0) * st->group;
+    out->held_blocks = (int64_t)hx_blockpool_cached(st->pool) * st->group;
+    return ENG_OK;
+}
+
+static int bh_sim_check(void *state, char *err, size_t errlen) {
+    bh_sim *st = state;
+    return hx_blockpool_check(st->pool, err, errlen);
+}
+
+static const hx_sim_ops bh_sim_ops = {
+    .check = bh_sim_check,
+    .create = bh_sim_create,
+    .peek = bh_sim_peek,
+    .access = bh_sim_access,
+    .destroy = bh_sim_destroy,
+};
+
 const hx_policy_ops hx_policy_block_hash = {
     .name = "block-hash",
     .options = bh_options,
@@ -480,4 +639,5 @@ const hx_policy_ops hx_policy_block_hash = {
     .release = bh_release,
     .destroy = bh_destroy,
     .hint = bh_hint,
+    .sim = &bh_sim_ops,
 };

@@ -51,6 +51,29 @@ static void cold_destroy(void *state) {
     free(st);
 }
 
+/* Token-only mode (simulate): nothing is held, nothing hits (the baseline's TTFT). */
+static int cold_sim_create(const hx_sim_config *cfg, void **state, char *err, size_t errlen) {
+    static int nothing;
+    *state = &nothing;
+    return ENG_OK;
+}
+static int32_t cold_sim_peek(void *state, const hx_sim_req *r) { return 0; }
+static int cold_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
+    memset(out, 0, sizeof *out);
+    out->origin = -1;
+    return ENG_OK;
+}
+static void cold_sim_destroy(void *state) {}
+static int cold_sim_check(void *state, char *err, size_t errlen) { return ENG_OK; }
+
+static const hx_sim_ops cold_sim_ops = {
+    .create = cold_sim_create,
+    .peek = cold_sim_peek,
+    .access = cold_sim_access,
+    .destroy = cold_sim_destroy,
+    .check = cold_sim_check,
+};
+
 const hx_policy_ops hx_policy_cold = {
     .name = "cold",
     .create = cold_create,
@@ -59,4 +82,5 @@ const hx_policy_ops hx_policy_cold = {
     .on_chunk = cold_on_chunk,
     .release = cold_release,
     .destroy = cold_destroy,
+    .sim = &cold_sim_ops,
 };

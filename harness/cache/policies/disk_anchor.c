@@ -37,7 +37,9 @@
 #include <unistd.h>
 
 #include "anchor.h"
+#include "blockpool.h"
 #include "diskcache.h"
+#include "prefixset.h"
 #include "status.h"
 #include "store.h"
 #include "util.h"
@@ -342,6 +344,171 @@ static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     return ENG_OK;
 }
 
+// ----------------------------------------------------------------------------
+// Token-only mode (simulate): the live sequence and the checkpoint files'
+// placement over trace block ids
+//
+// The grid is the policy block (the trace's block, or --block-size): every
+// position below is a whole number of them. Per request:
+//   1. live: the previous request's prompt is reused when the new one
+//      extends its full blocks (a trace block cut by the prompt's end cannot
+//      be told apart from the longer block that replaces it: its tokens are
+//      recomputed, as a partial chunk is in replay);
+//   2. otherwise disk: the longest checkpoint that is a prefix of the prompt
+//      (hx_diskcache_lookup's rule; a checkpoint restores exactly its tokens);
+//   3. the checkpoints hx_anchor_plan gives for (n, cached), the same plan as
+//      replay (waypoints every --waypoint-every tokens, the anchor at
+//      --anchor N; traces carry no system-prompt end, so `auto` places none),
+//      are stored as entries of their length under --capacity (a checkpoint
+//      file holds its whole prefix's state), evicted in --evict's order.
+// Nothing is written to disk.
+
+typedef struct da_sim {
+    int32_t          group, W, bt;   /* trace blocks per policy block, words, tokens per policy block */
+    hx_anchor_params ap;
+    hx_prefixset    *files;
+    int32_t         *live;           /* (cap_live * W) */
+    int32_t          n_live, full_live, cap_live;
+    int64_t          live_origin;
+    uint64_t        *h;
+    int32_t          cap_h;
+    hx_anchor_ckpt  *plan;
+    int32_t          cap_plan;
+    uint64_t         clock;
+} da_sim;
+
+static void da_sim_destroy(void *state) {
+    da_sim *st = state;
+    if (!st) return;
+    hx_prefixset_free(st->files);
+    free(st->live);
+    free(st->h);
+    free(st->plan);
+    free(st);
+}
+
+static int da_sim_create(const hx_sim_config *cfg, void **state, char *err, size_t errlen) {
+    da_sim *st = calloc(1, sizeof *st);
+    if (!st) return ENG_ERR_NOMEM;
+    *state = st;
+    const da_opts *o = cfg->opts;
+    int64_t B = cfg->block_size ? cfg->block_size : cfg->block_tokens;
+    st->group = (int32_t)(B / cfg->block_tokens);
+    st->W = st->group * HX_SIM_WORDS;
+    st->bt = (int32_t)B;
+    st->ap = hx_anchor_params_default();
+    st->ap.chunk = (int32_t)B;
+    st->ap.waypoint_every = o->waypoint_every;
+    st->ap.anchor = o->anchor_tokens > 0 ? o->anchor_tokens / (int32_t)B * (int32_t)B : 0;
+    st->ap.quirk_anchor_cold_only = (cfg->quirks & Q_ANCHOR_COLD_ONLY) != 0;
+    if (hx_anchor_params_check(&st->ap, err, errlen) != ENG_OK) {
+        eng_errf(err, errlen, "disk-anchor: --waypoint-every %d is not a whole number of %lld-token blocks",
+                 o->waypoint_every, (long long)B);
+        return ENG_ERR_ARG;
+    }
+    int64_t budget = cfg->capacity_tokens / B;
+    if (cfg->capacity_tokens > 0 && budget < 1) {
+        eng_errf(err, errlen, "disk-anchor: --capacity %lld tokens holds no %lld-token block",
+                 (long long)cfg->capacity_tokens, (long long)B);
+        return ENG_ERR_ARG;
+    }
+    st->files = hx_prefixset_new(st->W, cfg->evict, budget);
+    st->live_origin = -1;
+    return st->files ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+static int da_sim_reserve(da_sim *st, int32_t m) {
+    if (m <= st->cap_h) return ENG_OK;
+    int32_t cap = m > 2 * st->cap_h ? m : 2 * st->cap_h;
+    uint64_t *h = realloc(st->h, sizeof *h * (size_t)cap);
+    if (!h) return ENG_ERR_NOMEM;
+    st->h = h;
+    st->cap_h = cap;
+    return ENG_OK;
+}
+
+/* Blocks reused from the live sequence (0: a live miss), and from disk (*disk, *file). */
+static int32_t da_sim_lookup(da_sim *st, const int32_t *words, int32_t m, int32_t *disk, int32_t *file) {
+    *disk = 0;
+    *file = -1;
+    int32_t lcp = hx_sim_lcp(st->live, st->n_live * st->group, words, m * st->group) / st->group;
+    if (st->n_live > 0 && st->full_live > 0 && lcp >= st->full_live) return st->full_live;
+    *disk = hx_prefixset_within(st->files, st->h, m, file);
+    return 0;
+}
+
+static int32_t da_sim_peek(void *state, const hx_sim_req *r) {
+    da_sim *st = state;
+    int32_t m = r->n_blocks / st->group, disk, file;
+    if (da_sim_reserve(st, m) != ENG_OK) return 0;
+    hx_block_hashes(r->words, m * st->W, st->W, NULL, st->h);
+    int32_t live = da_sim_lookup(st, r->words, m, &disk, &file);
+    return (live ? live : disk) * st->group;
+}
+
+static int da_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
+    da_sim *st = state;
+    memset(out, 0, sizeof *out);
+    out->origin = -1;
+    int32_t m = r->n_blocks / st->group, disk, file;
+    if (da_sim_reserve(st, m) != ENG_OK) return ENG_ERR_NOMEM;
+    hx_block_hashes(r->words, m * st->W, st->W, NULL, st->h);
+    int64_t ev0 = hx_prefixset_evicted(st->files), held0 = hx_prefixset_held(st->files);
+    int32_t k = da_sim_lookup(st, r->words, m, &disk, &file);
+    if (k > 0) {
+        out->origin = st->live_origin;
+    } else if (disk > 0) {
+        k = disk;
+        out->origin = hx_prefixset_origin(st->files, file);
+        hx_prefixset_touch(st->files, file, ++st->clock);
+    }
+    /* the checkpoints this prefill writes: replay's plan, in tokens on the block grid */
+    int32_t n_tok = m * st->bt, cap = hx_anchor_plan_max(&st->ap, n_tok), n_plan = 0;
+    if (cap > st->cap_plan) {
+        hx_anchor_ckpt *p = realloc(st->plan, sizeof *p * (size_t)cap);
+        if (!p) return ENG_ERR_NOMEM;
+        st->plan = p;
+        st->cap_plan = cap;
+    }
+    char err[160];
+    if (hx_anchor_plan(&st->ap, n_tok, k * st->bt, st->plan, cap, &n_plan, err, sizeof err) != ENG_OK) n_plan = 0;
+    for (int32_t i = 0; i < n_plan; i++) {
+        int32_t b = st->plan[i].pos / st->bt, id;
+        if (hx_prefixset_find(st->files, st->h, b) >= 0) continue;  /* HX_DISKCACHE_PRESENT */
+        if (hx_prefixset_add(st->files, r->words, st->h, b, r->index, ++st->clock, &id) != ENG_OK) return ENG_ERR_NOMEM;
+    }
+    /* the live sequence: this prompt */
+    if (m > st->cap_live) {
+        int32_t *w = realloc(st->live, sizeof *w * (size_t)m * (size_t)st->W);
+        if (!w) return ENG_ERR_NOMEM;
+        st->live = w;
+        st->cap_live = m;
+    }
+    memcpy(st->live, r->words, sizeof(int32_t) * (size_t)m * (size_t)st->W);
+    st->n_live = m;
+    st->full_live = (int32_t)((int64_t)r->n_tokens / st->bt);  /* the blocks its prompt fills */
+    if (st->full_live > m) st->full_live = m;
+    st->live_origin = r->index;
+    out->hit_blocks = k * st->group;
+    out->stored_blocks = (int32_t)(hx_prefixset_held(st->files) - held0 + hx_prefixset_evicted(st->files) - ev0) *
+                         st->group;
+    out->evicted_blocks = (hx_prefixset_evicted(st->files) - ev0) * st->group;
+    out->held_blocks = (hx_prefixset_held(st->files) + st->n_live) * st->group;
+    return ENG_OK;
+}
+
+static int da_sim_check(void *state, char *err, size_t errlen) {
+    return hx_prefixset_check(((da_sim *)state)->files, err, errlen);
+}
+
+static const hx_sim_ops da_sim_ops = {
+    .check = da_sim_check,
+    .create = da_sim_create,
+    .peek = da_sim_peek,
+    .access = da_sim_access,
+    .destroy = da_sim_destroy,
+};
+
 const hx_policy_ops hx_policy_disk_anchor = {
     .name = "disk-anchor",
     .options = da_options,
@@ -355,4 +522,5 @@ const hx_policy_ops hx_policy_disk_anchor = {
     .release = da_release,
     .destroy = da_destroy,
     .hint = da_hint,
+    .sim = &da_sim_ops,
 };

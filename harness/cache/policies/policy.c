@@ -295,3 +295,61 @@ void hx_policy_destroy(hx_policy *p) {
     free(p->opts);
     free(p);
 }
+
+// ----------------------------------------------------------------------------
+// Token-only mode
+
+int32_t hx_sim_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb) {
+    int32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[HX_SIM_WORDS * i] == b[HX_SIM_WORDS * i] && a[HX_SIM_WORDS * i + 1] == b[HX_SIM_WORDS * i + 1]) i++;
+    return i;
+}
+
+int hx_sim_policy_create(const char *name, const hx_sim_config *cfg, const hx_policy_args *args,
+                         hx_sim_policy **out, char *err, size_t errlen) {
+    *out = NULL;
+    const hx_policy_ops *ops = find_policy(name);
+    if (!ops || !ops->sim) {
+        char known[256] = "";
+        for (size_t i = 0, off = 0; hx_policies[i] && off < sizeof known; i++)
+            if (hx_policies[i]->sim)
+                off += (size_t)snprintf(known + off, sizeof known - off, "%s%s", off ? ", " : "", hx_policies[i]->name);
+        eng_errf(err, errlen, "--policy: %s '%s' (policies with a token-only mode: %s)",
+                 ops ? "no token-only mode for policy" : "unknown policy", name, known);
+        return ENG_ERR_ARG;
+    }
+    if (cfg->block_tokens < 1 || cfg->capacity_tokens < 0 || cfg->block_size < 0 ||
+        (cfg->block_size && cfg->block_size % cfg->block_tokens)) {
+        eng_errf(err, errlen, "--block-size: %lld tokens is not a whole number of the trace's %d-token blocks",
+                 (long long)cfg->block_size, cfg->block_tokens);
+        return ENG_ERR_ARG;
+    }
+    hx_sim_policy *p = calloc(1, sizeof *p);
+    if (!p) return ENG_ERR_NOMEM;
+    p->ops = ops;
+    p->sim = ops->sim;
+    p->cfg = *cfg;
+    if (ops->opts_size) {
+        if (!(p->opts = malloc(ops->opts_size))) { free(p); return ENG_ERR_NOMEM; }
+        memcpy(p->opts, ops->defaults, ops->opts_size);
+        for (int32_t k = 0; args && k < args->n; k++) {
+            const hx_option *o = hx_option_find(ops->options, args->a[k].name);
+            if (o) apply_arg(o, &args->a[k], (char *)p->opts + o->offset);
+        }
+    }
+    p->cfg.opts = p->opts;
+    int rc = p->sim->create(&p->cfg, &p->state, err, errlen);
+    if (rc != ENG_OK) {
+        hx_sim_policy_destroy(p);
+        return rc;
+    }
+    *out = p;
+    return ENG_OK;
+}
+
+void hx_sim_policy_destroy(hx_sim_policy *p) {
+    if (!p) return;
+    if (p->state) p->sim->destroy(p->state);
+    free(p->opts);
+    free(p);
+}

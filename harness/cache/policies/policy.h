@@ -41,6 +41,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "evict.h"
 #include "options.h"
 #include "model.h"
 
@@ -168,6 +169,8 @@ typedef struct hx_policy_ops {
     int32_t (*n_slots)(const void *state);
     int64_t (*slot_tokens)(const void *state, int32_t slot);
     int64_t (*erase)(void *state, int32_t slot);
+    /* Token-only mode (simulate), or NULL when the policy has none. */
+    const struct hx_sim_ops *sim;
 } hx_policy_ops;
 
 struct hx_policy {
@@ -212,5 +215,75 @@ int32_t hx_policy_reuse_len(const hx_policy_config *cfg, int32_t lcp, int32_t n_
 /* Length of the common prefix of two token arrays. */
 int32_t hx_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb);
 
+// ----------------------------------------------------------------------------
+// Token-only mode: `kvreplay simulate` runs the same policies over the block
+// ids of a production trace (docs/traces.md). Each policy file that supports
+// it implements the sim_* functions below with the structures its replay mode
+// uses (blockpool, radixtree, its slots, its checkpoint placement), keyed by
+// block ids instead of token ids. A trace block id stands for its block's
+// tokens; a request is its leading blocks; a hit is a count of leading blocks.
+
+/* A request as simulate hands it over: n_blocks trace blocks, each a 64-bit
+ * id as two int32 words (low, high) in words[2 * n_blocks]. Equal ids are
+ * equal blocks; the caches chain them (block i counts only while every block
+ * before it matched), so Mooncake's prefix hashes and Bailian's per-block
+ * hashes mean the same thing here. */
+typedef struct hx_sim_req {
+    const int32_t *words;
+    int32_t        n_blocks;
+    int32_t        n_tokens;   /* its input_length */
+    int64_t        index;      /* its place in the trace (provenance: hx_sim_access.origin) */
+} hx_sim_req;
+
+#define HX_SIM_WORDS 2  /* int32 words per trace block id */
+
+typedef struct hx_sim_config {
+    int32_t       block_tokens;     /* tokens per trace block (Mooncake 512, Bailian 16) */
+    int64_t       block_size;       /* the policy's block in tokens: a multiple of block_tokens
+                                       (0: the trace's block) */
+    int64_t       capacity_tokens;  /* what the cache may hold (0: unbounded) */
+    hx_evict_kind evict;
+    unsigned      quirks;           /* bits of the policy's own quirk list */
+    const eng_model_info *model;    /* the model's shape when known (quirks that depend on it), or NULL */
+    const void   *opts;             /* the policy's options struct (set by hx_sim_policy_create) */
+} hx_sim_config;
+
+/* What one access did: look the request up, count its hit, store what the
+ * policy stores (all counts in trace blocks). */
+typedef struct hx_sim_access {
+    int32_t hit_blocks;      /* leading blocks found */
+    int64_t origin;          /* the request (trace index) that computed the deepest block hit, -1 */
+    int32_t stored_blocks;   /* blocks newly stored */
+    int64_t evicted_blocks;  /* blocks evicted by this access */
+    int64_t held_blocks;     /* blocks held after it */
+} hx_sim_access;
+
+typedef struct hx_sim_ops {
+    int     (*create)(const hx_sim_config *cfg, void **state, char *err, size_t errlen);
+    /* Leading blocks held for r, changing nothing (a cache-aware router's question). */
+    int32_t (*peek)(void *state, const hx_sim_req *r);
+    int     (*access)(void *state, const hx_sim_req *r, hx_sim_access *out);
+    void    (*destroy)(void *state);
+    /* The structures' invariants and the capacity (tests): ENG_OK or ENG_ERR_FORMAT with err. */
+    int     (*check)(void *state, char *err, size_t errlen);
+} hx_sim_ops;
+
+/* A policy in token-only mode. */
+typedef struct hx_sim_policy {
+    const hx_policy_ops *ops;
+    const hx_sim_ops    *sim;
+    void                *state;
+    void                *opts;
+    hx_sim_config        cfg;
+} hx_sim_policy;
+
+/* Creates policy name in token-only mode, its options being its defaults
+ * overridden by args (may be NULL). ENG_ERR_ARG (unknown policy, one without
+ * a token-only mode, a bad setting; message in err), ENG_ERR_NOMEM. */
+int  hx_sim_policy_create(const char *name, const hx_sim_config *cfg, const hx_policy_args *args,
+                          hx_sim_policy **out, char *err, size_t errlen);
+void hx_sim_policy_destroy(hx_sim_policy *p);  /* accepts NULL */
+/* Leading trace blocks shared by a and b (na, nb blocks). */
+int32_t hx_sim_lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb);
 
 #endif /* HX_POLICY_H */

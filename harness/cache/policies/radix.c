@@ -50,6 +50,7 @@
 #include "policy.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +339,24 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
 }
 
 // ----------------------------------------------------------------------------
+// Room in the tree (shared by replay and simulate)
+
+/* SGLang's rule over --max-total-tokens (evict before the new tokens are
+ * placed): evicts leaves in the tree's order until key[0, n)'s missing part
+ * fits under cap, then cuts the key to the room left, in whole pages. The
+ * path the request matched is locked. Returns the length to insert. */
+static int32_t fit_key(hx_radix *t, const int32_t *key, int32_t n, int64_t cap) {
+    int32_t P = hx_radix_page(t), present = hx_radix_peek(t, key, n), want = n;
+    int64_t over = hx_radix_tokens(t) + (n - present) - cap;
+    if (over > 0) hx_radix_evict(t, over);
+    present = hx_radix_peek(t, key, n);  /* an unlocked part of it may have gone */
+    int64_t room = cap - hx_radix_tokens(t);
+    if (n - present > room) n = (int32_t)((present + (room > 0 ? room : 0)) / P * P);
+    if ((hx_cache_faults & HX_FAULT_OVER_CAPACITY) && n < want) n += P;  /* planted: one page past the capacity */
+    return n;
+}
+
+// ----------------------------------------------------------------------------
 // States during the prefill, and release: insert the request
 
 /* A state can only be taken where the prefill pauses: at every multiple of C
@@ -417,16 +436,8 @@ static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
             if (st->track_ckpt[i] && st->track_pos[i] > key && st->track_pos[i] <= committed) key = st->track_pos[i];
     }
     key = key / P * P;
+    if (key > 0 && st->o.max_tokens > 0) key = fit_key(st->t, tokens, key, st->o.max_tokens);
     int64_t before = hx_radix_tokens(st->t), new_tokens = 0, new_state_bytes = 0;
-    if (key > 0 && st->o.max_tokens > 0) {  /* make room: LRU leaves, the matched path is locked */
-        hx_rnode *tmp;
-        int32_t present = hx_radix_match(st->t, tokens, key, &tmp);
-        int64_t over = hx_radix_tokens(st->t) + (key - (present > 0 ? present : 0)) - st->o.max_tokens;
-        if (over > 0) hx_radix_evict(st->t, over);
-        int64_t room = st->o.max_tokens - hx_radix_tokens(st->t);
-        if (present >= 0 && key - present > room) key = (int32_t)((present + (room > 0 ? room : 0)) / P * P);
-        before = hx_radix_tokens(st->t);
-    }
     hx_carrier *c = hx_carrier_new(st->cs, s, st->src, st->r, st->origin);
     if (!c) return ENG_ERR_NOMEM;
     hx_carrier_ref(c);  /* held while the tree is updated */
@@ -482,6 +493,110 @@ static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     return ENG_OK;
 }
 
+// ----------------------------------------------------------------------------
+// Token-only mode (simulate): the same tree over trace block ids
+//
+// Keys are the words of the request's block ids (HX_SIM_WORDS per trace
+// block), pages are one policy block (--page-size in tokens, a whole number
+// of trace blocks; the trace's block by default). Per request: the match
+// (split at its end, touched and counted as a hit along the path, locked),
+// room made under --capacity by evicting whole unlocked leaves in the
+// tree's order (fit_key, as replay's release), the rest inserted as one new
+// leaf whose payload is the request's trace index (its origin), the path
+// unlocked. Unlike replay, the whole prompt is matched: the last token's
+// recomputation is the time model's.
+
+typedef struct rx_sim {
+    hx_radix *t;
+    int32_t   group;   /* trace blocks per page */
+    int32_t   W;       /* words per page */
+    int64_t   cap;     /* words, 0: unbounded */
+} rx_sim;
+
+static void rx_sim_split(void *ud, hx_rnode *upper, hx_rnode *lower) { upper->data = lower->data; }
+
+static void rx_sim_destroy(void *state) {
+    rx_sim *st = state;
+    if (!st) return;
+    hx_radix_free(st->t);
+    free(st);
+}
+
+static int rx_sim_create(const hx_sim_config *cfg, void **state, char *err, size_t errlen) {
+    rx_sim *st = calloc(1, sizeof *st);
+    if (!st) return ENG_ERR_NOMEM;
+    *state = st;
+    const rx_opts *o = cfg->opts;
+    int64_t P = cfg->block_size ? cfg->block_size : o->page_size > 1 ? o->page_size : cfg->block_tokens;
+    if (P % cfg->block_tokens) {
+        eng_errf(err, errlen, "radix: a page of %lld tokens is not a whole number of the trace's %d-token blocks",
+                 (long long)P, cfg->block_tokens);
+        return ENG_ERR_ARG;
+    }
+    st->group = (int32_t)(P / cfg->block_tokens);
+    st->W = st->group * HX_SIM_WORDS;
+    int64_t pages = cfg->capacity_tokens / P;
+    if (cfg->capacity_tokens > 0 && pages < 1) {
+        eng_errf(err, errlen, "radix: --capacity %lld tokens holds no page of %lld tokens",
+                 (long long)cfg->capacity_tokens, (long long)P);
+        return ENG_ERR_ARG;
+    }
+    st->cap = pages * st->W;
+    st->t = hx_radix_new_evict(st->W, cfg->evict, st->cap, rx_sim_split, NULL, NULL);
+    return st->t ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+static int32_t rx_sim_peek(void *state, const hx_sim_req *r) {
+    rx_sim *st = state;
+    return hx_radix_peek(st->t, r->words, r->n_blocks / st->group * st->W) / st->W * st->group;
+}
+
+static int rx_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
+    rx_sim *st = state;
+    memset(out, 0, sizeof *out);
+    out->origin = -1;
+    int32_t n = r->n_blocks / st->group * st->W;
+    hx_rnode *last = NULL;
+    int32_t m = hx_radix_match(st->t, r->words, n, &last);
+    if (m < 0) return ENG_ERR_NOMEM;
+    if (m > 0 && last->data) out->origin = (int64_t)(intptr_t)last->data - 1;
+    hx_radix_lock(st->t, last);
+    int64_t ev0 = hx_radix_evicted(st->t), before;
+    int32_t key = st->cap > 0 ? fit_key(st->t, r->words, n, st->cap) : n;
+    before = hx_radix_tokens(st->t);
+    if (key > m) {
+        hx_rnode *leaf = NULL;
+        int32_t present = hx_radix_insert(st->t, r->words, key, &leaf);
+        if (present < 0) { hx_radix_unlock(st->t, last); return ENG_ERR_NOMEM; }
+        if (present < key) leaf->data = (void *)(intptr_t)(r->index + 1);
+    }
+    hx_radix_unlock(st->t, last);
+    out->hit_blocks = m / st->W * st->group;
+    out->stored_blocks = (int32_t)((hx_radix_tokens(st->t) - before) / st->W * st->group);
+    out->evicted_blocks = (hx_radix_evicted(st->t) - ev0) / st->W * st->group;
+    out->held_blocks = hx_radix_tokens(st->t) / st->W * st->group;
+    return ENG_OK;
+}
+
+static int rx_sim_check(void *state, char *err, size_t errlen) {
+    rx_sim *st = state;
+    int rc = hx_radix_check(st->t, err, errlen);
+    if (rc == ENG_OK && st->cap > 0 && hx_radix_tokens(st->t) > st->cap) {
+        eng_errf(err, errlen, "radix: the tree holds %lld words, capacity %lld", (long long)hx_radix_tokens(st->t),
+                 (long long)st->cap);
+        rc = ENG_ERR_FORMAT;
+    }
+    return rc;
+}
+
+static const hx_sim_ops rx_sim_ops = {
+    .check = rx_sim_check,
+    .create = rx_sim_create,
+    .peek = rx_sim_peek,
+    .access = rx_sim_access,
+    .destroy = rx_sim_destroy,
+};
+
 const hx_policy_ops hx_policy_radix = {
     .name = "radix",
     .options = rx_options,
@@ -495,4 +610,5 @@ const hx_policy_ops hx_policy_radix = {
     .release = rx_release,
     .destroy = rx_destroy,
     .hint = rx_hint,
+    .sim = &rx_sim_ops,
 };

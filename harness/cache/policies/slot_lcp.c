@@ -44,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blockpool.h"
+#include "prefixset.h"
 #include "status.h"
 #include "store.h"
 #include "util.h"
@@ -272,22 +274,35 @@ static eng_ckpt *newest_ckpt_upto(const slot *sl, int32_t r) {
     return NULL;
 }
 
-static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, double *sim_out) {
-    slot *best = NULL;
+/* llama.cpp's get_available_slot, on each slot's common prefix with the
+ * prompt (lcp[i], 0 for an empty slot) and its last use: the slot of best
+ * similarity lcp / n above the threshold, else the least recently used (an
+ * empty slot, last used 0, first). Shared by replay and simulate. */
+static int32_t pick_slot(int32_t n_slots, const int32_t *lcp, const uint64_t *last_used, int32_t n, double threshold,
+                         double *sim_out) {
+    int32_t best = -1;
     double sim_best = 0.0;
-    for (int32_t i = 0; i < st->n_slots; i++) {
-        slot *sl = &st->slots[i];
-        int32_t nc = eng_seq_n_tokens(sl->seq);
-        if (nc == 0) continue;
-        double sim = (double)hx_lcp(eng_seq_tokens(sl->seq), nc, tokens, n) / (double)n;
-        if (sim > sim_best && sim > st->o.sim_threshold) { best = sl; sim_best = sim; }
+    for (int32_t i = 0; i < n_slots; i++) {
+        double sim = n > 0 ? (double)lcp[i] / (double)n : 0.0;
+        if (lcp[i] > 0 && sim > sim_best && sim > threshold) { best = i; sim_best = sim; }
     }
     *sim_out = sim_best;
-    if (best) return best;
-    slot *lru = &st->slots[0];  /* least recently used; empty slots have last_used 0 */
-    for (int32_t i = 1; i < st->n_slots; i++)
-        if (st->slots[i].last_used < lru->last_used) lru = &st->slots[i];
+    if (best >= 0) return best;
+    int32_t lru = 0;
+    for (int32_t i = 1; i < n_slots; i++)
+        if (last_used[i] < last_used[lru]) lru = i;
     return lru;
+}
+
+static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, double *sim_out) {
+    int32_t lcp[64];
+    uint64_t last[64];
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        const slot *sl = &st->slots[i];
+        lcp[i] = hx_lcp(eng_seq_tokens(sl->seq), eng_seq_n_tokens(sl->seq), tokens, n);
+        last[i] = sl->last_used;
+    }
+    return &st->slots[pick_slot(st->n_slots, lcp, last, n, st->o.sim_threshold, sim_out)];
 }
 
 /* llama-server's id_slot (the request names its slot) and cache_prompt: false
@@ -460,6 +475,165 @@ static int slot_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *o
     return ENG_OK;
 }
 
+// ----------------------------------------------------------------------------
+// Token-only mode (simulate): slots and llama.cpp's host prompt cache over
+// trace block ids
+//
+// Each slot holds the block ids of the last prompt it served. A request takes
+// a slot by pick_slot (the same rule as replay) on the slots' common prefix
+// in blocks. The host prompt cache (llama.cpp's --cache-ram, on by default
+// since b6700-ish: server_prompt_cache) holds whole prompts under --capacity:
+// the slot's prompt is saved to it before the slot serves another one
+// (prompt_save), and the cached prompt with the longest common prefix is
+// loaded into the slot when it beats the slot's own (prompt_load, which takes
+// it out of the cache). The memory is attention KV, which truncates: a cached
+// prompt serves its common prefix (in replay, the cache serves memory that
+// cannot be truncated, at its snapshots' lengths: seed 004). The hit is the
+// common prefix of the state the slot ends up with, in whole policy blocks
+// (a multiple of the trace's block, --block-size); slots hold --slots prompts
+// besides the budget.
+
+typedef struct sim_slot {
+    int32_t *words;      /* (cap * W) the blocks it holds */
+    int32_t  n, cap;     /* blocks */
+    int64_t  origin;     /* the request whose prompt it holds */
+    uint64_t last_used;
+} sim_slot;
+
+typedef struct slot_sim {
+    int32_t       n_slots, group, W;
+    double        threshold;
+    sim_slot     *slots;
+    hx_prefixset *cache;
+    uint64_t      clock;
+    uint64_t     *h, *hs;    /* (cap_h) the request's and a slot's chained block hashes */
+    int32_t       cap_h;
+} slot_sim;
+
+static void slot_sim_destroy(void *state) {
+    slot_sim *st = state;
+    if (!st) return;
+    for (int32_t i = 0; st->slots && i < st->n_slots; i++) free(st->slots[i].words);
+    free(st->slots);
+    hx_prefixset_free(st->cache);
+    free(st->h);
+    free(st->hs);
+    free(st);
+}
+
+static int slot_sim_create(const hx_sim_config *cfg, void **state, char *err, size_t errlen) {
+    slot_sim *st = calloc(1, sizeof *st);
+    if (!st) return ENG_ERR_NOMEM;
+    *state = st;
+    const slot_opts *o = cfg->opts;
+    int64_t B = cfg->block_size ? cfg->block_size : cfg->block_tokens;
+    st->group = (int32_t)(B / cfg->block_tokens);
+    st->W = st->group * HX_SIM_WORDS;
+    st->n_slots = o->n_slots < 1 ? 1 : o->n_slots > 64 ? 64 : o->n_slots;
+    st->threshold = o->sim_threshold;
+    int64_t budget = cfg->capacity_tokens / B;
+    if (cfg->capacity_tokens > 0 && budget < 1) {
+        eng_errf(err, errlen, "slot-lcp: --capacity %lld tokens holds no %lld-token block",
+                 (long long)cfg->capacity_tokens, (long long)B);
+        return ENG_ERR_ARG;
+    }
+    st->slots = calloc((size_t)st->n_slots, sizeof *st->slots);
+    st->cache = hx_prefixset_new(st->W, cfg->evict, budget);
+    return st->slots && st->cache ? ENG_OK : ENG_ERR_NOMEM;
+}
+
+static int slot_sim_reserve(slot_sim *st, int32_t m) {
+    if (m <= st->cap_h) return ENG_OK;
+    int32_t cap = m > 2 * st->cap_h ? m : 2 * st->cap_h;
+    uint64_t *h = realloc(st->h, sizeof *h * (size_t)cap);
+    if (h) st->h = h;
+    uint64_t *hs = realloc(st->hs, sizeof *hs * (size_t)cap);
+    if (hs) st->hs = hs;
+    if (!h || !hs) return ENG_ERR_NOMEM;
+    st->cap_h = cap;
+    return ENG_OK;
+}
+
+/* Common prefix of a slot and the request, in policy blocks. */
+static int32_t slot_sim_lcp(const slot_sim *st, const sim_slot *sl, const int32_t *words, int32_t m) {
+    return hx_sim_lcp(sl->words, sl->n * st->group, words, m * st->group) / st->group;
+}
+
+/* The slot pick_slot gives the request, and each slot's common prefix in lcp. */
+static int32_t slot_sim_pick(const slot_sim *st, const int32_t *words, int32_t m, int32_t *lcp) {
+    uint64_t last[64];
+    double sim;
+    for (int32_t i = 0; i < st->n_slots; i++) {
+        lcp[i] = slot_sim_lcp(st, &st->slots[i], words, m);
+        last[i] = st->slots[i].last_used;
+    }
+    return pick_slot(st->n_slots, lcp, last, m, st->threshold, &sim);
+}
+
+static int32_t slot_sim_peek(void *state, const hx_sim_req *r) {
+    slot_sim *st = state;
+    int32_t m = r->n_blocks / st->group, lcp[64], id;
+    if (slot_sim_reserve(st, m) != ENG_OK) return 0;
+    int32_t k = lcp[slot_sim_pick(st, r->words, m, lcp)];
+    hx_block_hashes(r->words, m * st->W, st->W, NULL, st->h);
+    int32_t c = hx_prefixset_common(st->cache, st->h, m, &id);
+    return (c > k ? c : k) * st->group;
+}
+
+static int slot_sim_access(void *state, const hx_sim_req *r, hx_sim_access *out) {
+    slot_sim *st = state;
+    memset(out, 0, sizeof *out);
+    out->origin = -1;
+    int32_t m = r->n_blocks / st->group, lcp[64], id;
+    if (slot_sim_reserve(st, m) != ENG_OK) return ENG_ERR_NOMEM;
+    int64_t ev0 = hx_prefixset_evicted(st->cache);
+    sim_slot *sl = &st->slots[slot_sim_pick(st, r->words, m, lcp)];
+    int32_t k = lcp[sl - st->slots];
+    if (k > 0) out->origin = sl->origin;
+    if (sl->n > 0) {  /* prompt_save: the slot's prompt into the cache (touched when there) */
+        if (slot_sim_reserve(st, sl->n) != ENG_OK) return ENG_ERR_NOMEM;
+        hx_block_hashes(sl->words, sl->n * st->W, st->W, NULL, st->hs);
+        if (hx_prefixset_add(st->cache, sl->words, st->hs, sl->n, sl->origin, ++st->clock, &id) != ENG_OK)
+            return ENG_ERR_NOMEM;
+    }
+    hx_block_hashes(r->words, m * st->W, st->W, NULL, st->h);
+    int32_t c = hx_prefixset_common(st->cache, st->h, m, &id);
+    if (c > k) {  /* prompt_load: the cached prompt moves into the slot */
+        k = c;
+        out->origin = hx_prefixset_origin(st->cache, id);
+        hx_prefixset_remove(st->cache, id);
+    }
+    if (m > sl->cap) {  /* the slot now holds this prompt */
+        int32_t *w = realloc(sl->words, sizeof *w * (size_t)m * (size_t)st->W);
+        if (!w) return ENG_ERR_NOMEM;
+        sl->words = w;
+        sl->cap = m;
+    }
+    memcpy(sl->words, r->words, sizeof(int32_t) * (size_t)m * (size_t)st->W);
+    sl->n = m;
+    sl->origin = r->index;
+    sl->last_used = ++st->clock;
+    int64_t held = hx_prefixset_held(st->cache);
+    for (int32_t i = 0; i < st->n_slots; i++) held += st->slots[i].n;
+    out->hit_blocks = k * st->group;
+    out->stored_blocks = (m - k) * st->group;
+    out->evicted_blocks = (hx_prefixset_evicted(st->cache) - ev0) * st->group;
+    out->held_blocks = held * st->group;
+    return ENG_OK;
+}
+
+static int slot_sim_check(void *state, char *err, size_t errlen) {
+    return hx_prefixset_check(((slot_sim *)state)->cache, err, errlen);
+}
+
+static const hx_sim_ops slot_sim_ops = {
+    .check = slot_sim_check,
+    .create = slot_sim_create,
+    .peek = slot_sim_peek,
+    .access = slot_sim_access,
+    .destroy = slot_sim_destroy,
+};
+
 const hx_policy_ops hx_policy_slot_lcp = {
     .name = "slot-lcp",
     .options = slot_options,
@@ -476,4 +650,5 @@ const hx_policy_ops hx_policy_slot_lcp = {
     .n_slots = slot_count,
     .slot_tokens = slot_tokens,
     .erase = slot_erase,
+    .sim = &slot_sim_ops,
 };
