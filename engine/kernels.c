@@ -1,6 +1,6 @@
 /*
  * engine/kernels.c: weight layouts, the blas products and attention, the
- * dispatch to the ref kernel (kernels_ref.c), and the shared row-wise ops
+ * dispatch to the ref kernel (kernels_ref_*.c), and the shared row-wise ops
  * of the forward pass. See kernels.h for the numerical contract.
  *
  * Determinism: every function writes each output element from a fixed

@@ -276,7 +276,7 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
  * blas_attn_items); change the string when it changes. */
 #define BLAS_ATTN_SCHEME "blas: attention online over key blocks of kb(rows) positions, one sgemm pair per block; v1"
 
-/* The ref attention's softmax (kernels_ref.c, attn_super): online over key
+/* The ref attention's softmax (kernels_ref_attn.c, attn_super): online over key
  * blocks of absolute positions since this build, where earlier builds took
  * eng_k_softmax_row over all of a row's keys; change the string when the
  * ref kernel's operations change. */
