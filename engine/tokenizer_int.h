@@ -187,6 +187,12 @@ struct eng_tokenizer {
     int32_t *trie_term;          /* (n_nodes) index into special[] or -1 */
     int32_t  n_nodes, nodes_cap;
     uint8_t  special_first[32];  /* bitmap of the first bytes of special texts */
+    /* token budgets (tokenizer.h, eng_tokenize_upto): no token stands for more than max_token_units units of
+     * the text the merges see (SPM: escaped bytes; BPE: code points; RWKV: bytes), nor for more than
+     * max_token_bytes bytes of input; units_bound: every unit of a raw fragment gives a token; bytes_bound:
+     * every input byte does (units_bound, and no special token strips whitespace) */
+    int32_t  max_token_units, max_token_bytes;
+    bool     units_bound, bytes_bound;
 };
 
 static inline const char *sym_text(const eng_tokenizer *t, int32_t id) { return t->blob + t->sym_off[id]; }
@@ -227,12 +233,13 @@ const pre_def  *eng_tok_pre_def(const char *type);
 /* Compiles t->pre's steps into t->steps (K_REGEX ones with PCRE2, JIT when it can). */
 int  eng_tok_pre_compile(eng_tokenizer *t, const char *path, char *err, size_t errlen);
 
-/* One call's splitting scratch: piece ends of two generations, the code
- * units a K_REGEX step sees, PCRE2's match data (made on first use). */
+/* One call's splitting scratch: piece ends of two generations (cap), the
+ * code units a K_REGEX step sees of one piece (sub_cap), PCRE2's match data
+ * (made on first use). */
 typedef struct tok_split {
     int32_t  *ends, *ends2;
     uint32_t *sub;
-    size_t    cap;
+    size_t    cap, sub_cap;
     pcre2_match_data *md;
     pcre2_match_context *mc;
     pcre2_jit_stack *jit;

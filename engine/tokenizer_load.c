@@ -467,6 +467,60 @@ static void auto_attrs(eng_tokenizer *t, const eng_gguf *g) {
     }
 }
 
+/* Code points of s[0..n) as the tokenizer decodes text (utf8_decode). */
+static int32_t count_cps(const uint8_t *s, size_t n) {
+    int32_t k = 0;
+    for (size_t i = 0, l; i < n; i += l, k++) utf8_decode(s, n, i, &l);
+    return k;
+}
+
+/* What a token budget may rely on (eng_tokenize_upto): how much text one
+ * token stands for at most, in the units the merges see and in input
+ * bytes, and whether every input byte gives a token. SPM: a token is its
+ * escaped text, an input byte one escaped byte or more. BPE: a token stands
+ * for at most as many input code points as its text has (a code point
+ * becomes one character or more, each its own symbol; a special token is
+ * matched as written), and a code point for at most 4 bytes (the lenient
+ * decoder takes overlong forms). RWKV: a token is its bytes. Bytes can
+ * vanish where a special token strips the whitespace beside it, and where
+ * a symbol that is no token has no byte token to fall back to. */
+static void budget_bounds(eng_tokenizer *t) {
+    int32_t units = 0;
+    bool bound = true, strip = false;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const uint8_t *txt = (const uint8_t *)sym_text(t, id);
+        const uint32_t n = t->sym_len[id];
+        int32_t u = (int32_t)n;
+        if (t->type == ENG_VOCAB_BPE) u = count_cps(txt, n);
+        if (u > units) units = u;
+        strip = strip || ((t->attr[id] & A_SPECIAL) && (t->attr[id] & (A_LSTRIP | A_RSTRIP)));
+    }
+    if (t->type == ENG_VOCAB_RWKV) units = t->max_tok_len;
+    if (t->type == ENG_VOCAB_SPM || (t->type == ENG_VOCAB_BPE && !t->byte_encode))
+        for (int b = 0; b < 256; b++) bound = bound && t->byte_tok[b] >= 0;
+    if (t->type == ENG_VOCAB_BPE && t->byte_encode) {   /* every code point of a word gives a token */
+        /* ASCII and continuation bytes: every code point's UTF-8 has one, so each code point gives a token */
+        for (int b = 0; b < 0xC0 && bound; b++) {
+            const int32_t y = t->byte_sym[b];
+            if (y >= 0 && y < t->n_vocab) continue;
+            bool any = false;   /* the byte's character is no token: one of its bytes must be (bpe_emit) */
+            for (uint32_t k = 0; y >= 0 && k < t->sym_len[y] && !any; k++) {
+                const int32_t id = smap_get(t, sym_text(t, y) + k, 1);
+                any = id >= 0 && id < t->n_vocab;
+            }
+            bound = any;
+        }
+        for (size_t i = 0; bound && i <= t->pairs.mask; i++) {
+            const imap_slot *sl = &t->pairs.slots[i];
+            if (sl->key != IMAP_EMPTY && sl->v0 >= t->n_vocab) bound = false;
+        }
+    }
+    t->max_token_units = units > 0 ? units : 1;
+    t->max_token_bytes = t->type == ENG_VOCAB_BPE ? 4 * t->max_token_units : t->max_token_units;
+    t->units_bound = bound && units > 0;
+    t->bytes_bound = t->units_bound && !strip;
+}
+
 /* llama.cpp's llama_unescape_rwkv_token: "\\t" "\\n" "\\r" map to their bytes,
  * "\\xHH" to byte HH (digits read as c >= 'a' ? c - 'a' + 10 : c - '0', as
  * llama.cpp does), a backslash before anything else to that character.
@@ -640,6 +694,7 @@ int eng_tokenizer_load(const eng_gguf *g, eng_tokenizer **out, char *err, size_t
     else rc = spm ? build_spm(t) : build_bpe(t, g, path, err, errlen);
     if (rc != ENG_OK) goto fail;
     if ((rc = build_specials(t)) != ENG_OK) goto fail;
+    budget_bounds(t);
     *out = t;
     return ENG_OK;
 fail:
@@ -678,6 +733,8 @@ bool    eng_tokenizer_add_bos(const eng_tokenizer *t) { ENG_ASSERT(t); return t-
 bool    eng_tokenizer_add_eos(const eng_tokenizer *t) { ENG_ASSERT(t); return t->add_eos && t->eos >= 0; }
 
 const char *eng_tokenizer_pre(const eng_tokenizer *t) { ENG_ASSERT(t); return t->pre_name; }
+int32_t eng_tokenizer_max_token_bytes(const eng_tokenizer *t) { ENG_ASSERT(t); return t->max_token_bytes; }
+bool    eng_tokenizer_bytes_bound(const eng_tokenizer *t) { ENG_ASSERT(t); return t->bytes_bound; }
 
 const char *eng_token_piece(const eng_tokenizer *t, int32_t id, size_t *len) {
     ENG_ASSERT(t);

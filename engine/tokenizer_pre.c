@@ -614,9 +614,6 @@ bool eng_tok_split_reserve(tok_split *s, size_t nc) {
     int32_t *e2 = realloc(s->ends2, c * sizeof *e2);
     if (!e2) return false;
     s->ends2 = e2;
-    uint32_t *u = realloc(s->sub, c * sizeof *u);
-    if (!u) return false;
-    s->sub = u;
     s->cap = c;
     return true;
 }
@@ -637,9 +634,6 @@ const int32_t *eng_tok_pre_split(const eng_tokenizer *t, tok_split *s, const uin
     cur[0] = (int32_t)nc;
     for (int k = 0; k < t->n_steps; k++) {
         const split_step *st = &t->steps[k];
-        if (st->kind == K_REGEX)
-            for (size_t i = 0; i < nc; i++)
-                s->sub[i] = st->collapsed ? collapse_cp(cps[i], cls[i]) : wide_cp(cps[i], cls[i]);
         size_t n_nxt = 0, a = 0;
         for (size_t w = 0; w < n_cur; w++) {
             size_t b = (size_t)cur[w], m = 0;
@@ -654,8 +648,17 @@ const int32_t *eng_tok_pre_split(const eng_tokenizer *t, tok_split *s, const uin
             case K_AFMOE_DIGITS: m = split_afmoe_digits(cp, cl, b - a, out); break;
             case K_NEWLINES:     m = split_newlines(cp, cl, b - a, out); break;
             case K_DIGITS3_FROM_RIGHT: m = split_digits3(cp, cl, b - a, out); break;
-            default:
-                if (!split_regex(s, st, s->sub + a, b - a, out, &m)) return NULL;
+            default:   /* the piece's code units as the regex sees them */
+                if (b - a > s->sub_cap) {
+                    const size_t c = b - a > 2 * s->sub_cap ? b - a : 2 * s->sub_cap;
+                    uint32_t *u = realloc(s->sub, c * sizeof *u);
+                    if (!u) return NULL;
+                    s->sub = u;
+                    s->sub_cap = c;
+                }
+                for (size_t i = a; i < b; i++)
+                    s->sub[i - a] = st->collapsed ? collapse_cp(cps[i], cls[i]) : wide_cp(cps[i], cls[i]);
+                if (!split_regex(s, st, s->sub, b - a, out, &m)) return NULL;
             }
             for (size_t j = 0; j < m; j++) out[j] += (int32_t)a;
             n_nxt += m;
