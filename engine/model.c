@@ -276,10 +276,10 @@ static void detect_chat_template(const eng_gguf *g, char out[16]) {
  * blas_attn_items); change the string when it changes. */
 #define BLAS_ATTN_SCHEME "blas: attention online over key blocks of kb(rows) positions, one sgemm pair per block; v1"
 
-/* The ref attention's softmax (kernels_ref_attn.c, attn_super): online over key
- * blocks of absolute positions since this build, where earlier builds took
- * eng_k_softmax_row over all of a row's keys; change the string when the
- * ref kernel's operations change. */
+/* The ref attention's operations (kernels_ref_attn.c, attn_super: the
+ * softmax online over key blocks of absolute positions), hashed into ref's
+ * fingerprint so that checkpoints of other operations miss; change the
+ * string when the ref kernel's operations change. */
 #define REF_SCHEME "ref: attention softmax online over blocks of 256 absolute positions; v1"
 
 static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
@@ -291,16 +291,15 @@ static uint64_t fingerprint_of(const uint8_t sha[32], const eng_numerics *num) {
         b[36 + i] = (uint8_t)(pv >> (8 * i));
         b[40 + i] = (uint8_t)(tv >> (8 * i));
     }
-    if (num->kernel != ENG_KERNEL_BLAS)  /* ref: its scheme hashed in, so earlier builds' checkpoints miss */
+    if (num->kernel != ENG_KERNEL_BLAS)  /* ref: its scheme hashed in, so other schemes' checkpoints miss */
         return XXH3_64bits_withSeed(b, 40, XXH3_64bits(REF_SCHEME, strlen(REF_SCHEME)));
     /* blas: OpenBLAS's per-row results depend on how the product is split
      * (thread count) and on its build and core kernel (config string). With
      * more than one thread the split is the engine's (column units on the
-     * pool, one single-threaded sgemm each: kernels.h), which gives other
-     * bits than OpenBLAS's own split of earlier builds: that scheme is
-     * hashed in too, so their checkpoints miss instead of mixing; so is the
-     * choice of routine by shape (one row: sgemv), and the attention's form
-     * (online over key blocks, since this build). */
+     * pool, one single-threaded sgemm each: kernels.h), not OpenBLAS's own:
+     * that scheme is hashed in, so checkpoints of another split miss instead
+     * of mixing; so are the choice of routine by shape (one row: sgemv) and
+     * the attention's form (online over key blocks). */
     uint64_t seed = XXH3_64bits(eng_blas_info(), strlen(eng_blas_info()));
     if (num->n_threads > 1) seed = XXH3_64bits_withSeed(BLAS_SPLIT_SCHEME, strlen(BLAS_SPLIT_SCHEME), seed);
     seed = XXH3_64bits_withSeed(BLAS_SHAPE_SCHEME, strlen(BLAS_SHAPE_SCHEME), seed);

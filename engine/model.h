@@ -7,7 +7,7 @@
  *   V vocabulary, D model dim (n_embd), L layers, H query heads, G kv heads,
  *   E head dim, F feed-forward dim, T tokens in a chunk, P positions in a sequence.
  *
- * The bit-exactness invariant (DESIGN.md): with align CHUNK, a prompt token
+ * The bit-exactness invariant (docs/design.md): with align CHUNK, a prompt token
  * at absolute position p is computed inside the chunk [floor(p/C)*C,
  * floor(p/C)*C + C) clipped to the prompt's end, with the same kernels and
  * the same prior state whether or not its prefix came from a cache. So

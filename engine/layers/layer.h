@@ -17,7 +17,7 @@
  * eng_layer_kinds[] in engine/layers/registry.c. docs/engine.md walks
  * through engine/layers/rwkv7.c as the example.
  *
- * Contracts every kind keeps (the bit-exactness invariant, DESIGN.md):
+ * Contracts every kind keeps (the bit-exactness invariant, docs/design.md):
  *   - forward(f, il) computes layer il for the chunk [pos0, pos0 + T) from
  *     the layer's memory at pos0 and the residual stream f->w->x [T, D],
  *     updating both; a token's result may depend on where its chunk starts
