@@ -1,5 +1,6 @@
 /*
- * engine/gguf.h: GGUF v2/v3 reader (memory-mapped, bounds-checked) and writer.
+ * engine/gguf.h: GGUF v2/v3 reader (memory-mapped, bounds-checked; gguf.c) and
+ * writer (gguf_write.c).
  *
  * The reader validates the whole header at open time: every length, count,
  * offset and type is checked against the mapping before anything is handed
@@ -57,10 +58,12 @@ enum eng_ggml_type {
     ENG_GGML_TYPE_BF16 = 30,
 };
 
+#define ENG_GGUF_MAGIC "GGUF"
 #define ENG_GGUF_DEFAULT_ALIGNMENT 32
 #define ENG_GGUF_MAX_DIMS 4
 
 const char *eng_gguf_type_name(uint32_t type);     /* "uint8", ..., "?" */
+size_t      eng_gguf_type_size(uint32_t type);     /* bytes of a fixed-size value type; 0 for string, array, unknown */
 const char *eng_ggml_type_name(uint32_t type);     /* "f32", "f16", "q8_0", "bf16", "?" */
 bool        eng_ggml_type_known(uint32_t type);
 /* Bytes of a row of ne0 elements (ne0 must be a multiple of the block size); 0 if invalid. */
@@ -111,6 +114,8 @@ const char *eng_gguf_key(const eng_gguf *g, int64_t i);              /* NUL-term
 uint32_t    eng_gguf_kv_type(const eng_gguf *g, int64_t i);
 uint32_t    eng_gguf_arr_type(const eng_gguf *g, int64_t i);         /* element type of an array */
 uint64_t    eng_gguf_arr_n(const eng_gguf *g, int64_t i);            /* 0 for non-arrays */
+/* The value of KV i as the file holds it: the n bytes after its type field. */
+const void *eng_gguf_kv_value(const eng_gguf *g, int64_t i, size_t *n);
 
 /* Typed getters by key. Return ENG_OK, ENG_ERR_NOT_FOUND or ENG_ERR_TYPE.
  * get_int accepts any integer type (and bool) whose value fits int64;

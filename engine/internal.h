@@ -1,10 +1,11 @@
 /*
- * engine/internal.h: the engine's internal structures, shared by model.c
+ * engine/internal.h: the engine's internal structures, shared by model_load.c
  * (load), seq.c (sequence state), forward.c (prefill/decode), batch.c (steps
- * of several sequences) and the layer kinds (engine/layers/). Public headers keep these types opaque; only the
+ * of several sequences) and the layer kinds (engine/layers/). Public headers
+ * keep these types opaque; only the
  * engine's .c files and its own tests include this file.
  *
- * A model is a stack of layers, each of one kind (engine/layers/layer.h):
+ * A model is a stack of layers, each of one kind (engine/layer.h):
  * the layer holds its kind's table and a pointer to the kind's weights, a
  * sequence holds per layer a pointer to the kind's memory. Nothing here
  * knows what a kind's weights or memory look like.
@@ -18,7 +19,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
-#include "layers/layer.h"
+#include "layer.h"
 #include "model.h"
 
 // ----------------------------------------------------------------------------

@@ -136,7 +136,7 @@ static inline float eng_expf(float x) {
  *   kn (eng_kmat_init; blas at one thread): W^T row-major [K, ld], ld = N
  *     rounded up to 16, padding columns zero (blas calls sgemm
  *     NoTrans/NoTrans, which OpenBLAS packs faster than NoTrans/Trans, and
- *     its one-row sgemv on it is 1.13x as fast on one thread);
+ *     its one-row sgemv reads it faster too);
  *   panels (eng_kmat_init_for with ENG_KERNEL_REF): W^T cut into panels of
  *     ENG_REF_PANEL columns, each contiguous [K][32], ld = N rounded up to
  *     32, padding columns zero: packed once at load, so the ref kernel's
@@ -144,8 +144,7 @@ static inline float eng_expf(float x) {
  *   !kn (blas only: eng_kmat_init_for with more than one thread, copied;
  *     eng_kmat_view, not): W itself, row-major [N, ld = K]. A thread's column
  *     unit is then a contiguous block of rows, which a one-row sgemv streams
- *     faster at 2 threads than the kn layout's half-rows (decode, base
- *     preset: 1.05x, six pairs); prefill unchanged (1.03x). */
+ *     faster than the kn layout's part-rows (decode); prefill is the same. */
 typedef struct eng_kmat {
     int32_t n_out;   /* N */
     int32_t n_in;    /* K */

@@ -1,6 +1,6 @@
 /*
  * engine/kernels.c: weight layouts, the blas products and attention, the
- * dispatch to the ref kernel (kernels_ref.c), and the shared row-wise ops
+ * dispatch to the ref kernel (kernels_ref_*.c), and the shared row-wise ops
  * of the forward pass. See kernels.h for the numerical contract.
  *
  * Determinism: every function writes each output element from a fixed
@@ -620,11 +620,10 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
         a.n_rg = eng_k_ref_row_groups(ctx, M, a.n_units);
     } else {
         /* blas: units of at least 64 columns (a multiple of 16), up to 4 per
-         * thread; one per thread for a single row (sgemv streams the weights:
-         * longer contiguous runs read faster, measured 35.7 -> 38.3 tok/s
-         * decode on the base preset, 2 threads, on the kn layout; with more
-         * than one thread the weights are W itself, so a unit is a block of
-         * whole rows: 38.1 -> 40.8, kbase.h) */
+         * thread; one per thread for a single row (sgemv streams the weights,
+         * and longer contiguous runs read faster; with more than one thread
+         * the weights are W itself, so a unit is a block of whole rows,
+         * kbase.h) */
         int32_t nb = (M == 1 ? 1 : 4) * nth;
         if (nb > a.ncols / 64) nb = a.ncols / 64 > 1 ? a.ncols / 64 : 1;
         a.unit = ((a.ncols + nb - 1) / nb + 15) / 16 * 16;

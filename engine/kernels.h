@@ -17,7 +17,7 @@
  *     registers and split over threads by output columns and rows, never
  *     over k, so the result does not depend on M, on the chunking, on the
  *     thread count or on the instruction set: batch-invariant
- *     (kernels_ref.c).
+ *     (kernels_ref_gemm.c).
  *   - shared (both kernels): RMSNorm, RoPE, causal softmax, SwiGLU, residual
  *     add, bf16 rounding. Each is computed per row with a fixed order, so its
  *     result is the same whatever the number of rows or threads. The norm

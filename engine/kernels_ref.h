@@ -1,9 +1,9 @@
 /*
  * engine/kernels_ref.h: the ref kernel (internal): batch-invariant products
  * and attention, fixed-order fused multiply-add chains on three code paths
- * with the same bits (kernels_ref.c; the contract is in kernels.h), and the
- * softmax row and the online-softmax step both kernels use (their vector
- * copies live with the paths).
+ * with the same bits (the contract is in kernels.h), and the softmax row and
+ * the online-softmax step both kernels use. Products: kernels_ref_gemm.c;
+ * softmax: kernels_ref_softmax.c; attention: kernels_ref_attn.c.
  */
 #ifndef ENG_KERNELS_REF_H
 #define ENG_KERNELS_REF_H
@@ -37,7 +37,7 @@ void    eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X
  * absolute positions that are multiples of it, whatever the chunk. */
 #define ENG_REF_ATTN_KB 256
 
-/* The ref attention of one chunk (kernels_ref.c), full causal (W == 0) or
+/* The ref attention of one chunk (kernels_ref_attn.c), full causal (W == 0) or
  * with a window of W keys (a query at p attends the positions (p - W, p]):
  * qg [H*T, E] the queries regrouped by KV head (query head h's T rows at
  * qg + h*T*E), K and V [P, G*E] (row stride ldkv) holding the positions
@@ -46,7 +46,7 @@ void    eng_k_ref_pack(const eng_kctx *ctx, int32_t M, int32_t K, const float *X
  * softmax is online over key blocks of ENG_REF_ATTN_KB absolute positions
  * (a running max and sum per row, the outputs rescaled when the max grows);
  * outputs are chains over the attended keys in ascending position,
- * multiplied by 1 / sum at the end (kernels_ref.c: attn_super and
+ * multiplied by 1 / sum at the end (kernels_ref_attn.c: attn_super and
  * block_rows have every step, attn_group the same steps for prefill).
  * ws: at least eng_k_attention_ref_ws(ctx->n_threads, P, E) floats. */
 void eng_k_attention_ref(const eng_kctx *ctx, int32_t T, int32_t pos0, int32_t W, int32_t kpos0, int32_t H, int32_t G,
@@ -67,7 +67,7 @@ void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool b
  * softmax steps use; the tests check its bits over every float). */
 void eng_k_exp_path(eng_kpath path, const float *x, float *y, int64_t n);
 /* One key block of a row's online softmax, on a path (the ref attention's
- * steps, kernels_ref.c; blas's blocked attention uses them too): s[0, n)
+ * steps, kernels_ref_softmax.c; blas's blocked attention uses them too): s[0, n)
  * scaled, rounded and exponentiated against the running max *mx, *l the
  * running sum; when the max grows, the row's outputs so far o[0, no) and
  * *l are multiplied by exp(old max - new max) first. Start a row with

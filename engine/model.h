@@ -11,7 +11,7 @@
  * each of several sequences together, the weight products over the stacked
  * rows, attention and recurrent state per sequence.
  *
- * The bit-exactness invariant (DESIGN.md): with align CHUNK, a prompt token
+ * The bit-exactness invariant (docs/design.md): with align CHUNK, a prompt token
  * at absolute position p is computed inside the chunk [floor(p/C)*C,
  * floor(p/C)*C + C) clipped to the prompt's end, with the same kernels and
  * the same prior state whether or not its prefix came from a cache. So

@@ -23,25 +23,20 @@
  * machine, so that threads spin only while spinning pays:
  *   - spinning pays when each of our threads has a core: a spinning worker
  *     picks the next job up within a microsecond instead of the tens of
- *     microseconds a futex wake-up takes (measured on this project's
- *     2-core VM: a worker asleep at 81% of the regions, 78 us waited per
- *     product), for a few hundred microseconds of a core nobody else wanted;
+ *     microseconds a futex wake-up takes, for a few hundred microseconds of
+ *     a core nobody else wanted;
  *   - it costs when other runnable threads want our cores: the spin burns
  *     the time slices the kernel shares out fairly, and the spinning thread
- *     is later descheduled in the middle of real work (measured: a fixed
- *     20-60 us spin +10% quiet, -6 to -30% with another job on a core).
+ *     is later descheduled in the middle of real work.
  * The caller measures which case it is in, every POOL_SAMPLE_NS of wall
  * time: the run-queue wait of the pool's own threads (schedstat: time
  * spent runnable but not running) over the window. Above POOL_BUSY_WAIT
  * of the window (other threads are taking our cores) the budget drops to 0
  * at once: workers sleep as soon as they are idle and the caller runs the
  * sub-ranges they have not claimed; below POOL_QUIET_WAIT it returns to
- * POOL_SPIN_NS. That is the measured form of what libgomp does statically
- * (GOMP_SPINCOUNT's spin of about 300,000 pauses, throttled to 100 when a
- * process has more OpenMP threads than available CPUs) and of llama.cpp's
- * threadpool `poll` level (1024*128*poll relax rounds before a condition
- * wait, poll 50 by default, fixed by the user): neither looks at the other
- * processes, which is what a shared machine needs. Without schedstat the
+ * POOL_SPIN_NS. libgomp (GOMP_SPINCOUNT) and llama.cpp's threadpool (its
+ * `poll` level) spin a budget fixed in advance, whatever the other
+ * processes do; a shared machine needs one that looks. Without schedstat the
  * signal is /proc/loadavg's runnable count against our cores; with more
  * threads than sched_getaffinity cores the pool never spins.
  *

@@ -13,7 +13,7 @@
  *                                 sliding-window attention except every
  *                                 attn_every-th layer (llama.cpp's cohere2)
  *   kvreplay-swa "kvreplay-swa"   llama layers with the same window pattern
- *                                 (kvreplay's own, the swa of earlier versions)
+ *                                 (kvreplay's own; its files still load)
  *   recurrent    "mamba2"         Mamba-2 layers only, no FFN (llama.cpp's mamba2)
  *   hybrid       "granitehybrid"  Mamba-2 layers with a full-attention layer every
  *                                 attn_every-th, SwiGLU FFN in every layer

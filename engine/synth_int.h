@@ -4,7 +4,7 @@
  * writer uses, and the row an architecture registers (eng_synth_arch,
  * reached through its eng_arch in engine/layers/).
  *
- * Determinism (synth.c): every tensor draws from its own MT19937 seeded
+ * Determinism (synth_tensors.c): every tensor draws from its own MT19937 seeded
  * with XXH3-64(name, seed) folded to 32 bits, so its values depend only on
  * (seed, name, shape, law). Same params -> byte-identical file.
  */
@@ -54,6 +54,7 @@ typedef struct eng_synth_shape {
     int32_t S, rw, ra, rv, rg;  /* RWKV-7 head size, LoRA ranks (decay, iclr, value mix, gate) */
 } eng_synth_shape;
 
+typedef struct eng_synth_arch eng_synth_arch;
 struct eng_synth_arch {
     const char *name;      /* --arch */
     const char *label;     /* the arch in general.name when not name (NULL: name) */
@@ -66,7 +67,7 @@ struct eng_synth_arch {
     eng_synth_shape presets[3];              /* tiny, small, base */
 };
 
-/* Helpers (synth.c). Each returns ENG_OK or an error with err filled. */
+/* Helpers (synth_tensors.c). Each returns ENG_OK or an error with err filled. */
 int  sy_fail_arg(synth_ctx *c, const char *field, const char *what);  /* ENG_ERR_ARG */
 int  sy_nomem(synth_ctx *c, const char *what);                          /* ENG_ERR_NOMEM */
 bool sy_in_range(int32_t v, int32_t lo, int32_t hi);
@@ -89,7 +90,7 @@ int  sy_draw_uniform(synth_ctx *c, const char *name, size_t n, float **out);
 /* Layer il is full attention: attn_every > 0 and il % attn_every == attn_every - 1. */
 bool sy_layer_is_attn(const eng_synth_params *p, int32_t il);
 
-/* The registered writer of synth architecture `name`, or NULL. */
+/* The registered writer of synth architecture `name`, or NULL (synth_build.c). */
 const eng_synth_arch *eng_synth_arch_find(const char *name, const char **gguf_arch);
 
 #endif /* ENG_SYNTH_INT_H */

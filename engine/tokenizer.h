@@ -59,11 +59,51 @@ bool    eng_tokenizer_add_eos(const eng_tokenizer *t);
  * add_bos/add_eos prepend/append those tokens when the vocabulary has them.
  * parse_special matches control/user-defined token texts as whole tokens.
  * Writes at most cap ids into out and returns the token count; when the
- * count exceeds cap, returns -(count) and writes nothing useful (call again).
+ * count exceeds cap, returns -(count), out holding the first cap ids.
  * offsets (may be NULL, else cap entries) receives, for each token, the byte
- * offset in text where it starts (BOS/EOS get the offset of their position). */
+ * offset in text where it starts (BOS/EOS get the offset of their position).
+ * Returns INT32_MIN when memory runs out or len exceeds INT32_MAX / 4.
+ * Scratch memory is that of the largest unit merges cannot cross (an SPM
+ * segment, a BPE word: about 20 bytes per byte of it), plus 5 bytes per
+ * code point of a BPE text. */
 int32_t eng_tokenize(const eng_tokenizer *t, const char *text, size_t len, bool add_bos,
                      bool add_eos, bool parse_special, int32_t *out, int32_t cap, int32_t *offsets);
+
+/* Tokenizes as eng_tokenize, but only as far as a budget of max_tokens
+ * tokens (BOS and EOS included) allows, so that a text that cannot fit is
+ * refused without tokenizing all of it. Writes at most max_tokens ids (and
+ * offsets, when not NULL) and returns their count n, or INT32_MIN as
+ * eng_tokenize; *more tells which:
+ *   - false: out[0, n) is the whole tokenization (n <= max_tokens);
+ *   - true: the whole tokenization has more than max_tokens tokens, and
+ *     out[0, n) are exactly its first n tokens, n <= max_tokens.
+ * Both are exact, never estimates. Merges never cross a unit (a special
+ * token; an SPM segment: characters that no token joins; a BPE word of the
+ * pre-tokenizer; an RWKV match), and each unit is merged whole before its
+ * tokens are counted, so a cut never changes the tokens before it: what is
+ * returned is the start of the full result wherever the budget runs out,
+ * even inside a unit's tokens. The text itself is never cut (its prefix
+ * would merge differently at the cut). A text whose size alone proves it
+ * too long is refused before it is tokenized where eng_tokenizer_bytes_bound
+ * holds (a text of len bytes has at least len / L tokens, L =
+ * eng_tokenizer_max_token_bytes), and so is a unit, where every byte of a
+ * fragment gives a token (all but vocabularies missing some byte's token);
+ * n may then be below max_tokens. So the work and memory of a refusal are
+ * bounded by the budget, not by the text. */
+int32_t eng_tokenize_upto(const eng_tokenizer *t, const char *text, size_t len, bool add_bos, bool add_eos,
+                          bool parse_special, int32_t max_tokens, int32_t *out, int32_t *offsets, bool *more);
+
+/* L: the most bytes of input text one token stands for (SPM: the longest
+ * token's text; BPE: 4 bytes for each code point of the longest token's
+ * text, as the lenient decoder reads overlong forms; RWKV: the longest
+ * token). */
+int32_t eng_tokenizer_max_token_bytes(const eng_tokenizer *t);
+/* Whether every input byte gives at least one token, so that a text of B
+ * bytes has at least ceil(B / L) tokens besides BOS and EOS. False where
+ * bytes can vanish: a special token that strips the whitespace beside it
+ * (LSTRIP/RSTRIP, e.g. phi-3), or a symbol that is no token and has no byte
+ * token to fall back to. */
+bool    eng_tokenizer_bytes_bound(const eng_tokenizer *t);
 
 /* eng_tokenize into a malloc'd array of the right size (caller frees): the
  * ids, their count in *n. NULL when memory runs out or tokenizing fails. */

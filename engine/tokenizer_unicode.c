@@ -8,10 +8,13 @@
  * "undefined"), then its White_Space set laid over them (whitespace wins:
  * no whitespace code point is a letter, number, mark, punctuation or symbol).
  * Each entry starts a range that runs to the next entry's start; the last
- * runs to U+10FFFF. Python's unicodedata (14.0 on the development machine)
- * is older and is not used: where they differ, llama.cpp's data decides.
+ * runs to U+10FFFF. Where other Unicode data differ, llama.cpp's decides.
+ * After the table, its lookup: a BMP array filled once, a binary search
+ * above U+FFFF.
  */
 #include "tokenizer_unicode.h"
+
+#include <pthread.h>
 
 #define L UC_L
 #define N UC_N
@@ -313,3 +316,27 @@ const eng_uni_range eng_uni_ranges[] = {
 #undef U
 
 const size_t eng_uni_n_ranges = sizeof eng_uni_ranges / sizeof eng_uni_ranges[0];
+
+uint8_t               eng_uni_bmp[0x10000];
+static pthread_once_t bmp_once = PTHREAD_ONCE_INIT;
+
+static void bmp_build(void) {
+    for (size_t i = 0; i < eng_uni_n_ranges; i++) {
+        uint32_t lo = eng_uni_ranges[i].start;
+        uint32_t hi = i + 1 < eng_uni_n_ranges ? eng_uni_ranges[i + 1].start : 0x110000;
+        for (uint32_t c = lo; c < hi && c < 0x10000; c++) eng_uni_bmp[c] = eng_uni_ranges[i].cls;
+    }
+}
+
+void eng_uni_init(void) { pthread_once(&bmp_once, bmp_build); }
+
+uint8_t eng_uni_class(uint32_t c) {
+    if (c < 0x10000) return eng_uni_bmp[c];
+    size_t lo = 0, hi = eng_uni_n_ranges;   /* the last range starting at or before c */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (eng_uni_ranges[mid].start <= c) lo = mid;
+        else hi = mid;
+    }
+    return eng_uni_ranges[lo].cls;
+}

@@ -1,6 +1,6 @@
 /*
  * engine/tokenizer_unicode.h: Unicode classes for the tokenizer's
- * pre-tokenizers (internal to engine/tokenizer*.c).
+ * pre-tokenizers (internal to engine/tokenizer*.c), and their lookup.
  *
  * One class per code point, exactly one of letter, number, whitespace, mark,
  * punctuation, symbol, separator, control/format/private-use, unassigned:
@@ -20,5 +20,12 @@ typedef struct { uint32_t start; uint8_t cls; } eng_uni_range;
 
 extern const eng_uni_range eng_uni_ranges[];   /* sorted by start; the first starts at 0 */
 extern const size_t        eng_uni_n_ranges;
+
+/* The class of every BMP code point, filled by eng_uni_init. */
+extern uint8_t eng_uni_bmp[0x10000];
+/* Fills eng_uni_bmp once (thread-safe; every tokenizer load calls it). */
+void    eng_uni_init(void);
+/* The class of a code point <= 0x10FFFF (after eng_uni_init). */
+uint8_t eng_uni_class(uint32_t c);
 
 #endif /* ENG_TOKENIZER_UNICODE_H */

@@ -6,7 +6,7 @@
  * check), the kernels' own invariants (ref batch and thread invariance, bf16
  * rounding, the vectorisable exp) and the FLOPs cost model.
  *
- * Synthetic models come from engine/synth.c (tiny preset, explicit seeds),
+ * Synthetic models come from engine/synth.h (tiny preset, explicit seeds),
  * written to a temporary directory that the group teardown removes.
  */
 #include <setjmp.h>

@@ -1,6 +1,6 @@
 /*
  * tests/test_kernels.c: the ref kernel's batch invariance and its code
- * paths (engine/kernels_ref.c).
+ * paths (engine/kernels_ref_*.c).
  *
  *   - every ref product equals the documented chain, acc = fmaf(x[k], w[k],
  *     acc) for k ascending from +0, computed plainly here (memcmp), on every

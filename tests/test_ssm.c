@@ -7,7 +7,7 @@
  * precisions).
  *
  * Weights are seeded gaussians (splitmix64 + Box-Muller), scaled like the
- * synthetic models (engine/synth.c) so activations stay O(1).
+ * synthetic models (engine/synth_tensors.c) so activations stay O(1).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -5,8 +5,8 @@
  * kind's table, and the architectures with sliding-window layers:
  * `cohere2` (llama.cpp's Command R7B architecture, what `model synth --arch
  * swa` writes) and `kvreplay-swa` (llama layers with a window, kvreplay's
- * own before cohere2, still read and written for old files), with their
- * synthetic writers.
+ * own, read and written so that its files load), with their synthetic
+ * writers.
  *
  * Determinism: as kernels.c. Every output element is a fixed sequence of
  * float operations on its inputs; KV heads are split across threads with

@@ -29,7 +29,7 @@
  * a softmax over each row's band, values. blas: both products are one
  * sgemm over the rectangle of gathered keys (masked probabilities exactly
  * 0), so a row's result depends on the chunk's shape like full attention;
- * ref: eng_k_attention_ref with the window (kernels_ref.c): one fixed-order
+ * ref: eng_k_attention_ref with the window (kernels_ref_attn.c): one fixed-order
  * FMA chain per (row, attended key) over e and one per (row, e) over the
  * band in ascending position, so a row's result depends only on its
  * position and the window's keys (batch-invariant), and a window covering

@@ -1,5 +1,5 @@
 /*
- * engine/layers/layer.h: the layer-kind interface (internal; never included
+ * engine/layer.h: the layer-kind interface (internal; never included
  * by the harness).
  *
  * A layer kind is one file under engine/layers/ that fills one
@@ -8,7 +8,7 @@
  * one or more sequences; a chunk of one token is a decode step),
  * the size and rules of its per-sequence memory (truncate, copy, compare,
  * serialise, checkpoint), its parameter count and its FLOPs. The rest of the
- * engine (model.c, forward.c, seq.c, synth.c) never names a kind: it calls
+ * engine (model_load.c, forward.c, seq.c, synth_build.c) never names a kind: it calls
  * the table of each layer. A kind may also bring the GGUF architectures
  * built from it (eng_arch: how general.architecture maps layers to kinds,
  * plus the synthetic writer of the architecture), listed in its table.
@@ -18,7 +18,7 @@
  * eng_layer_kinds[] in engine/layers/registry.c. docs/engine.md walks
  * through engine/layers/rwkv7.c as the example.
  *
- * Contracts every kind keeps (the bit-exactness invariant, DESIGN.md):
+ * Contracts every kind keeps (the bit-exactness invariant, docs/design.md):
  *   - forward(f, il) computes layer il for every span of the step: span i
  *     is the chunk [pos0, pos0 + T) of its own sequence, rows [r0, r0 + T)
  *     of the residual stream f->w->x [f->T, D], computed from the layer's
@@ -51,7 +51,7 @@
 #include "model.h"
 
 typedef struct eng_ws eng_ws;
-typedef struct synth_ctx synth_ctx;  /* synth.c's build context (synth_int.h) */
+typedef struct synth_ctx synth_ctx;  /* the synthetic writer's build context (synth_int.h) */
 
 // ----------------------------------------------------------------------------
 // Loading: hyperparameters and tensors, each failure naming the file and field
