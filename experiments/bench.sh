@@ -1,10 +1,13 @@
 #!/bin/sh
-# `make bench`: the benchmarks whose figures README and the issue notes quote.
+# `make bench`: the benchmarks whose figures README and docs/benchmarks.md quote.
 # Figures, never pass/fail: medians measured side by side in one run.
 #
-# The targets of issue 23 are measured into results/bench/*.json and printed
-# at the end as one table (`kvreplay bench --table results/bench`), with the
-# machine (CPU, cores, OpenBLAS core). Options, as environment variables:
+# The performance targets are measured into results/bench/*.json and printed
+# as one table (`kvreplay bench --table results/bench`), with the machine
+# (CPU, cores, OpenBLAS core). Everything printed goes to results/bench/log.txt,
+# and docs/benchmarks.md is rewritten from this run: its figures above the
+# "## Method" heading, the method below it kept as written. Options, as
+# environment variables:
 #   THREADS=T            threads of the 2-thread rows (default 2)
 #   LLAMA_BENCH=PATH     llama.cpp's llama-bench: its side of every comparison, on the same
 #                        F32 GGUF files (an instrument: never built or shipped by this project)
@@ -19,6 +22,16 @@ mkdir -p results/cache/models
 OUT=results/bench
 rm -rf "$OUT"
 mkdir -p "$OUT"
+if [ -z "${KVR_BENCH_INNER:-}" ]; then  # run the benchmarks below, logged, then write docs/benchmarks.md
+    LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+    T0=$(date -u +%Y-%m-%dT%H:%MZ)
+    { KVR_BENCH_INNER=1 sh "$0" "$@"; echo $? > "$OUT.rc"; } 2>&1 | tee "$OUT.log"
+    rc=$(cat "$OUT.rc"); rm -f "$OUT.rc"
+    mv "$OUT.log" "$OUT/log.txt"
+    [ "$rc" = 0 ] || { echo "bench: failed (exit $rc); docs/benchmarks.md not rewritten" >&2; exit "$rc"; }
+    LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+    exec sh experiments/bench-doc.sh "$KVR" "$OUT" "$T0" "$LOAD0" "$LOAD1" "$T"
+fi
 BASE=results/cache/models/bench-base.gguf
 [ -f "$BASE" ] || "$KVR" model synth --preset base --seed 1 -o "$BASE"
 SMALL=results/cache/models/bench-small-140k.gguf  # the small preset, context metadata 140,000 (depths to 128K)
