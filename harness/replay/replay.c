@@ -185,7 +185,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     }
     if (n_ctx < 1) n_ctx = 1;
 
-    if ((rc = hx_session_start(x, n_ctx, cold, o->resume, err, sizeof err)) != ENG_OK) {
+    if ((rc = hx_session_start(x, n_ctx, cold, o->resume, 1, err, sizeof err)) != ENG_OK) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
     }

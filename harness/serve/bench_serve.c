@@ -260,7 +260,7 @@ int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
     hx_session *s = NULL;
     int32_t n_ctx = (a.n_cold > a.n_cached ? a.n_cold : a.n_cached) + 64;
     int rc = hx_session_open(&sp, NULL, &s, err, errlen);
-    if (!rc) rc = hx_session_start(s, n_ctx, NULL, false, err, errlen);
+    if (!rc) rc = hx_session_start(s, n_ctx, NULL, false, 1, err, errlen);
     if (rc) { hx_session_close(s); return rc == ENG_ERR_NOMEM ? rc : ENG_ERR_ARG; }  /* the model named: usage */
     hx_session_set_price(s, 1.0, 1.0);  /* no rows are written: the modeled TTFT is not used */
     const eng_model_info *mi = eng_model_get_info(hx_session_model(s));

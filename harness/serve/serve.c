@@ -789,7 +789,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
     s->eos_id = eng_tokenizer_eos(s->tok);
     s->eot_id = eng_tokenizer_eot(s->tok);
     s->byte_tok = spm_byte_token(s->tok);
-    if ((rc = hx_session_start(s->session, s->n_ctx, NULL, false, err, sizeof err))) {
+    if ((rc = hx_session_start(s->session, s->n_ctx, NULL, false, 1, err, sizeof err))) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
     }

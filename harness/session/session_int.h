@@ -1,0 +1,54 @@
+/*
+ * harness/session/session_int.h: what the files of the session core share:
+ * the session itself (session.c: opening, the policy, the cold shadow, the
+ * state hash), and what a turn in progress needs of it (turn.c: the turn's
+ * state machine and its row). Internal to harness/session/.
+ */
+#ifndef HX_SESSION_INT_H
+#define HX_SESSION_INT_H
+
+#include "calibrate.h"
+#include "session.h"
+
+typedef struct hx_turn_run hx_turn_run;
+
+struct hx_session {
+    const hx_session_params *sp;
+    hx_session_totals    *sum;
+    hx_session_totals     own_sum;    /* when the caller keeps none */
+    const char     *transcript;   /* the rows' transcript column (borrowed) */
+    unsigned        quirks;
+    eng_model      *m;
+    hx_prepare_ctx *pc;
+    hx_policy      *pol;
+    eng_seq        *cold_seq;
+    hx_coldcache   *cold;
+    hx_store       *store;
+    int64_t         run_id;
+    int32_t         n_ctx;
+    int32_t         V;
+    int32_t         n_rows;       /* logit rows compared: max(1, decode_n) */
+    float          *rep_logits;   /* (V) a repetition's logits (--repeat) */
+    eng_batch      *batch;        /* hx_session_turn's steps (one span each) */
+    hx_turn_run    *spare;        /* finished turns' buffers, kept for the next (a list) */
+    struct { void *p; size_t cap; } sbuf;  /* serialized state, for state_hash */
+    bool            fault_planted;
+    hx_calibration  price;        /* what the modeled TTFT is priced at */
+};
+
+/* Frees the finished turns' buffers (turn.c). */
+void session_turns_free(hx_session *x);
+/* XXH3-64 of s's serialized state into *out (never 0: 0 is "not taken"). */
+int  session_state_hash(hx_session *x, const eng_seq *s, uint64_t *out);
+/* Median, min and max of t[0, n) (seconds). */
+void session_timing_stats(const double *t, int n, double *med, double *mn, double *mx);
+/* ENG_ERR_MISMATCH with err saying which repetition of --repeat gave other bits. */
+int  session_repeat_differs(char *err, size_t errlen, const char *what, int rep, const float *a, const float *b,
+                            int32_t V, bool state);
+/* The cold result of p: from the shared cold cache (*shared), or computed
+ * into scratch (and shared when a cache is set); idx: the turn's req_index
+ * (the repeat-flip fault). */
+int  session_cold_result(hx_session *x, int32_t idx, const hx_prepared *p, hx_cold_result *scratch,
+                         const hx_cold_result **out, bool *shared, char *err, size_t errlen);
+
+#endif /* HX_SESSION_INT_H */
