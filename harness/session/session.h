@@ -247,9 +247,11 @@ void hx_turn_cancel(hx_turn_run *r);
 int  hx_turn_end(hx_turn_run *r, hx_turn_result *res, char *err, size_t errlen);
 /* After an error: releases what is valid, no row; frees r. */
 void hx_turn_abort(hx_turn_run *r);
-/* Where it stands: tokens its sequence holds; in its prompt still; its policy slot (-1: none). */
+/* Where it stands: tokens its sequence holds; in its prompt still; no more
+ * steps wanted (call hx_turn_end); its policy slot (-1: none). */
 int32_t hx_turn_n_tokens(const hx_turn_run *r);
 bool    hx_turn_prefilling(const hx_turn_run *r);
+bool    hx_turn_done(const hx_turn_run *r);
 int32_t hx_turn_slot(const hx_turn_run *r);
 
 #endif /* HX_SESSION_H */

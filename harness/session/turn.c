@@ -216,6 +216,7 @@ int hx_turn_begin(hx_session *x, const hx_turn *t, hx_turn_run **out, char *err,
 
 int32_t hx_turn_n_tokens(const hx_turn_run *r) { return r->s ? eng_seq_n_tokens(r->s) : 0; }
 bool    hx_turn_prefilling(const hx_turn_run *r) { return r->phase == PH_PREFILL; }
+bool    hx_turn_done(const hx_turn_run *r) { return r->phase == PH_DONE; }
 int32_t hx_turn_slot(const hx_turn_run *r) { return r->acq.slot; }
 
 // ----------------------------------------------------------------------------
