@@ -781,12 +781,13 @@ int hx_serve_run(const hx_serve_opts *opts) {
         snprintf(err, sizeof err, "--inject-fault repeat-flip needs --repeat, which serve does not take");
         rc = ENG_ERR_ARG;
     }
-    if (rc == ENG_OK && o->sp.fault && !o->sp.verify && strcmp(o->sp.fault, "report-cached")) {
+    if (rc == ENG_OK && o->sp.fault && !o->sp.verify && strcmp(o->sp.fault, "report-cached") &&
+        strcmp(o->sp.fault, "batch-split-k")) {
         snprintf(err, sizeof err, "--inject-fault %s is caught by --verify: give both", o->sp.fault);
         rc = ENG_ERR_ARG;
     }
-    if (rc == ENG_OK && o->sp.repeat > 1) {
-        snprintf(err, sizeof err, "--repeat is replay's, not serve's");
+    if (rc == ENG_OK && (o->sp.repeat > 1 || o->sp.batch_check > 0)) {
+        snprintf(err, sizeof err, "%s is replay's, not serve's", o->sp.repeat > 1 ? "--repeat" : "--batch-check");
         rc = ENG_ERR_ARG;
     }
     if (rc != ENG_OK) { code = HX_EXIT_USAGE; goto fail; }

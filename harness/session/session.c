@@ -60,6 +60,7 @@ int hx_session_open(const hx_session_params *o, hx_session_totals *sum, hx_sessi
 void hx_session_close(hx_session *s) {
     if (!s) return;
     session_turns_free(s);
+    session_batch_free(s);
     free(s->sbuf.p);
     free(s->rep_logits);
     eng_batch_free(s->batch);
@@ -98,7 +99,7 @@ int hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, bool resu
         eng_errf(err, errlen, "out of memory for %d positions", n_ctx);
         return ENG_ERR_NOMEM;
     }
-    return ENG_OK;
+    return session_batch_start(s, err, errlen);
 }
 
 void hx_session_set_store(hx_session *s, hx_store *store, int64_t run_id, const char *transcript) {
@@ -171,7 +172,11 @@ void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int32_t n_ctx_arg, int64
     /* runs.extra has always recorded --anchor as given (-1: auto or absent), whatever the policy */
     int32_t anchor_tokens = -1;
     hx_policy_args_read(&o->policy_args, "--anchor", &anchor_tokens);
-    snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d%s%s}", anchor_tokens, n_ctx_arg,
+    char batch[96] = "";  /* --batch-check's K and seed, when given */
+    if (o->batch_check > 0)
+        snprintf(batch, sizeof batch, ",\"batch_check\":%d,\"batch_seed\":%llu,\"n_vocab\":%d", o->batch_check,
+                 (unsigned long long)o->batch_seed, s->V);
+    snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d%s%s%s}", anchor_tokens, n_ctx_arg, batch,
              more && more[0] ? "," : "", more ? more : "");
     meta->extra = extra;
 }

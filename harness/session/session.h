@@ -72,6 +72,9 @@ typedef struct hx_session_params {
     bool          cap_prompt;      /* default true */
     int32_t       repeat;          /* prefills timed per compared turn, cold and reused (default 1) */
     bool          verify;          /* every turn compared with its cold shadow (default true; serve: --verify) */
+    int32_t       batch_check;     /* K > 0: each compared turn also computed inside steps with K other
+                                      sequences and compared with its cold run (replay's --batch-check K) */
+    uint64_t      batch_seed;      /* the fillers' offsets, modes, tokens and places (--batch-seed, default 1) */
     const char   *calibration;     /* reference calibration file pricing the modeled TTFT; NULL: the run's own */
     /* the policies' own options (--slots, --cache-dir, ...), by name: each
      * policy declares its own (cache/policies/) and takes those it declares */
@@ -80,7 +83,9 @@ typedef struct hx_session_params {
      * "ulp-flip": the reused run's last-prompt logit at fault_index moves one ULP;
      * "kv-row": the restored KV row at n_reused - 1 is recomputed from another token;
      * "repeat-flip": with repeat > 1 the second cold repetition's logit moves one ULP;
-     * "report-cached": serve reports one more cached token than it reused (for probe).
+     * "report-cached": serve reports one more cached token than it reused (for probe);
+     * "batch-split-k": the steps of --batch-check (serve: every step of more than one span) reduce
+     * the head's rows in two halves (eng_batch_set_fault), a batch-dependent fault.
      * Applied to turn idx == fault_request only. */
     const char   *fault;
     int32_t       fault_request;   /* default 1 */
@@ -167,6 +172,7 @@ typedef struct hx_turn_result {
     hx_cmp  cmp;                  /* their comparison: first differing index, values, ULP */
     int     state_equal;          /* the state after the prompt: 1, 0, -1 not compared */
     int32_t first_step_diff;      /* the first decode step whose logits differ, -1: none */
+    int     batch_equal;          /* --batch-check: the rows in a batch equal the cold ones: 1, 0, -1 not checked */
     int32_t n_generated;
     bool    cancelled;
     int32_t slot;                 /* the slot the policy chose, -1: none */

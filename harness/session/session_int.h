@@ -32,6 +32,13 @@ struct hx_session {
     eng_batch      *batch;        /* hx_session_turn's steps (one span each) */
     hx_turn_run    *spare;        /* finished turns' buffers, kept for the next (a list) */
     struct { void *p; size_t cap; } sbuf;  /* serialized state, for state_hash */
+    /* --batch-check K (batchcheck.c): the target and K fillers, their tokens, the target's rows */
+    eng_batch      *bc_batch;
+    eng_seq       **bc_seq;       /* (K + 1): [0] the target */
+    int32_t        *bc_tok;       /* (K + 1, bc_len): filler i's ids of the step */
+    int32_t         bc_len;
+    float          *bc_logits;    /* (n_rows, V) */
+    eng_batch_span *bc_spans;     /* (K + 1) */
     bool            fault_planted;
     hx_calibration  price;        /* what the modeled TTFT is priced at */
 };
@@ -50,5 +57,20 @@ int  session_repeat_differs(char *err, size_t errlen, const char *what, int rep,
  * (the repeat-flip fault). */
 int  session_cold_result(hx_session *x, int32_t idx, const hx_prepared *p, hx_cold_result *scratch,
                          const hx_cold_result **out, bool *shared, char *err, size_t errlen);
+
+/* The batch verdict of one request (--batch-check K). */
+typedef struct hx_batch_verdict {
+    int32_t  k;
+    bool     equal;
+    int64_t  first_diff;   /* index into the rows (step * V + token), -1: equal */
+    uint64_t ulp_first, max_ulp;
+} hx_batch_verdict;
+
+/* The batch check's sequences and buffers (nothing without --batch-check), and their release. */
+int  session_batch_start(hx_session *x, char *err, size_t errlen);
+void session_batch_free(hx_session *x);
+/* p computed again inside steps with K seeded fillers, its rows against cold's (see batchcheck.c). */
+int  session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const hx_cold_result *cold,
+                         hx_batch_verdict *v, char *err, size_t errlen);
 
 #endif /* HX_SESSION_INT_H */

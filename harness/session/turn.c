@@ -168,6 +168,7 @@ int hx_turn_begin(hx_session *x, const hx_turn *t, hx_turn_run **out, char *err,
     r->res.fork_step = -1;
     r->res.first_step_diff = -1;
     r->res.state_equal = -1;
+    r->res.batch_equal = -1;
     r->res.n_prompt = p->n;
     r->res.slot = -1;
     r->state_equal = -1;
@@ -443,8 +444,8 @@ static void explain_miss(const hx_prepared *p, const hx_acquire *acq, hx_request
     row->miss_where = where;
 }
 
-/* The requests row and its steps rows, in one transaction; the totals. */
-static int write_row(hx_turn_run *r, const hx_release *rel, char *err, size_t errlen) {
+/* The requests row and its steps rows, in one transaction; the totals. bv: the batch verdict, or NULL. */
+static int write_row(hx_turn_run *r, const hx_release *rel, const hx_batch_verdict *bv, char *err, size_t errlen) {
     hx_session *x = r->x;
     const hx_session_params *o = x->sp;
     const hx_prepared *p = r->t.p;
@@ -540,6 +541,13 @@ static int write_row(hx_turn_run *r, const hx_release *rel, char *err, size_t er
              r->t.extra ? r->t.extra : "");
     row.extra = extra;
     row.verified = compare;
+    if (bv) {
+        row.batch_k = bv->k;
+        row.batch_equal = bv->equal;
+        row.batch_first_diff = bv->first_diff;
+        row.batch_ulp_first = bv->equal ? -1 : bv->ulp_first > INT64_MAX ? INT64_MAX : (int64_t)bv->ulp_first;
+        row.batch_max_ulp = bv->max_ulp > INT64_MAX ? INT64_MAX : (int64_t)bv->max_ulp;
+    }
     int rc;
     if (x->store &&
         (rc = hx_store_put_request(x->store, x->run_id, &row, r->steps, compare && o->decode_n > 0 ? n_steps : 0, err,
@@ -553,12 +561,13 @@ static int write_row(hx_turn_run *r, const hx_release *rel, char *err, size_t er
     res->cmp = r->c0;
     res->state_equal = r->state_equal;
     res->logits_equal = compare && r->c0.equal;
+    res->batch_equal = bv ? bv->equal : -1;
     for (int32_t k = 1; k < n_steps && res->first_step_diff < 0; k++)
         if (!r->steps[k].logits_equal) res->first_step_diff = k;
     x->sum->n_requests++;
     x->sum->n_prompt += p->n;
     x->sum->n_reused += acq->n_reused;
-    if (compare && (!all_equal || r->state_equal == 0)) x->sum->n_diverged++;
+    if (compare && (!all_equal || r->state_equal == 0 || (bv && !bv->equal))) x->sum->n_diverged++;
     if (fork >= 0) x->sum->n_forked++;
     return ENG_OK;
 }
@@ -602,7 +611,15 @@ int hx_turn_end(hx_turn_run *r, hx_turn_result *res, char *err, size_t errlen) {
         run_give(r);
         return rc;
     }
-    if (!r->t.warm_only) rc = write_row(r, &rel, err, errlen);
+    hx_batch_verdict bv, *pbv = NULL;  /* --batch-check: the request again inside a batch */
+    if (!r->t.warm_only && r->compare && r->prompt_done && !r->cancelled && o->batch_check > 0) {
+        if ((rc = session_batch_check(x, r->t.idx, p, r->cold, &bv, err, errlen)) != ENG_OK) {
+            run_give(r);
+            return rc;
+        }
+        pbv = &bv;
+    }
+    if (!r->t.warm_only) rc = write_row(r, &rel, pbv, err, errlen);
     *res = r->res;
     run_give(r);
     return rc;
