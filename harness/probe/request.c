@@ -80,6 +80,10 @@ typedef struct probe_req {
     char           diff[256];       /* where kvreplay's ids and the server's differ ("": they do not) */
     /* 5. bits */
     cmp_out        cmp;
+    probe_gen      loaded;          /* --concurrency: the cold run again, under load */
+    bool           have_loaded;
+    int32_t        n_overlap;       /* fillers still generating when it was done */
+    cmp_out        cmp_load;        /* cold alone against it */
     int            cold_agree;      /* the cold runs gave the same bits */
     bool           identical;
     /* 6. the row */
@@ -503,6 +507,54 @@ static int step_bits(probe_ctx *x, probe_req *r) {
     return ENG_OK;
 }
 
+/* 5b (--concurrency K). The cold run sent again while K-1 fillers run, compared with the cold run
+ * alone, position by position: the row's batch verdict (indexes: position x K + rank). A run that
+ * failed under load is said in the note; the request's other verdicts stand. */
+static int step_load(probe_ctx *x, probe_req *r) {
+    if (x->concurrency <= 1) return ENG_OK;
+    char msg[600] = "";
+    int rc = probe_set_cold(x, &r->q, msg, sizeof msg);
+    if (rc == ENG_ERR_NOMEM) return rc;
+    if (rc) {
+        probe_say(x, "%s turn %d: under load: the cold method failed: %s", r->req->session, r->req->turn, msg);
+        return ENG_OK;
+    }
+    const req_ids *b = r->basis;
+    if ((rc = probe_generate_loaded(x, &r->q, x->concurrency - 1, &r->loaded, &r->n_overlap)) ||
+        (rc = note_run(x, b->ids, b->ids ? b->n : 0, &r->loaded, true)))
+        return rc;
+    r->have_loaded = true;
+    if (r->loaded.fail) {
+        probe_say(x, "%s turn %d: under load: %s: %s", r->req->session, r->req->turn, r->loaded.fail, r->loaded.msg);
+        return ENG_OK;
+    }
+    if ((rc = compare_runs(x, &r->cold[0], &r->loaded, &r->cmp_load))) return rc;
+    const cmp_out *c = &r->cmp_load;
+    hx_request_row *row = &r->row;
+    row->batch_k = x->concurrency - 1;
+    row->batch_equal = c->first.equal && c->decode_equal && c->fork < 0 && c->json_equal != 0;
+    int32_t K = r->q.params.n_probs > 0 ? r->q.params.n_probs : 1;
+    uint64_t max_ulp = 0;
+    for (int32_t k = 0; k < c->n_steps; k++) {
+        const hx_step_row *s = &c->steps[k];
+        if (s->max_ulp > max_ulp) max_ulp = s->max_ulp;
+        if (row->batch_first_diff < 0 && !s->logits_equal) {
+            row->batch_first_diff = (int64_t)k * K + (s->first_diff_index >= 0 ? s->first_diff_index : 0);
+            row->batch_ulp_first = s->first_diff_index >= 0 ? (int64_t)s->ulp_first : -1;
+        }
+    }
+    if (row->batch_first_diff < 0 && !row->batch_equal) row->batch_first_diff = (int64_t)(c->fork >= 0 ? c->fork : 0) * K;
+    row->batch_max_ulp = max_ulp > INT64_MAX ? INT64_MAX : (int64_t)max_ulp;
+    r->out->batch_checked = true;
+    r->out->batch_identical = row->batch_equal == 1;
+    if (!r->out->batch_identical)
+        fprintf(stderr, "kvreplay probe: %s turn %d: under load (%d fillers, %d still generating) DIFFERS from alone: "
+                "position %lld, candidate %lld (%lld ULP)%s\n", r->req->session, r->req->turn, x->concurrency - 1,
+                r->n_overlap, (long long)(row->batch_first_diff / K), (long long)(row->batch_first_diff % K),
+                (long long)row->batch_ulp_first, c->fork >= 0 ? "; the greedy continuations fork" : "");
+    return ENG_OK;
+}
+
 /* The row's TTFTs (median, and with --repeat min and max), note and extra. */
 static void row_details(probe_ctx *x, probe_req *r) {
     hx_request_row *row = &r->row;
@@ -523,10 +575,15 @@ static void row_details(probe_ctx *x, probe_req *r) {
         snprintf(r->note, sizeof r->note, "the %d cold runs differ from each other: the server is not "
                  "deterministic at this request", r->n_cold);
     row->note = r->note[0] ? r->note : NULL;
+    char load[160] = "";
+    if (r->have_loaded)
+        snprintf(load, sizeof load, ",\"load\":{\"fillers\":%d,\"overlapped\":%d,\"ttft_ms\":%.3f,\"fail\":%s%s%s}",
+                 x->concurrency - 1, r->n_overlap, r->loaded.ttft_ms, r->loaded.fail ? "\"" : "",
+                 r->loaded.fail ? r->loaded.fail : "null", r->loaded.fail ? "\"" : "");
     snprintf(r->extra, sizeof r->extra, "{\"cold\":\"%s\",\"cold_reused\":%lld,\"cold_runs_agree\":%d,"
-             "\"warm_reused\":[%lld%s%s],\"n_gen_cold\":%d,\"n_gen_warm\":%d}", x->cold, (long long)r->cold_reused,
+             "\"warm_reused\":[%lld%s%s],\"n_gen_cold\":%d,\"n_gen_warm\":%d%s}", x->cold, (long long)r->cold_reused,
              r->cold_agree, (long long)r->reported, r->rep.len ? "," : "", r->rep.len ? r->rep.data : "",
-             r->cold[0].n_gen, r->warm[0].n_gen);
+             r->cold[0].n_gen, r->warm[0].n_gen, load);
     row->extra = r->extra;
 }
 
@@ -584,6 +641,8 @@ static int step_row(probe_ctx *x, probe_req *r) {
 static void req_free(probe_req *r) {
     eng_buf_free(&r->rep);
     free(r->cmp.steps);
+    free(r->cmp_load.steps);
+    if (r->have_loaded) probe_gen_free(&r->loaded);
     for (int k = 0; k < r->n_warm; k++) probe_gen_free(&r->warm[k]);
     for (int k = 0; k < r->n_cold; k++) probe_gen_free(&r->cold[k]);
     free(r->sent.ids);
@@ -611,6 +670,7 @@ int probe_request(probe_ctx *x, int32_t idx, hx_request *req, probe_outcome *out
     if ((rc = step_reuse(x, r))) goto done;  /* before the cold runs change what the cache holds */
     if ((rc = step_cold(x, r)) || r->done) goto done;
     if ((rc = step_bits(x, r))) goto done;
+    if ((rc = step_load(x, r))) goto done;
     rc = step_row(x, r);
 done:
     req_free(r);
