@@ -579,14 +579,15 @@ static void *filler_main(void *arg) {
 }
 
 /* Filler i's request: on the token route the target's ids rotated by a seeded amount and cut to a seeded
- * length (other tokens, another length); else the target's own messages; a long greedy generation, never
+ * length, a quarter to a half of the target's (other tokens, another length, room left in a slot of the
+ * target's size to go on generating); else the target's own messages; a long greedy generation, never
  * from the cache. */
 static int filler_req(probe_ctx *x, const hx_api_req *q, int32_t i, hx_api_req *out) {
     const int32_t *ids = q->req.tokens;
     int32_t n = q->req.n_tokens, m = 0, *rot = NULL;
     if (x->route == PROBE_ROUTE_TOKENS && n > 1) {
         uint32_t s = 0x9E3779B9u * (uint32_t)(i + 1);
-        m = n / 2 + (int32_t)(s % (uint32_t)n);
+        m = n / 4 + 1 + (int32_t)(s % (uint32_t)(n / 4 + 1));  /* a quarter to a half of it: room to generate */
         if (!(rot = malloc(sizeof(int32_t) * (size_t)m))) return ENG_ERR_NOMEM;
         for (int32_t k = 0; k < m; k++) rot[k] = ids[(k + (int32_t)(s >> 8) % n) % n];
     }

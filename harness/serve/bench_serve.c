@@ -54,6 +54,7 @@ static const char k_usage[] =
     "\n"
     "serve's time to first token over the in-process one for the same request: a fully cached\n"
     "1-token request and a cold one of --tokens tokens, medians of --reps, side by side.\n"
+    "(With --clients K: throughput and TTFT under K concurrent clients; bench --serve --clients 1 --help.)\n"
     "\n";
 
 typedef struct serve_args {
@@ -237,6 +238,9 @@ static void cases_free(bench_case *cases, int n) {
 }
 
 int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
+    for (int i = 1; i < argc; i++)  /* under K concurrent clients: bench_clients.c */
+        if (!strcmp(argv[i], "--clients") || !strncmp(argv[i], "--clients=", 10))
+            return hx_serve_bench_clients(argc, argv, err, errlen);
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
     serve_args a = {.num = eng_numerics_default(), .align = ENG_ALIGN_CHUNK, .chunk = 64, .reps = 7, .n_cold = 2048, .n_cached = 512};
     for (int i = 1; i < argc; i++) {
