@@ -8,6 +8,8 @@
 #   THREADS=T            threads of the 2-thread rows (default 2)
 #   LLAMA_BENCH=PATH     llama.cpp's llama-bench: its side of every comparison, on the same
 #                        F32 GGUF files (an instrument: never built or shipped by this project)
+#   LLAMA_SERVER=PATH    llama.cpp's llama-server: -np 8 on the base GGUF under the same 8
+#                        concurrent clients as kvreplay serve --parallel 8 (LLAMA_SERVER_PORT, 18080)
 #   BENCH_FULL=1         long context at 32K and 128K (default 32K only) and the memory of the
 #                        258K-token hybrid prompt measured (default: 32K measured, 258K computed)
 #   BENCH_SEED003=1      seed003 at demo scale, quiet and beside two busy competitors
@@ -62,6 +64,19 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
     # restores across thread counts and repetitions, not across -fa: V is transposed without
     # flash attention), in the first configuration that needs it
     "$LLAMA_BENCH" -m "$SMALL" -p 512 -n 0 -d "$DEPTHS" -fa 0,1 -t "$T,1" -r 2 -o json > "$OUT/llama-depth.json"
+fi
+echo "== serve under 8 concurrent clients (base, $T threads): kvreplay serve --parallel 8, and llama-server -np 8"
+"$KVR" bench --serve --clients 8 -m "$BASE" --threads "$T" --requests 2 --tokens 128 --gen 32 --json > "$OUT/serve-clients.json"
+if [ -n "${LLAMA_SERVER:-}" ]; then
+    LPORT=${LLAMA_SERVER_PORT:-18080}
+    "$LLAMA_SERVER" -m "$BASE" -np 8 -c 4096 -t "$T" -tb "$T" --port "$LPORT" > "$OUT/llama-server.log" 2>&1 &
+    LPID=$!
+    i=0
+    until curl -sf "http://127.0.0.1:$LPORT/health" >/dev/null 2>&1 || [ $i -ge 600 ]; do sleep 0.5; i=$((i + 1)); done
+    "$KVR" bench --serve --clients 8 --url "http://127.0.0.1:$LPORT" -m "$BASE" --requests 2 --tokens 128 --gen 32 \
+        --json > "$OUT/llama-serve-clients.json" || true
+    kill "$LPID" 2>/dev/null || true
+    wait "$LPID" 2>/dev/null || true
 fi
 echo "== issue 23 targets (results/bench/*.json; \"loaded\": tok/s beside two busy competitors)"
 "$KVR" bench --table "$OUT"
