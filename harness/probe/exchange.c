@@ -582,11 +582,11 @@ static void *filler_main(void *arg) {
  * length, a quarter to a half of the target's (other tokens, another length, room left in a slot of the
  * target's size to go on generating); else the target's own messages; a long greedy generation, never
  * from the cache. */
-static int filler_req(probe_ctx *x, const hx_api_req *q, int32_t i, hx_api_req *out) {
+static int filler_req(probe_ctx *x, const hx_api_req *q, int32_t i, uint64_t seed, hx_api_req *out) {
     const int32_t *ids = q->req.tokens;
     int32_t n = q->req.n_tokens, m = 0, *rot = NULL;
     if (x->route == PROBE_ROUTE_TOKENS && n > 1) {
-        uint32_t s = 0x9E3779B9u * (uint32_t)(i + 1);
+        uint32_t s = 0x9E3779B9u * (uint32_t)(i + 1) ^ (uint32_t)(seed * 0x85EBCA6Bu) ^ (uint32_t)(seed >> 32);
         m = n / 4 + 1 + (int32_t)(s % (uint32_t)(n / 4 + 1));  /* a quarter to a half of it: room to generate */
         if (!(rot = malloc(sizeof(int32_t) * (size_t)m))) return ENG_ERR_NOMEM;
         for (int32_t k = 0; k < m; k++) rot[k] = ids[(k + (int32_t)(s >> 8) % n) % n];
@@ -605,7 +605,7 @@ static int filler_req(probe_ctx *x, const hx_api_req *q, int32_t i, hx_api_req *
     return ENG_OK;
 }
 
-int probe_generate_loaded(probe_ctx *x, hx_api_req *q, int32_t k, probe_gen *g, int32_t *n_overlap) {
+int probe_generate_loaded(probe_ctx *x, hx_api_req *q, int32_t k, uint64_t seed, probe_gen *g, int32_t *n_overlap) {
     *n_overlap = 0;
     filler *fs = calloc((size_t)(k > 0 ? k : 1), sizeof *fs);
     if (!fs) return ENG_ERR_NOMEM;
@@ -614,7 +614,7 @@ int probe_generate_loaded(probe_ctx *x, hx_api_req *q, int32_t k, probe_gen *g, 
         filler *f = &fs[i];
         f->x = x;
         hx_api_req fq;
-        if ((rc = filler_req(x, q, i, &fq)) == ENG_OK) {
+        if ((rc = filler_req(x, q, i, seed, &fq)) == ENG_OK) {
             json_t *b = x->rt->request(&fq);
             f->body = b ? json_dumps(b, JSON_COMPACT) : NULL;
             json_decref(b);

@@ -88,6 +88,9 @@ typedef struct hx_probe_opts {
     double      idle_s;          /* no byte for this long: a timeout */
     int32_t     limit;           /* at most this many requests (0: all) */
     int32_t     concurrency;     /* K > 1: each request's cold run sent again while K-1 fillers run (1: off) */
+    int32_t     load_repeat;     /* N > 1: sent N times under load, each with a seeded number of fillers
+                                    (0 to K-1) of seeded prompts (default 1) */
+    int64_t     load_seed;       /* the seed of those (default 1) */
     const char *experiment, *variant;  /* set by `experiment` */
 } hx_probe_opts;
 

@@ -151,7 +151,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         code = HX_EXIT_USAGE;
         goto fail;
     }
-    if (sp->fault && !strcmp(sp->fault, "batch-split-k") && sp->batch_check <= 0) {
+    if (sp->fault && !strcmp(sp->fault, "batch-split-k") && sp->batch_check < 0) {
         snprintf(err, sizeof err, "--inject-fault batch-split-k plants its fault in --batch-check's steps: give "
                  "--batch-check K too");
         code = HX_EXIT_USAGE;

@@ -786,7 +786,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
         snprintf(err, sizeof err, "--inject-fault %s is caught by --verify: give both", o->sp.fault);
         rc = ENG_ERR_ARG;
     }
-    if (rc == ENG_OK && (o->sp.repeat > 1 || o->sp.batch_check > 0)) {
+    if (rc == ENG_OK && (o->sp.repeat > 1 || o->sp.batch_check >= 0)) {
         snprintf(err, sizeof err, "%s is replay's, not serve's", o->sp.repeat > 1 ? "--repeat" : "--batch-check");
         rc = ENG_ERR_ARG;
     }

@@ -11,7 +11,10 @@
  * cold run (its grid chunks, then greedy decode steps feeding its own
  * tokens), so under a batch-invariant kernel (ref) its rows are the cold
  * run's bit for bit, and under blas they are not (the products' M changes
- * with the step). Seeds: --batch-seed S and the request's index.
+ * with the step). Seeds: --batch-seed S and the request's index. With K 0
+ * the target runs alone through the same steps (batch size 1). The steps'
+ * wall time and rows (every span's tokens, the fillers' too) are kept: the
+ * engine's tokens/s at batch size K + 1.
  * --inject-fault batch-split-k plants a batch-dependent reduction in the
  * steps of request --fault-request (eng_batch_set_fault), which the
  * verdict must catch.
@@ -23,6 +26,7 @@
 
 #include "compare.h"
 #include "status.h"
+#include "util.h"
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -33,7 +37,7 @@ static uint64_t splitmix(uint64_t *s) {
 
 int session_batch_start(hx_session *x, char *err, size_t errlen) {
     const int32_t K = x->sp->batch_check;
-    if (K <= 0) return ENG_OK;
+    if (K < 0) return ENG_OK;
     x->bc_batch = eng_batch_new(x->m);
     x->bc_seq = calloc((size_t)K + 1, sizeof *x->bc_seq);
     const int32_t C = x->sp->pp.chunk, U = x->sp->pp.ubatch;
@@ -101,7 +105,9 @@ int session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const 
     eng_seq_reset(tgt);
     int32_t pos = 0, k = 0, next = 0;  /* the target: prompt tokens done, rows done, the token it feeds */
     int32_t ftok[64];
+    int64_t rows = 0;
     int rc = ENG_OK;
+    const double t0 = eng_now_s();
     while (k < R && rc == ENG_OK) {
         int32_t n = 0;
         for (int32_t i = 1; i <= K; i++) {
@@ -133,6 +139,7 @@ int session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const 
             eng_errf(err, errlen, "--batch-check: %s", why);
             break;
         }
+        for (int32_t i = 0; i <= n; i++) rows += x->bc_spans[i].n;
         if (pos < p->n) {
             pos += ts.n;
             if (pos < p->n) continue;
@@ -140,6 +147,8 @@ int session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const 
         next = eng_argmax(x->bc_logits + (size_t)k * V, V);  /* row k done: its greedy token feeds the next */
         k++;
     }
+    v->ms = 1e3 * (eng_now_s() - t0);
+    v->rows = rows;
     eng_batch_set_fault(x->bc_batch, ENG_BATCH_FAULT_NONE);
     if (rc != ENG_OK) return rc;
     hx_cmp c;

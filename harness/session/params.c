@@ -24,6 +24,7 @@ void hx_session_params_default(hx_session_params *p) {
     p->cap_prompt = true;
     p->repeat = 1;
     p->batch_seed = 1;
+    p->batch_check = -1;
     p->verify = true;
     p->fault_request = 1;
 }
@@ -87,7 +88,8 @@ static const hx_option k_engine[] = {
      NULL},
     {"--batch-check", NULL, "K", "compute each compared request again inside engine steps shared with K\n"
      "seeded other sequences (off the request's grid) and compare it with its cold run:\n"
-     "the requests' batch_* columns; check fails on a difference (default 0: off)", HX_OPT_INT,
+     "the requests' batch_* columns (with the steps' time: extra.batch_ms, batch_rows);\n"
+     "check fails on a difference (K 0: alone through the same steps; default: off)", HX_OPT_INT,
      OPT(batch_check), 0, 31, NULL},
     {"--batch-seed", NULL, "S", "the seed of --batch-check's other sequences (default 1; recorded)", HX_OPT_INT64,
      OPT(batch_seed), 0, 9.2e18, NULL},

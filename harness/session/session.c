@@ -173,7 +173,7 @@ void hx_session_fill_meta(hx_session *s, int32_t n_ctx, int32_t n_ctx_arg, int64
     int32_t anchor_tokens = -1;
     hx_policy_args_read(&o->policy_args, "--anchor", &anchor_tokens);
     char batch[96] = "";  /* --batch-check's K and seed, when given */
-    if (o->batch_check > 0)
+    if (o->batch_check >= 0)
         snprintf(batch, sizeof batch, ",\"batch_check\":%d,\"batch_seed\":%llu,\"n_vocab\":%d", o->batch_check,
                  (unsigned long long)o->batch_seed, s->V);
     snprintf(extra, extra_cap, "{\"anchor_tokens\":%d,\"n_ctx_arg\":%d%s%s%s}", anchor_tokens, n_ctx_arg, batch,

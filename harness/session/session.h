@@ -72,8 +72,9 @@ typedef struct hx_session_params {
     bool          cap_prompt;      /* default true */
     int32_t       repeat;          /* prefills timed per compared turn, cold and reused (default 1) */
     bool          verify;          /* every turn compared with its cold shadow (default true; serve: --verify) */
-    int32_t       batch_check;     /* K > 0: each compared turn also computed inside steps with K other
-                                      sequences and compared with its cold run (replay's --batch-check K) */
+    int32_t       batch_check;     /* K >= 0: each compared turn also computed inside steps with K other
+                                      sequences and compared with its cold run (replay's --batch-check K;
+                                      K 0: alone, through the same steps); -1 (default): not */
     uint64_t      batch_seed;      /* the fillers' offsets, modes, tokens and places (--batch-seed, default 1) */
     const char   *calibration;     /* reference calibration file pricing the modeled TTFT; NULL: the run's own */
     /* the policies' own options (--slots, --cache-dir, ...), by name: each

@@ -64,6 +64,8 @@ typedef struct hx_batch_verdict {
     bool     equal;
     int64_t  first_diff;   /* index into the rows (step * V + token), -1: equal */
     uint64_t ulp_first, max_ulp;
+    double   ms;           /* the steps' wall time */
+    int64_t  rows;         /* the rows they computed (every span's tokens) */
 } hx_batch_verdict;
 
 /* The batch check's sequences and buffers (nothing without --batch-check), and their release. */

@@ -534,10 +534,11 @@ static int write_row(hx_turn_run *r, const hx_release *rel, const hx_batch_verdi
     row.note = note;
     row.cache_bytes = rel->bytes_held;
     row.cache_entries = rel->entries_held;
-    char extra[1024];
+    char extra[1024], batch[96] = "";
+    if (bv) snprintf(batch, sizeof batch, ",\"batch_ms\":%.3f,\"batch_rows\":%lld", bv->ms, (long long)bv->rows);
     snprintf(extra, sizeof extra, "{\"n_normalized\":%d,\"n_resp\":%d,\"ckpts_held\":%d,\"n_quarantined\":%d,"
-             "\"n_fallbacks\":%d,\"n_store_failed\":%d%s%s}", p->n_normalized, p->n_resp, acq->n_checkpoints,
-             acq->n_quarantined, acq->n_fallbacks, rel->n_store_failed, r->t.extra && r->t.extra[0] ? "," : "",
+             "\"n_fallbacks\":%d,\"n_store_failed\":%d%s%s%s}", p->n_normalized, p->n_resp, acq->n_checkpoints,
+             acq->n_quarantined, acq->n_fallbacks, rel->n_store_failed, batch, r->t.extra && r->t.extra[0] ? "," : "",
              r->t.extra ? r->t.extra : "");
     row.extra = extra;
     row.verified = compare;
@@ -612,7 +613,7 @@ int hx_turn_end(hx_turn_run *r, hx_turn_result *res, char *err, size_t errlen) {
         return rc;
     }
     hx_batch_verdict bv, *pbv = NULL;  /* --batch-check: the request again inside a batch */
-    if (!r->t.warm_only && r->compare && r->prompt_done && !r->cancelled && o->batch_check > 0) {
+    if (!r->t.warm_only && r->compare && r->prompt_done && !r->cancelled && o->batch_check >= 0) {
         if ((rc = session_batch_check(x, r->t.idx, p, r->cold, &bv, err, errlen)) != ENG_OK) {
             run_give(r);
             return rc;
