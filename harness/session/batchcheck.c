@@ -20,6 +20,7 @@
  * verdict must catch.
  */
 #include "session_int.h"
+#include "session.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,13 +36,14 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-int session_batch_start(hx_session *x, char *err, size_t errlen) {
+/* The check's sequences and buffers, made at its first use (session.c frees them). */
+static int batch_start(hx_session *x, char *err, size_t errlen) {
     const int32_t K = x->sp->batch_check;
-    if (K < 0) return ENG_OK;
-    x->bc_batch = eng_batch_new(x->m);
-    x->bc_seq = calloc((size_t)K + 1, sizeof *x->bc_seq);
+    if (x->bc_seq) return ENG_OK;
     const int32_t C = x->sp->pp.chunk, U = x->sp->pp.ubatch;
     x->bc_len = 2 * C + 1 > U ? 2 * C + 1 : U;  /* a filler's offset (< 2C) or one chunk of it */
+    x->bc_batch = eng_batch_new(x->m);
+    x->bc_seq = calloc((size_t)K + 1, sizeof *x->bc_seq);
     x->bc_tok = calloc((size_t)(K + 1) * (size_t)x->bc_len, sizeof *x->bc_tok);
     x->bc_logits = calloc((size_t)x->n_rows * (size_t)x->V, sizeof(float));
     x->bc_spans = calloc((size_t)K + 1, sizeof *x->bc_spans);
@@ -52,15 +54,6 @@ int session_batch_start(hx_session *x, char *err, size_t errlen) {
         return ENG_ERR_NOMEM;
     }
     return ENG_OK;
-}
-
-void session_batch_free(hx_session *x) {
-    for (int32_t i = 0; x->bc_seq && i <= x->sp->batch_check; i++) eng_seq_free(x->bc_seq[i]);
-    free(x->bc_seq);
-    free(x->bc_tok);
-    free(x->bc_logits);
-    free(x->bc_spans);
-    eng_batch_free(x->bc_batch);
 }
 
 /* Filler i's token at position pos: a seeded stream over the vocabulary. */
@@ -74,6 +67,8 @@ int session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const 
     const hx_session_params *o = x->sp;
     const int32_t K = o->batch_check, R = x->n_rows, V = x->V, C = o->pp.chunk;
     const eng_batch_params bp = hx_session_batch_params(x);
+    int rc = batch_start(x, err, errlen);
+    if (rc != ENG_OK) return rc;
     uint64_t rng = o->batch_seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)idx;
     const uint64_t stream_seed = splitmix(&rng);
     eng_prefill_params alone = o->pp;
@@ -90,8 +85,7 @@ int session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const 
         if (off > budget[i]) off = budget[i];
         int32_t *ids = x->bc_tok + (size_t)i * (size_t)x->bc_len;
         for (int32_t t = 0; t < off; t++) ids[t] = filler_token(stream_seed, i, t, V);
-        int rc = eng_prefill(f, ids, off, &alone, NULL);
-        if (rc != ENG_OK) {
+        if ((rc = eng_prefill(f, ids, off, &alone, NULL)) != ENG_OK) {
             eng_errf(err, errlen, "--batch-check: filler %d: %s", i, eng_status_str(rc));
             return rc;
         }
@@ -106,7 +100,6 @@ int session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const 
     int32_t pos = 0, k = 0, next = 0;  /* the target: prompt tokens done, rows done, the token it feeds */
     int32_t ftok[64];
     int64_t rows = 0;
-    int rc = ENG_OK;
     const double t0 = eng_now_s();
     while (k < R && rc == ENG_OK) {
         int32_t n = 0;

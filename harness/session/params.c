@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "options.h"
-#include "session.h"
+#include "params.h"
 #include "status.h"
 
 void hx_session_params_default(hx_session_params *p) {

@@ -13,6 +13,7 @@
  *   the session's cold sequence, one at a time (a turn's own scratch holds it).
  */
 #include "session_int.h"
+#include "session.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -57,10 +58,64 @@ int hx_session_open(const hx_session_params *o, hx_session_totals *sum, hx_sessi
     return ENG_OK;
 }
 
+static void bufs_free(session_bufs *b) {
+    if (!b) return;
+    free(b->reuse_logits);
+    free(b->gen_logits);
+    free(b->greedy);
+    free(b->steps);
+    hx_cold_result_free(&b->scratch);
+    free(b);
+}
+
+session_bufs *session_bufs_take(hx_session *x) {
+    session_bufs *b = x->spare;
+    if (b) {
+        x->spare = b->next;
+        b->next = NULL;
+        return b;
+    }
+    size_t V = (size_t)x->V, R = (size_t)x->n_rows;
+    if (!(b = calloc(1, sizeof *b))) return NULL;
+    b->reuse_logits = calloc(R * V, sizeof(float));
+    b->gen_logits = calloc(V, sizeof(float));
+    b->greedy = calloc(R, sizeof(int32_t));
+    b->steps = calloc(R, sizeof(hx_step_row));
+    if (!b->reuse_logits || !b->gen_logits || !b->greedy || !b->steps ||
+        hx_cold_result_alloc(&b->scratch, x->n_rows, x->V) != ENG_OK) {
+        bufs_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void session_bufs_give(hx_session *x, session_bufs *b) {
+    if (!b) return;
+    b->next = x->spare;
+    x->spare = b;
+}
+
+eng_batch_params hx_session_batch_params(const hx_session *x) {
+    eng_batch_params bp = eng_batch_params_default();
+    bp.chunk = x->sp->pp.chunk;
+    bp.align = x->sp->pp.align;
+    bp.ubatch = x->sp->pp.ubatch;
+    return bp;
+}
+
 void hx_session_close(hx_session *s) {
     if (!s) return;
-    session_turns_free(s);
-    session_batch_free(s);
+    while (s->spare) {
+        session_bufs *b = s->spare;
+        s->spare = b->next;
+        bufs_free(b);
+    }
+    for (int32_t i = 0; s->bc_seq && i <= s->sp->batch_check; i++) eng_seq_free(s->bc_seq[i]);
+    free(s->bc_seq);
+    free(s->bc_tok);
+    free(s->bc_logits);
+    free(s->bc_spans);
+    eng_batch_free(s->bc_batch);
     free(s->sbuf.p);
     free(s->rep_logits);
     eng_batch_free(s->batch);
@@ -99,7 +154,7 @@ int hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, bool resu
         eng_errf(err, errlen, "out of memory for %d positions", n_ctx);
         return ENG_ERR_NOMEM;
     }
-    return session_batch_start(s, err, errlen);
+    return ENG_OK;
 }
 
 void hx_session_set_store(hx_session *s, hx_store *store, int64_t run_id, const char *transcript) {

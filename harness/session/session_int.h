@@ -7,10 +7,28 @@
 #ifndef HX_SESSION_INT_H
 #define HX_SESSION_INT_H
 
-#include "calibrate.h"
-#include "session.h"
+#include <stdbool.h>
+#include <stdint.h>
 
-typedef struct hx_turn_run hx_turn_run;
+#include "calibrate.h"
+#include "coldcache.h"
+#include "model.h"
+#include "params.h"
+#include "policy.h"
+#include "prepare.h"
+#include "store.h"
+
+typedef struct hx_session hx_session;
+
+/* A turn's buffers, sized for the session (kept for the next turn when it ends). */
+typedef struct session_bufs {
+    struct session_bufs *next;    /* the list of spares */
+    float          *reuse_logits; /* (n_rows, V) the reused run's rows */
+    float          *gen_logits;   /* (V) a generated step past the compared rows */
+    int32_t        *greedy;       /* (n_rows) the reused run's greedy tokens */
+    hx_step_row    *steps;        /* (n_rows) */
+    hx_cold_result  scratch;      /* the cold result when not shared */
+} session_bufs;
 
 struct hx_session {
     const hx_session_params *sp;
@@ -30,9 +48,10 @@ struct hx_session {
     int32_t         n_rows;       /* logit rows compared: max(1, decode_n) */
     float          *rep_logits;   /* (V) a repetition's logits (--repeat) */
     eng_batch      *batch;        /* hx_session_turn's steps (one span each) */
-    hx_turn_run    *spare;        /* finished turns' buffers, kept for the next (a list) */
+    session_bufs   *spare;        /* finished turns' buffers, kept for the next (a list) */
     struct { void *p; size_t cap; } sbuf;  /* serialized state, for state_hash */
-    /* --batch-check K (batchcheck.c): the target and K fillers, their tokens, the target's rows */
+    /* --batch-check K (batchcheck.c makes them at its first check; session.c frees them): the target
+     * and K fillers, their tokens, the target's rows */
     eng_batch      *bc_batch;
     eng_seq       **bc_seq;       /* (K + 1): [0] the target */
     int32_t        *bc_tok;       /* (K + 1, bc_len): filler i's ids of the step */
@@ -43,8 +62,9 @@ struct hx_session {
     hx_calibration  price;        /* what the modeled TTFT is priced at */
 };
 
-/* Frees the finished turns' buffers (turn.c). */
-void session_turns_free(hx_session *x);
+/* A turn's buffers: a spare one, or new (NULL on OOM); given back when the turn ends. */
+session_bufs *session_bufs_take(hx_session *x);
+void          session_bufs_give(hx_session *x, session_bufs *b);
 /* XXH3-64 of s's serialized state into *out (never 0: 0 is "not taken"). */
 int  session_state_hash(hx_session *x, const eng_seq *s, uint64_t *out);
 /* Median, min and max of t[0, n) (seconds). */
@@ -68,9 +88,6 @@ typedef struct hx_batch_verdict {
     int64_t  rows;         /* the rows they computed (every span's tokens) */
 } hx_batch_verdict;
 
-/* The batch check's sequences and buffers (nothing without --batch-check), and their release. */
-int  session_batch_start(hx_session *x, char *err, size_t errlen);
-void session_batch_free(hx_session *x);
 /* p computed again inside steps with K seeded fillers, its rows against cold's (see batchcheck.c). */
 int  session_batch_check(hx_session *x, int32_t idx, const hx_prepared *p, const hx_cold_result *cold,
                          hx_batch_verdict *v, char *err, size_t errlen);

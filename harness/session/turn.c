@@ -25,10 +25,11 @@
  * - equality is decided by memcmp only (hx_compare_logits), and a turn's
  *   rows are written in one transaction (hx_store_put_request).
  * A turn's buffers (its logits rows, its cold scratch) are its own, so
- * several turns can be in flight; finished turns' buffers are kept for the
- * next (session->spare).
+ * several turns can be in flight; session.c keeps finished turns' buffers
+ * for the next.
  */
 #include "session_int.h"
+#include "session.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -44,7 +45,6 @@ typedef enum turn_phase { PH_PREFILL, PH_DECODE, PH_DONE } turn_phase;
 
 struct hx_turn_run {
     hx_session     *x;
-    hx_turn_run    *next_spare;
     hx_turn         t;             /* the caller's turn (its pointers borrowed until end) */
     bool            compare;
     turn_phase      phase;
@@ -71,81 +71,40 @@ struct hx_turn_run {
     bool            generating;
     double          t_dec;
     hx_turn_result  res;
-    /* buffers, sized for the session */
-    float          *reuse_logits;  /* (n_rows, V) */
-    float          *gen_logits;    /* (V) a generated step past the compared rows */
-    int32_t        *greedy;        /* (n_rows) the reused run's greedy tokens */
-    hx_step_row    *steps;         /* (n_rows) */
-    hx_cold_result  scratch;       /* the cold result when not shared */
+    session_bufs   *b;             /* its buffers (session.c's, given back at the end) */
+    float          *reuse_logits, *gen_logits;  /* b's */
+    int32_t        *greedy;
+    hx_step_row    *steps;
 };
 
 // ----------------------------------------------------------------------------
-// Buffers
-
-static void run_free(hx_turn_run *r) {
-    if (!r) return;
-    free(r->reuse_logits);
-    free(r->gen_logits);
-    free(r->greedy);
-    free(r->steps);
-    hx_cold_result_free(&r->scratch);
-    free(r);
-}
-
-void session_turns_free(hx_session *x) {
-    while (x->spare) {
-        hx_turn_run *r = x->spare;
-        x->spare = r->next_spare;
-        run_free(r);
-    }
-}
+// A turn's record and its buffers
 
 static hx_turn_run *run_take(hx_session *x) {
-    hx_turn_run *r = x->spare;
-    if (r) {
-        x->spare = r->next_spare;
-    } else {
-        size_t V = (size_t)x->V, R = (size_t)x->n_rows;
-        if (!(r = calloc(1, sizeof *r))) return NULL;
-        r->reuse_logits = calloc(R * V, sizeof(float));
-        r->gen_logits = calloc(V, sizeof(float));
-        r->greedy = calloc(R, sizeof(int32_t));
-        r->steps = calloc(R, sizeof(hx_step_row));
-        if (!r->reuse_logits || !r->gen_logits || !r->greedy || !r->steps ||
-            hx_cold_result_alloc(&r->scratch, x->n_rows, x->V) != ENG_OK) {
-            run_free(r);
-            return NULL;
-        }
+    hx_turn_run *r = calloc(1, sizeof *r);
+    session_bufs *b = r ? session_bufs_take(x) : NULL;
+    if (!b) {
+        free(r);
+        return NULL;
     }
-    hx_turn_run keep = *r;  /* the buffers stay; every other field starts afresh */
-    memset(r, 0, sizeof *r);
-    r->reuse_logits = keep.reuse_logits;
-    r->gen_logits = keep.gen_logits;
-    r->greedy = keep.greedy;
-    r->steps = keep.steps;
-    r->scratch = keep.scratch;
     r->x = x;
+    r->b = b;
+    r->reuse_logits = b->reuse_logits;
+    r->gen_logits = b->gen_logits;
+    r->greedy = b->greedy;
+    r->steps = b->steps;
     return r;
 }
 
 static void run_give(hx_turn_run *r) {
     eng_ckpt_free(r->ck);
     eng_ckpt_free(r->at_reuse);
-    r->ck = r->at_reuse = NULL;
-    r->next_spare = r->x->spare;
-    r->x->spare = r;
+    session_bufs_give(r->x, r->b);
+    free(r);
 }
 
 // ----------------------------------------------------------------------------
 // Begin: the response (a scripted turn), the policy's acquire, the cursor
-
-eng_batch_params hx_session_batch_params(const hx_session *x) {
-    eng_batch_params bp = eng_batch_params_default();
-    bp.chunk = x->sp->pp.chunk;
-    bp.align = x->sp->pp.align;
-    bp.ubatch = x->sp->pp.ubatch;
-    return bp;
-}
 
 int hx_turn_begin(hx_session *x, const hx_turn *t, hx_turn_run **out, char *err, size_t errlen) {
     const hx_session_params *o = x->sp;
@@ -323,7 +282,7 @@ static int prompt_done(hx_turn_run *r, char *err, size_t errlen) {
 
     /* the cold shadow, compared */
     if (r->compare) {
-        if ((rc = session_cold_result(x, r->t.idx, p, &r->scratch, &r->cold, &r->shared, err, errlen)) != ENG_OK)
+        if ((rc = session_cold_result(x, r->t.idx, p, &r->b->scratch, &r->cold, &r->shared, err, errlen)) != ENG_OK)
             return rc;
         hx_compare_logits(r->cold->logits, r->reuse_logits, V, &r->c0);
         r->state_equal = r->cold->state_hash && r->reuse_hash ? r->cold->state_hash == r->reuse_hash : -1;
