@@ -256,9 +256,9 @@ int hx_bench_table(int argc, char **argv, char *err, size_t errlen) {
         const double kt = num(sc, "tokens_per_s"), lt = num(scl, "tokens_per_s");
         const double kp = num(sc, "ttft_p50_ms"), lp = num(scl, "ttft_p50_ms");
         row(&t, "serve --parallel 8, 8 clients: aggregate tok/s / llama-server -np 8", 1.0, true, kt / lt, "%.2f", NAN,
-            lt, "kvreplay bench --serve --clients 8 -m base.gguf (and --url the llama-server)");
+            lt, "kvreplay bench --serve --clients 8 -m small-spm.gguf (and --url the llama-server)");
         row(&t, "serve --parallel 8, 8 clients: TTFT p50 / llama-server -np 8's", 1.0, false, kp / lp, "%.2f", NAN, lp,
-            "kvreplay bench --serve --clients 8 -m base.gguf (and --url the llama-server)");
+            "kvreplay bench --serve --clients 8 -m small-spm.gguf (and --url the llama-server)");
     }
     /* memory */
     const double MiB = 1024.0 * 1024.0;

@@ -11,7 +11,9 @@
  * request r: seed + 1000 c + r, so no prompt is another's prefix), greedy
  * (temperature 0), streamed, n_predict --gen. Per request: the TTFT (the
  * first token-bearing event; none when the model ends its turn at once)
- * and the tokens it generated (its token events). Reported: aggregate tokens/s (every generated token over the
+ * and the tokens it generated (the usage the stream's end reports, at
+ * least its token events; a stream whose last event does not parse but
+ * whose tokens came is counted answered, and said). Reported: aggregate tokens/s (every generated token over the
  * wall time from the first request sent to the last answer read), requests
  * per second, TTFT p50 and p95, with the load average before and after (a
  * shared machine's figures are ratios, measured side by side).
@@ -69,7 +71,7 @@ static const hx_option k_options[] = {
     {"--gen", NULL, "G", "tokens generated per request at most (default 64)", HX_OPT_INT, OPT(n_gen), 1, 1 << 20, NULL},
     {"--vocab", NULL, "V", "prompt ids drawn from [3, V) (default: the model's vocabulary)", HX_OPT_INT, OPT(n_vocab), 4,
      1 << 24, NULL},
-    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, 9.2e18, NULL},
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
@@ -92,7 +94,7 @@ typedef struct client {
     int32_t             id;
     double             *ttft;      /* (requests) ms; -1: no token */
     int64_t             n_tokens;  /* generated, every request */
-    int32_t             n_ok, n_failed;
+    int32_t             n_ok, n_failed, n_malformed;
     char                err[256];
 } client;
 
@@ -156,10 +158,13 @@ static void *client_main(void *arg) {
         hx_api_result_init(&s.r);
         hx_http_resp resp;
         int rc = hx_http_do(h, "POST", c->rt->path, body, strlen(body), on_bytes, &s, &resp);
-        if (rc == ENG_OK && resp.status == 200 && !s.bad && hx_api_reader_finish(&s.rd, &s.r, &s.e) == ENG_OK) {
+        bool whole = rc == ENG_OK && resp.status == 200 && !s.bad && hx_api_reader_finish(&s.rd, &s.r, &s.e) == ENG_OK;
+        if (whole || (rc == ENG_OK && resp.status == 200 && s.n_events > 0)) {
             if (s.n_events > 0) c->ttft[r] = s.t_first - resp.pretransfer_ms;  /* none: EOS came first */
-            c->n_tokens += s.n_events;
+            c->n_tokens += whole && s.r.usage.completion_tokens > s.n_events ? s.r.usage.completion_tokens : s.n_events;
             c->n_ok++;
+            c->n_malformed += !whole;  /* its tokens came, its last event would not parse (llama-server writes a
+                                          byte vocabulary's invalid UTF-8 into its JSON) */
         } else {
             c->n_failed++;
             if (!c->err[0])
@@ -251,9 +256,9 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
     if (started && hx_serve_child_stop(&ch, 60) != 0 && !rc)
         rc = (eng_errf(err, errlen, "kvreplay serve did not stop cleanly (its log: %s)", log), ENG_ERR_IO);
     load_avg(load1, sizeof load1);
-    int64_t n_tok = 0, n_ok = 0, n_failed = 0, n_t = 0;
+    int64_t n_tok = 0, n_ok = 0, n_failed = 0, n_t = 0, n_bad = 0;
     for (int32_t i = 0; i < n_started; i++) {
-        n_tok += cl[i].n_tokens, n_ok += cl[i].n_ok, n_failed += cl[i].n_failed;
+        n_tok += cl[i].n_tokens, n_ok += cl[i].n_ok, n_failed += cl[i].n_failed, n_bad += cl[i].n_malformed;
         if (cl[i].err[0] && !rc) rc = (eng_errf(err, errlen, "client %d: %s", i, cl[i].err), ENG_ERR_IO);
     }
     for (int64_t k = 0; all && k < (int64_t)a.clients * a.requests; k++)
@@ -263,13 +268,14 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
     if (!rc) {
         const char *server = a.url ? a.url : "kvreplay serve";
         if (a.json) {
-            json_t *o = json_pack("{s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:f, s:f, "
-                                  "s:f, s:f, s:f, s:s, s:s}",
+            json_t *o = json_pack("{s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:I, s:f, "
+                                  "s:f, s:f, s:f, s:f, s:s, s:s}",
                                   "server", server, "model", a.model, "kernel", a.url ? NULL : eng_kernel_name(a.num.kernel),
                                   "threads", a.num.n_threads, "clients", a.clients, "parallel", a.url ? 0 : a.parallel,
                                   "requests_per_client", a.requests, "prompt_tokens", a.n_prompt, "gen_tokens", a.n_gen,
                                   "align", "chunk", "chunk", a.chunk, "answered", (json_int_t)n_ok,
-                                  "failed", (json_int_t)n_failed, "tokens", (json_int_t)n_tok, "wall_s", wall,
+                                  "failed", (json_int_t)n_failed, "malformed_end", (json_int_t)n_bad,
+                                  "tokens", (json_int_t)n_tok, "wall_s", wall,
                                   "tokens_per_s", n_tok / wall, "requests_per_s", n_ok / wall, "ttft_p50_ms", p50,
                                   "ttft_p95_ms", p95, "load_before", load0, "load_after", load1);
             rc = o ? hx_bench_print_json(o) : ENG_ERR_NOMEM;
@@ -277,9 +283,9 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
             printf("%s under %d clients x %d requests (prompt %d tokens, up to %d generated%s%s; load %s -> %s)\n",
                    server, a.clients, a.requests, a.n_prompt, a.n_gen, a.url ? "" : ", ",
                    a.url ? "" : eng_kernel_name(a.num.kernel), load0, load1);
-            printf("  answered %lld, failed %lld; %lld tokens in %.2f s: %.1f tokens/s, %.2f requests/s; "
-                   "TTFT p50 %.1f ms, p95 %.1f ms\n", (long long)n_ok, (long long)n_failed, (long long)n_tok, wall,
-                   n_tok / wall, n_ok / wall, p50, p95);
+            printf("  answered %lld (%lld with a last event that would not parse), failed %lld; %lld tokens in %.2f s: "
+                   "%.1f tokens/s, %.2f requests/s; TTFT p50 %.1f ms, p95 %.1f ms\n", (long long)n_ok, (long long)n_bad,
+                   (long long)n_failed, (long long)n_tok, wall, n_tok / wall, n_ok / wall, p50, p95);
         }
     }
     if (started) {  /* the scratch directory of the child's log */

@@ -79,7 +79,7 @@ static const hx_option k_options[] = {
      1 << 20, NULL},
     {"--reps", NULL, "R", "timed requests per case, medians reported (default 7)", HX_OPT_INT, OPT(reps), 1, 1000,
      NULL},
-    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, 9.2e18, NULL},
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };

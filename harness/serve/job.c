@@ -58,6 +58,7 @@ void job_unref(hx_job *j) {
     hx_api_stream_free(&j->stream);
     eng_buf_free(&j->out);
     free(j->body);
+    free(j->key);
     free(j->target);
     free(j->headers);
     pthread_mutex_destroy(&j->mu);
@@ -447,14 +448,7 @@ static void answer(hx_job *j, const hx_gen *g, const hx_notes *sn, const hx_turn
             hx_api_stream_end(&j->stream);
             flush_stream_locked(j);
         }
-    } else {
-        json_t *body = q->route->respond(q, &j->res);
-        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-        json_decref(body);
-        if (text) eng_buf_append(&j->out, text, strlen(text));
-        else j->status = 500;
-        free(text);
-    }
+    }  /* a whole body is rendered by the connection thread (serve.c) from j->res */
     snprintf(j->log, sizeof j->log, "%s turn %d: prompt %d reused %d ttft %.1f ms, %s %d tok in %.0f ms, %s%s%s%s",
              q->req.session, q->req.turn, r->n_prompt, r->n_reused, r->ttft_ms, sn->scripted ? "scripted" : "generated",
              sn->scripted ? j->p.n_resp : r->n_generated, r->decode_ms, verdict(r), r->cancelled ? ", cancelled" : "",

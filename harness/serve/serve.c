@@ -422,8 +422,12 @@ static enum MHD_Result answer_generate(conn *cn, const hx_api_route *rt, hx_job 
         if (!r) { pthread_mutex_unlock(&j->mu); stream_free(sc); return MHD_NO; }
         add_common_headers(r, "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
-    } else {
-        r = MHD_create_response_from_buffer(j->out.len, j->out.data ? j->out.data : (char *)"", MHD_RESPMEM_MUST_COPY);
+    } else {  /* the answer's body, rendered here from the result the worker left */
+        json_t *body = j->q.route->respond(&j->q, &j->res);
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        r = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY) : NULL;
+        free(text);
         if (!r) { pthread_mutex_unlock(&j->mu); return MHD_NO; }
         add_common_headers(r, "application/json; charset=utf-8");
     }
@@ -481,6 +485,10 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
     if (h.o) MHD_get_connection_values(cn->c, MHD_HEADER_KIND, keep_header, &h);
     j->headers = h.o ? hx_json_canonical(h.o) : NULL;
     json_decref(h.o);
+    if (!(j->key = hx_serve_session_key(&j->received))) {
+        hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+        goto fail;
+    }
     /* what greedy decoding does not honour of the sampling asked, and the fields ignored: counted */
     bool honoured = hx_api_sampling_honoured(&j->q.params.sampling, j->sampling, sizeof j->sampling);
     pthread_mutex_lock(&s->metrics.mu);

@@ -86,6 +86,7 @@ typedef struct hx_job {
     double         t_received;   /* eng_now_s() when the body was complete */
     atomic_bool    cancelled;    /* the client went away */
     char           sampling[160];/* the sampling fields greedy decoding does not honour, "" (set with the request) */
+    char          *key;          /* its session key (hx_serve_session_key of received), set with the request */
     /* the response (guarded by mu) */
     job_state      state;
     int            status;       /* HTTP status */
@@ -168,6 +169,11 @@ void hx_recorder_close(hx_recorder *r);
 /* The sessions of the file as opened and recorded since: how many, and the
  * last request of session k (its session name and turn). */
 int32_t           hx_recorder_n_sessions(const hx_recorder *r);
+/* The session key of a request (malloc'd; NULL on OOM): the importers' key (normalize.h: the normalized
+ * system prompt and first message), so a conversation stays one session whatever its per-request
+ * billing checksum; raw prompt and token requests share one key. The worker's session identity and
+ * the record's sessions go by it. */
+char             *hx_serve_session_key(const hx_request *q);
 const hx_request *hx_recorder_last(const hx_recorder *r, int32_t k);
 /* Appends q (its session and turn assigned by the worker, its response and
  * usage set, its `served` set) as one line, fsync'd: a crash loses at most

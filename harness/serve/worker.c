@@ -87,13 +87,6 @@ static hx_job *pop_admissible_locked(hx_server *s) {
 // ----------------------------------------------------------------------------
 // Session identity: which conversation a request continues
 
-/* The importers' session key (normalize.h: the normalized system prompt and first message), so a
- * conversation stays one session whatever its per-request billing checksum; raw prompt and token
- * requests share one key. */
-static char *identity_key(const hx_request *q) {
-    return hx_request_kind_of(q) == HX_REQUEST_MESSAGES ? hx_request_session_key(q) : hx_strdup("\x1f" "raw");
-}
-
 static int identity_add(hx_server *s, const char *key, const char *name, int32_t next_turn) {
     char **nm = realloc(s->id_names, sizeof *nm * (size_t)(s->n_ids + 1));
     if (nm) s->id_names = nm;
@@ -110,7 +103,7 @@ static int identity_add(hx_server *s, const char *key, const char *name, int32_t
 static int identity_seed(hx_server *s) {
     for (int32_t k = 0; k < hx_recorder_n_sessions(s->rec); k++) {
         const hx_request *last = hx_recorder_last(s->rec, k);
-        char *key = identity_key(last);
+        char *key = hx_serve_session_key(last);
         int rc = key ? identity_add(s, key, last->session, last->turn + 1) : ENG_ERR_NOMEM;
         free(key);
         if (rc) return rc;
@@ -131,13 +124,12 @@ static void identity_free(hx_server *s) {
 /* The session and turn of j: "serve-K" (the first K no session has) and its next turn; raw
  * requests are "serve-raw". Set on the engine's request and on the one recorded as received. */
 static int identity_assign(hx_server *s, hx_job *j) {
-    char *key = identity_key(&j->received);
-    if (!key) return ENG_ERR_NOMEM;
+    const char *key = j->key;
     int64_t k;
     int rc = ENG_OK;
     if (!hx_strmap_get(&s->id_keys, key, &k)) {
         char name[48];
-        if (hx_request_kind_of(&j->received) != HX_REQUEST_MESSAGES) snprintf(name, sizeof name, "serve-raw");
+        if (key[0] == '\x1f') snprintf(name, sizeof name, "serve-raw");  /* the raw requests' key */
         else
             for (int32_t n = 0, taken = 1; taken; n++) {
                 snprintf(name, sizeof name, "serve-%d", n);
@@ -147,7 +139,6 @@ static int identity_assign(hx_server *s, hx_job *j) {
         k = s->n_ids;
         rc = identity_add(s, key, name, 0);
     }
-    free(key);
     if (rc) return rc;
     hx_request *both[2] = {&j->q.req, &j->received};
     for (int i = 0; i < 2; i++) {
@@ -232,41 +223,31 @@ static void release_slot(hx_server *s, hx_slot *sl) {
     sl->index = -1;
 }
 
-/* Takes j into an idle slot: its session and turn, the script's part, the session turn begun; it joins
- * the next step. The job is answered (failed) when that does not go through. */
-static void admit(hx_server *s, hx_job *j) {
-    if (atomic_load(&j->cancelled)) {  /* the client left while it waited: nothing to compute */
-        pthread_mutex_lock(&s->metrics.mu);
-        s->metrics.cancelled++;
-        pthread_mutex_unlock(&s->metrics.mu);
-        pthread_mutex_lock(&j->mu);
-        j->state = JOB_DONE;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        job_unref(j);
-        return;
-    }
+/* A job whose client left while it waited: nothing to compute, it is done. */
+static void drop_unrun(hx_server *s, hx_job *j) {
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.cancelled++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    pthread_mutex_lock(&j->mu);
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+}
+
+/* Takes j into a free record sl: its session and turn, the script's part, the session turn begun (the
+ * policy's acquire); then into its slot: the policy's (slot-lcp), the one id_slot names, else the first
+ * idle one. It joins the next step. ENG_OK, or the job failed (answered) and sl holds no turn. */
+static int admit(hx_server *s, hx_slot *sl, hx_job *j) {
     hx_api_error e;
-    hx_notes sn = {.script_index = -1};
+    *sl = (hx_slot){.j = j, .sn = {.script_index = -1}, .index = -1};
     int rc = identity_assign(s, j) ? hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory")
-                                   : match_script(s, j, &sn, &e);
+                                   : match_script(s, j, &sl->sn, &e);
     if (rc) {
         job_fail(j, &e);
-        job_unref(j);
-        return;
+        return rc;
     }
-    pthread_mutex_lock(&j->mu);
-    j->state = JOB_RUNNING;
-    pthread_mutex_unlock(&j->mu);
-    hx_slot *sl = NULL;  /* a free record; its place in the slots is known after the policy's acquire */
-    for (int32_t k = 0; !sl; k++)
-        if (!s->run[k].j) sl = &s->run[k];
-    *sl = (hx_slot){.j = j, .sn = sn, .index = -1};
-    if (job_begin(s, sl, (int32_t)s->n_engine++) != ENG_OK) {
-        release_slot(s, sl);
-        return;
-    }
-    /* the slot: the policy's (slot-lcp), the one id_slot names, else the first idle one */
+    if ((rc = job_begin(s, sl, (int32_t)s->n_engine++)) != ENG_OK) return rc;
     int32_t i = hx_turn_slot(sl->run) >= 0 ? hx_turn_slot(sl->run) : j->q.params.id_slot;
     if (i < 0)
         for (i = 0; s->at[i]; i++) {}
@@ -274,6 +255,7 @@ static void admit(hx_server *s, hx_job *j) {
     sl->index = i;
     s->at[i] = sl;
     s->n_busy++;
+    return ENG_OK;
 }
 
 /* One iteration's engine work: the spans of the busy slots, one step, each turn's after-step. */
@@ -343,8 +325,15 @@ static void *worker_main(void *arg) {
             hx_job *j = pop_admissible_locked(s);
             pthread_mutex_unlock(&s->q_mu);
             if (!j) break;
+            if (atomic_load(&j->cancelled)) {
+                drop_unrun(s, j);
+                continue;
+            }
             pthread_mutex_lock(&s->engine_mu);
-            admit(s, j);
+            hx_slot *sl = NULL;  /* a free record (a request leaves its record where it is while it runs) */
+            for (int32_t k = 0; !sl; k++)
+                if (!s->run[k].j) sl = &s->run[k];
+            if (admit(s, sl, j) != ENG_OK) release_slot(s, sl);
             pthread_mutex_unlock(&s->engine_mu);
         }
         pthread_mutex_lock(&s->engine_mu);

@@ -532,6 +532,9 @@ static int write_row(hx_turn_run *r, const hx_release *rel, const hx_batch_verdi
     return ENG_OK;
 }
 
+/* The turn's end in stages, each only when the one before went through: the response (rendered once),
+ * teacher-forced; the release (always: after a failure with the tokens still valid, and no row); the
+ * batch verdict; the row. One exit frees the turn. */
 int hx_turn_end(hx_turn_run *r, hx_turn_result *res, char *err, size_t errlen) {
     hx_session *x = r->x;
     const hx_session_params *o = x->sp;
@@ -539,47 +542,32 @@ int hx_turn_end(hx_turn_run *r, hx_turn_result *res, char *err, size_t errlen) {
     const hx_turn_gen *gen = r->t.gen;
     ENG_ASSERT(r->phase == PH_DONE || r->cancelled);
     int rc = ENG_OK;
-    /* the response, teacher-forced (a prompt cut short keeps what it computed) */
-    if (r->prompt_done && !r->t.warm_only && gen && gen->on_response) {
-        if ((rc = gen->on_response(gen->ud, r->t.req)) != ENG_OK ||
-            (rc = hx_prepare_response(x->pc, r->t.req, r->t.p, err, errlen)) != ENG_OK) {
-            if (!err[0]) eng_errf(err, errlen, "the generated turn: %s", eng_status_str(rc));
-            hx_turn_abort(r);
-            return rc;
-        }
-    }
-    double t3 = eng_now_s();
-    if (r->prompt_done) rc = teacher_force(r);
-    if (rc != ENG_OK) {
-        if (rc == ENG_ERR_RANGE)
-            eng_errf(err, errlen, "the prompt (%d tokens) and its response (%d tokens) do not fit the context (%d)",
-                     p->n, p->n_resp, x->n_ctx);
-        else eng_errf(err, errlen, "teacher-forced response: %s", eng_status_str(rc));
-        hx_turn_abort(r);
-        return rc;
-    }
+    /* the response (a prompt cut short has none: the cache keeps what it computed) */
+    if (r->prompt_done && !r->t.warm_only && gen && gen->on_response &&
+        ((rc = gen->on_response(gen->ud, r->t.req)) != ENG_OK ||
+         (rc = hx_prepare_response(x->pc, r->t.req, r->t.p, err, errlen)) != ENG_OK) && !err[0])
+        eng_errf(err, errlen, "the generated turn: %s", eng_status_str(rc));
+    const double t3 = eng_now_s();
+    if (rc == ENG_OK && r->prompt_done && (rc = teacher_force(r)) != ENG_OK)
+        eng_errf(err, errlen, "the prompt (%d tokens) and its response (%d tokens), teacher-forced in a context of %d: "
+                 "%s", p->n, p->n_resp, x->n_ctx, rc == ENG_ERR_RANGE ? "they do not fit" : eng_status_str(rc));
+    /* the release: the prompt and its response, the prompt so far, or after a failure what is still valid */
+    if (rc != ENG_OK && r->ck && eng_seq_restore(r->s, r->ck) != ENG_OK) eng_seq_reset(r->s);
     hx_release rel;
     memset(&rel, 0, sizeof rel);
     rel.bytes_held = rel.entries_held = -1;  /* not reported unless the policy says */
-    rc = x->pol->ops->release(x->pol->state, r->s, r->prompt_done ? p->n : r->pos, &rel);
+    const int32_t n_valid = rc != ENG_OK ? eng_seq_n_tokens(r->s) : r->prompt_done ? p->n : r->pos;
+    const int rr = x->pol->ops->release(x->pol->state, r->s, n_valid, &rel);
     r->engine_s += eng_now_s() - t3;
     x->sum->engine_s += r->engine_s;
     x->sum->n_store_failed += rel.n_store_failed;
-    r->s = NULL;  /* released */
-    if (rc != ENG_OK) {
-        eng_errf(err, errlen, "release (policy %s): %s", o->policy, eng_status_str(rc));
-        run_give(r);
-        return rc;
-    }
-    hx_batch_verdict bv, *pbv = NULL;  /* --batch-check: the request again inside a batch */
-    if (!r->t.warm_only && r->compare && r->prompt_done && !r->cancelled && o->batch_check >= 0) {
-        if ((rc = session_batch_check(x, r->t.idx, p, r->cold, &bv, err, errlen)) != ENG_OK) {
-            run_give(r);
-            return rc;
-        }
+    if (rc == ENG_OK && (rc = rr) != ENG_OK) eng_errf(err, errlen, "release (policy %s): %s", o->policy, eng_status_str(rr));
+    /* --batch-check: the request again inside a batch; then the row */
+    hx_batch_verdict bv, *pbv = NULL;
+    if (rc == ENG_OK && !r->t.warm_only && r->compare && r->prompt_done && !r->cancelled && o->batch_check >= 0 &&
+        (rc = session_batch_check(x, r->t.idx, p, r->cold, &bv, err, errlen)) == ENG_OK)
         pbv = &bv;
-    }
-    if (!r->t.warm_only) rc = write_row(r, &rel, pbv, err, errlen);
+    if (rc == ENG_OK && !r->t.warm_only) rc = write_row(r, &rel, pbv, err, errlen);
     *res = r->res;
     run_give(r);
     return rc;
