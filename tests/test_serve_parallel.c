@@ -9,7 +9,8 @@
  *   - bit-identity: the same requests, sent at once to --parallel 4 and one
  *     after another to --parallel 1, under --kernel ref: the greedy tokens
  *     and the log-probabilities' bytes are equal; --verify finds every one
- *     identical to its cold shadow under each policy;
+ *     identical to its cold shadow under each policy; also with a cap of
+ *     rows per step (--batch-size) that makes prefill chunks wait;
  *   - cancellation mid-prefill: a long prompt whose client closes is dropped
  *     at the next chunk boundary (its row says after how many prompt tokens,
  *     a multiple of C), the slot frees, and the policy kept the prefix: the
@@ -167,10 +168,11 @@ static void *one(void *arg) {
     return NULL;
 }
 
-static void replies(const char *name, const char *policy, const char *parallel, bool at_once, char **out) {
+static void replies(const char *name, const char *policy, const char *parallel, const char *batch_size, bool at_once,
+                    char **out) {
     served sv;
     start(&sv, name, (const char *const[]){"-m", STORIES, "--kernel", "ref", "--parallel", parallel, "--policy", policy,
-                                           "--verify", "-c", "512", NULL});
+                                           "--verify", "-c", "512", "--batch-size", batch_size, NULL});
     one_req q[N_REQ];
     pthread_t t[N_REQ];
     for (int i = 0; i < N_REQ; i++) {
@@ -189,13 +191,15 @@ static void replies(const char *name, const char *policy, const char *parallel, 
 static void four_slots_under_ref_reply_bit_for_bit_as_one_slot(void **state) {
     (void)state;
     need();
-    static const char *const pols[] = {"slot-lcp", "block-hash", "radix", "cold"};
+    /* the last: a cap of 20 rows per step, so prefill chunks wait for steps of their own (never cut) */
+    static const char *const pols[] = {"slot-lcp", "block-hash", "radix", "cold", "slot-lcp"};
     for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
         char *a[N_REQ], *b[N_REQ], n1[64], n4[64];
-        snprintf(n1, sizeof n1, "one-%s", pols[p]);
-        snprintf(n4, sizeof n4, "four-%s", pols[p]);
-        replies(n1, pols[p], "1", false, a);
-        replies(n4, pols[p], "4", true, b);
+        const char *cap = p == 4 ? "20" : "0";
+        snprintf(n1, sizeof n1, "one-%s-%s", pols[p], cap);
+        snprintf(n4, sizeof n4, "four-%s-%s", pols[p], cap);
+        replies(n1, pols[p], "1", "0", false, a);
+        replies(n4, pols[p], "4", cap, true, b);
         for (int i = 0; i < N_REQ; i++) {
             assert_non_null(a[i]);
             assert_non_null(b[i]);
