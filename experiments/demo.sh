@@ -15,7 +15,7 @@ SCALE=${2:-demo}
 [ -n "$SCALE" ] || SCALE=demo
 THREADS=${THREADS:-2}
 CALIBRATION=${CALIBRATION:-results/calibration.json}
-EXPERIMENTS=${EXPERIMENTS:-"seed003 seed001 seed002 seed004 seed000 policies quirks traces probe-seed001 probe-seed003"}
+EXPERIMENTS=${EXPERIMENTS:-"seed003 seed001 seed002 seed004 seed000 policies quirks traces batch probe-seed001 probe-seed003"}
 mkdir -p results
 start=$(date +%s)
 for e in $EXPERIMENTS; do

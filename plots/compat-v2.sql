@@ -10,4 +10,5 @@ CREATE TEMP VIEW runs AS SELECT *, NULL AS policy_opts, NULL AS block_size, NULL
 CREATE TEMP VIEW requests AS SELECT *, NULL AS cache_bytes, NULL AS cache_entries, NULL AS ttft_cold_min_ms, NULL AS ttft_cold_max_ms, NULL AS ttft_reuse_min_ms,
     NULL AS ttft_reuse_max_ms, NULL AS model_cold_ms, NULL AS model_reuse_ms, NULL AS verified, NULL AS reuse_expected, NULL AS reuse_reported, NULL AS reuse_basis,
     NULL AS n_prompt_local, NULL AS prompt_diff, NULL AS json_equal, NULL AS n_probs, NULL AS error,
-    NULL AS error_message, NULL AS http_status FROM main.requests;
+    NULL AS error_message, NULL AS http_status, NULL AS batch_k, NULL AS batch_equal,
+    NULL AS batch_first_diff, NULL AS batch_ulp_first, NULL AS batch_max_ulp FROM main.requests;

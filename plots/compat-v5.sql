@@ -8,4 +8,5 @@ CREATE TEMP VIEW runs AS SELECT *, NULL AS spec_sha256, NULL AS scale, NULL AS u
     NULL AS server_info, NULL AS probe_opts FROM main.runs;
 CREATE TEMP VIEW requests AS SELECT *, NULL AS reuse_expected, NULL AS reuse_reported, NULL AS reuse_basis,
     NULL AS n_prompt_local, NULL AS prompt_diff, NULL AS json_equal, NULL AS n_probs, NULL AS error,
-    NULL AS error_message, NULL AS http_status FROM main.requests;
+    NULL AS error_message, NULL AS http_status, NULL AS batch_k, NULL AS batch_equal,
+    NULL AS batch_first_diff, NULL AS batch_ulp_first, NULL AS batch_max_ulp FROM main.requests;

@@ -4,7 +4,7 @@
 -- The real store (harness/store/store.c) creates these tables itself, possibly
 -- with more columns; the figure queries use only the columns documented in
 -- docs/sqlite.md, which are the ones below.
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;
 PRAGMA journal_mode = WAL;
 CREATE TABLE IF NOT EXISTS runs(
   run_id            INTEGER PRIMARY KEY,
@@ -146,6 +146,11 @@ CREATE TABLE IF NOT EXISTS requests(
   error            TEXT,
   error_message    TEXT,
   http_status      INTEGER,
+  batch_k          INTEGER,
+  batch_equal      INTEGER CHECK(batch_equal IN (0,1)),
+  batch_first_diff INTEGER,
+  batch_ulp_first  INTEGER,
+  batch_max_ulp    INTEGER,
   PRIMARY KEY(run_id, session, turn)
 );
 CREATE INDEX IF NOT EXISTS requests_by_order ON requests(run_id, req_index);

@@ -94,6 +94,7 @@ figorder() {
     policies) echo "policies-overview policies-identical" ;;
     quirks) echo "quirks-vllm40696 quirks-sglang16521 quirks-sglang34683" ;;
     traces) echo "traces-capacity traces-pool traces-route traces-ttft" ;;
+    batch) echo "batch-load batch-sweep batch-cost" ;;
     probe-seed003) echo "$1-identical $1-reuse $1-ttft" ;;
     probe-*) echo "$1-reuse $1-identical $1-ttft" ;;
     esac
@@ -329,6 +330,22 @@ the reuse (floored to the grid under align chunk, the whole context otherwise), 
 the time to first token. Without `KVREPLAY_LLAMA_STORIES` set to the server's URL (`make demo`)
 only the serve variants run.
 EOF
+        ;;
+    batch) cat <<'EOF2'
+Batch invariance (issue 36): vLLM #40896 (the first of several identical requests at
+temperature 0 differs from the later ones) and Thinking Machines' "Defeating Nondeterminism in
+LLM Inference" (1,000 identical completions at temperature 0 gave 80 distinct texts): a
+request's output depends on what it was batched with, because the batch's size and composition
+change the kernels' reductions. Variants *load/KERNEL* send one request to `kvreplay serve
+--parallel 8 --kernel KERNEL` alone, then N more times, each beside a seeded random number (0
+to 7) of other generations (`kvreplay probe --concurrency 8 --load-repeat N`), and count the
+distinct greedy outputs and logit byte strings (figure `batch-load`). Variants *sweep/KERNEL*
+replay a transcript with `--batch-check B - 1`: each request computed again inside engine steps
+shared with B - 1 seeded other sequences off its grid, compared with its cold run alone; figure
+`batch-sweep` shows the share bit-identical and the engine's tokens/s against B,
+`batch-cost` ref's tokens/s over blas's at each B: the cost of batch invariance, which vLLM
+reports as 34-62% for its batch-invariant mode.
+EOF2
         ;;
     probe-*) printf 'Experiment `%s`: `kvreplay probe` of live servers (docs/probe.md).\n' "$1" ;;
     *) printf 'Experiment `%s`.\n' "$1" ;;

@@ -21,6 +21,7 @@
 
 #include "fixtures.h"
 #include "proc.h"
+#include "sqlq.h"
 
 static char g_dir[64], g_model[160], g_tr[160];
 
@@ -78,12 +79,38 @@ static void kv_row_on_a_request_without_reuse_is_exit_2(void **state) {
     assert_null(strstr(out, "OK"));
 }
 
+/* --batch-check K: every request also computed inside steps with K other sequences off its grid. Under
+ * ref its rows are its cold rows bit for bit (exit 0); a batch-dependent reduction planted in those steps
+ * (batch-split-k) is caught (exit 1, the row and the message say where); under blas the batch changes
+ * the bits, as on real servers. */
+static void the_batch_verdict_passes_ref_and_catches_a_batch_dependent_fault_and_blas(void **state) {
+    (void)state;
+    char out[4096], err[4096], db[160];
+    snprintf(db, sizeof db, "%s/batch.sqlite", g_dir);
+    const char *ok[] = {"check", "-m", g_model, "-t", g_tr, "--decode", "3", "--kernel", "ref", "--batch-check", "5",
+                        "--db", db, NULL};
+    assert_int_equal(proc_run(NULL, out, sizeof out, err, sizeof err, ok), 0);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM requests WHERE batch_k = 5 AND batch_equal = 1"), 3);
+    const char *fault[] = {"check", "-m", g_model, "-t", g_tr, "--decode", "3", "--kernel", "ref", "--batch-check", "5",
+                           "--inject-fault", "batch-split-k", "--fault-request", "1", NULL};
+    assert_int_equal(proc_run(NULL, out, sizeof out, err, sizeof err, fault), 1);
+    assert_non_null(strstr(out, "request 1)"));
+    assert_non_null(strstr(out, "inside a batch with 5 other sequences"));
+    const char *blas[] = {"check", "-m", g_model, "-t", g_tr, "--decode", "3", "--kernel", "blas", "--batch-check", "5",
+                          NULL};
+    assert_int_equal(proc_run(NULL, out, sizeof out, err, sizeof err, blas), 1);
+    const char *alone[] = {"check", "-m", g_model, "-t", g_tr, "--inject-fault", "batch-split-k", NULL};
+    assert_int_equal(proc_run(NULL, out, sizeof out, err, sizeof err, alone), 2);
+    assert_non_null(strstr(err, "--batch-check"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_planted_fault_is_caught_with_exit_1),
         cmocka_unit_test(a_fault_on_a_request_that_does_not_exist_is_exit_2),
         cmocka_unit_test(a_fault_index_past_the_vocabulary_is_exit_2),
         cmocka_unit_test(kv_row_on_a_request_without_reuse_is_exit_2),
+        cmocka_unit_test(the_batch_verdict_passes_ref_and_catches_a_batch_dependent_fault_and_blas),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

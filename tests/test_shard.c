@@ -355,7 +355,7 @@ static void merge_refuses_another_schema_version(void **state) {
     snprintf(bad, sizeof bad, "%s/other-schema.sqlite", g_dir);
     copy_file(g_s2, bad);
     sql(bad, "pragma user_version = 5");
-    refused(bad, "schema version differs", "has 7", "has 5");
+    refused(bad, "schema version differs", "has 8", "has 5");
 }
 
 static void merge_refuses_two_different_databases_of_one_shard(void **state) {

@@ -179,8 +179,15 @@ static void reopening_an_existing_database_keeps_its_runs(void **state) {
     assert_int_equal(query_i64(f->db, "PRAGMA user_version"), HX_STORE_SCHEMA_VERSION);
 }
 
+/* What migration 7 -> 8 added (replay --batch-check's verdict). */
+#define DROP_V8                                                                                             \
+    "ALTER TABLE requests DROP COLUMN batch_k; ALTER TABLE requests DROP COLUMN batch_equal;"              \
+    "ALTER TABLE requests DROP COLUMN batch_first_diff; ALTER TABLE requests DROP COLUMN batch_ulp_first;" \
+    "ALTER TABLE requests DROP COLUMN batch_max_ulp;"
+
 /* What migration 6 -> 7 added (kvreplay probe's server, reuse reported and expected, errors). */
 #define DROP_V7                                                                                             \
+    DROP_V8                                                                                                 \
     "ALTER TABLE runs DROP COLUMN server_url; ALTER TABLE runs DROP COLUMN server_api;"                    \
     "ALTER TABLE runs DROP COLUMN server_engine; ALTER TABLE runs DROP COLUMN server_info;"               \
     "ALTER TABLE runs DROP COLUMN probe_opts;"                                                             \
@@ -325,7 +332,7 @@ static void a_version_5_file_is_migrated_on_open(void **state) {
 static void a_file_with_a_hole_in_its_schema_is_repaired_on_open(void **state) {
     fixture *f = *state;
     static const struct { const char *downgrade; const char *ro_sql; } c[] = {
-        {DROP_6_ONLY "PRAGMA user_version = 7", "SELECT count(spec_sha256) + count(n_shards) FROM runs"},
+        {DROP_V8 DROP_6_ONLY "PRAGMA user_version = 7", "SELECT count(spec_sha256) + count(n_shards) FROM runs"},
         {DROP_V7 DROP_5_ONLY "PRAGMA user_version = 6",
          "SELECT count(verified) + count(http_status) FROM requests JOIN runs USING(run_id)"},
     };
@@ -452,6 +459,7 @@ static void the_compat_views_of_the_store_and_the_plots_give_the_current_columns
         DROP_V5,
         DROP_V6,
         DROP_V7,
+        DROP_V8,
     };
     hx_store_close(open_ok(f->db));
     sqlite3 *cur = NULL;
@@ -460,7 +468,7 @@ static void the_compat_views_of_the_store_and_the_plots_give_the_current_columns
     sqlite3_close(cur);
     static const char *const tables[] = {"runs", "requests"};
     for (int v = 1; v < HX_STORE_SCHEMA_VERSION; v++) {
-        char path[160], sql[2048], file[64];
+        char path[160], sql[4096], file[64];
         snprintf(path, sizeof path, "%s/v%d.sqlite", f->dir, v);
         hx_store_close(open_ok(path));
         sqlite3 *db = NULL;

@@ -3,7 +3,8 @@
  * issue 23 in one table, from the JSON files a `make bench` run wrote into
  * DIR (experiments/bench.sh names them), and llama.cpp's side from
  * DIR/llama-*.json (llama-bench -o json) when `make bench LLAMA_BENCH=...`
- * ran it. A figure whose file is absent is "-"; nothing is guessed.
+ * ran it (and llama-serve-clients.json, bench --serve --clients against a
+ * llama-server, with LLAMA_SERVER=...). A figure whose file is absent is "-"; nothing is guessed.
  *
  * Each row: what is measured, the goal, this run's figure, whether it
  * meets the goal, the figure beside busy competitors where one was
@@ -154,6 +155,7 @@ int hx_bench_table(int argc, char **argv, char *err, size_t errlen) {
     json_t *dec[2][2] = {{load(&t, "decode-base-t1.json"), load(&t, "decode-base-t2.json")},
                          {load(&t, "decode-stories-t1.json"), load(&t, "decode-stories-t2.json")}};
     json_t *lpp = load(&t, "llama-pp.json"), *ltg = load(&t, "llama-tg.json"), *ldp = load(&t, "llama-depth.json");
+    json_t *sc = load(&t, "serve-clients.json"), *scl = load(&t, "llama-serve-clients.json");
     hx_machine mc;
     hx_machine_get(&mc);
     printf("machine: %s; %d cores; OpenBLAS core %s; FMA peak vector %s; ref path %s\n\n",
@@ -249,6 +251,15 @@ int hx_bench_table(int argc, char **argv, char *err, size_t errlen) {
                 row(&t, what, 1.0, true, num(run_of(d, "kernel", kn, NULL, 0), "decode_tok_s") / lt, "%.2f", NAN, lt, cmd);
             }
         }
+    /* serve under 8 concurrent clients, against llama-server -np 8 on the same GGUF (issue 36) */
+    {
+        const double kt = num(sc, "tokens_per_s"), lt = num(scl, "tokens_per_s");
+        const double kp = num(sc, "ttft_p50_ms"), lp = num(scl, "ttft_p50_ms");
+        row(&t, "serve --parallel 8, 8 clients: aggregate tok/s / llama-server -np 8", 1.0, true, kt / lt, "%.2f", NAN,
+            lt, "kvreplay bench --serve --clients 8 -m small-spm.gguf (and --url the llama-server)");
+        row(&t, "serve --parallel 8, 8 clients: TTFT p50 / llama-server -np 8's", 1.0, false, kp / lp, "%.2f", NAN, lp,
+            "kvreplay bench --serve --clients 8 -m small-spm.gguf (and --url the llama-server)");
+    }
     /* memory */
     const double MiB = 1024.0 * 1024.0;
     char what[128];
@@ -269,7 +280,7 @@ int hx_bench_table(int argc, char **argv, char *err, size_t errlen) {
     if (t.untrusted)
         printf("%d untrusted: a ratio to an FMA peak below the same run's sgemm (its samples were disturbed; "
                "stderr names the file)\n", t.untrusted);
-    json_t *all[] = {p2, p1, ct, d1, d2, mem, seed, dec[0][0], dec[0][1], dec[1][0], dec[1][1], lpp, ltg, ldp};
+    json_t *all[] = {p2, p1, ct, d1, d2, mem, seed, dec[0][0], dec[0][1], dec[1][0], dec[1][1], lpp, ltg, ldp, sc, scl};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) json_decref(all[i]);
     return hx_bench_flush("bench --table", err, errlen);
 }

@@ -36,6 +36,10 @@ static const hx_option k_serve[] = {
      (double)((int64_t)1 << 40), NULL},
     {"--queue", NULL, "N", "requests that may wait for the engine (default 64; 503 beyond)", HX_OPT_INT, OPT(queue), 1,
      1 << 20, NULL},
+    {"--parallel", "-np", "N", "slots: requests computed at once, batched in each engine step (llama-server's\n"
+     "-np; default 1); slot-lcp gets N slots unless --slots says more", HX_OPT_INT, OPT(parallel), 1, 64, NULL},
+    {"--batch-size", "-b", "N", "rows per engine step at most (default 0: no cap); a prompt's chunk is never\n"
+     "cut: one that does not fit waits for a later step", HX_OPT_INT, OPT(batch_size), 0, 1 << 20, NULL},
     {"--timeout", NULL, "S", "close a connection silent for S seconds (default 30)", HX_OPT_INT, OPT(timeout_s), 1,
      86400, NULL},
     {"--max-connections", NULL, "N", "concurrent connections at most (default 256)", HX_OPT_INT, OPT(max_connections), 1,

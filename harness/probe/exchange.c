@@ -2,8 +2,10 @@
  * harness/probe/exchange.c: what `kvreplay probe` says to a server and reads
  * back (probe_int.h): its identity endpoints, the read-backs of its own
  * tokens (/apply-template, /tokenize), its cache controls (erase, reset,
- * flush), one streamed generation and what its answer must carry, and the
- * generation requests as sent (greedy, streamed, the cold method's fields).
+ * flush), one streamed generation and what its answer must carry, the
+ * generation requests as sent (greedy, streamed, the cold method's fields),
+ * and a generation under load: sent while K filler generations stream on
+ * their own connections (one thread each, closed when it is done).
  *
  * Contracts: nothing sent is rewritten from the transcript (the token route
  * sends the ids given); a generation's failure is data (probe_gen.fail and
@@ -12,6 +14,8 @@
  */
 #include "probe_int.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -540,3 +544,103 @@ int probe_set_cold(probe_ctx *x, hx_api_req *q, char *msg, size_t cap) {
     return ENG_OK;
 }
 
+
+// ----------------------------------------------------------------------------
+// A generation under load (--concurrency K)
+
+/* A filler: its own connection, streaming a long generation until the probe's run is over. */
+typedef struct filler {
+    probe_ctx      *x;
+    char           *body;
+    char            target[320];
+    atomic_bool     started, stop, ended;  /* a byte of its stream came; the probe's run is over; it ended by itself */
+    pthread_t       th;
+    bool            running;
+} filler;
+
+static int filler_bytes(void *ud, const char *bytes, size_t n, double t_ms) {
+    filler *f = ud;
+    atomic_store(&f->started, true);
+    return atomic_load(&f->stop);  /* nonzero: the connection closes, the server drops the request */
+}
+
+static void *filler_main(void *arg) {
+    filler *f = arg;
+    hx_http *h = hx_http_new(hx_http_base(f->x->http), &f->x->http_opts);
+    hx_http_resp hr;
+    if (h) {
+        hx_http_do(h, "POST", f->target, f->body, strlen(f->body), filler_bytes, f, &hr);
+        hx_http_resp_free(&hr);
+    }
+    if (!atomic_load(&f->stop)) atomic_store(&f->ended, true);  /* over before the probe's run was */
+    atomic_store(&f->started, true);
+    hx_http_free(h);
+    return NULL;
+}
+
+/* Filler i's request: on the token route the target's ids rotated by a seeded amount and cut to a seeded
+ * length, a quarter to a half of the target's (other tokens, another length, room left in a slot of the
+ * target's size to go on generating); else the target's own messages; a long greedy generation, never
+ * from the cache. */
+static int filler_req(probe_ctx *x, const hx_api_req *q, int32_t i, uint64_t seed, hx_api_req *out) {
+    const int32_t *ids = q->req.tokens;
+    int32_t n = q->req.n_tokens, m = 0, *rot = NULL;
+    if (x->route == PROBE_ROUTE_TOKENS && n > 1) {
+        uint32_t s = 0x9E3779B9u * (uint32_t)(i + 1) ^ (uint32_t)(seed * 0x85EBCA6Bu) ^ (uint32_t)(seed >> 32);
+        m = n / 4 + 1 + (int32_t)(s % (uint32_t)(n / 4 + 1));  /* a quarter to a half of it: room to generate */
+        if (!(rot = malloc(sizeof(int32_t) * (size_t)m))) return ENG_ERR_NOMEM;
+        for (int32_t k = 0; k < m; k++) rot[k] = ids[(k + (int32_t)(s >> 8) % n) % n];
+    }
+    int rc = probe_build_req(x, &q->req, rot ? rot : ids, rot ? m : n, out);
+    free(rot);
+    if (rc) return rc;
+    out->params.max_tokens = 64 * x->sp->decode_n + 256;
+    out->params.n_probs = 0;
+    out->params.logprobs = false;
+    out->params.cache_prompt = false;
+    out->params.id_slot = x->id_slot >= 0 ? x->id_slot + 1 + i : -1;  /* never the target's pinned slot */
+    char salt[96];
+    probe_fresh_salt(x, salt, sizeof salt, "filler");
+    if (!strcmp(x->cold, "salt") && !(out->params.cache_salt = hx_strdup(salt))) return ENG_ERR_NOMEM;
+    return ENG_OK;
+}
+
+int probe_generate_loaded(probe_ctx *x, hx_api_req *q, int32_t k, uint64_t seed, probe_gen *g, int32_t *n_overlap) {
+    *n_overlap = 0;
+    filler *fs = calloc((size_t)(k > 0 ? k : 1), sizeof *fs);
+    if (!fs) return ENG_ERR_NOMEM;
+    int rc = ENG_OK;
+    for (int32_t i = 0; i < k && rc == ENG_OK; i++) {
+        filler *f = &fs[i];
+        f->x = x;
+        hx_api_req fq;
+        if ((rc = filler_req(x, q, i, seed, &fq)) == ENG_OK) {
+            json_t *b = x->rt->request(&fq);
+            f->body = b ? json_dumps(b, JSON_COMPACT) : NULL;
+            json_decref(b);
+            if (!f->body) rc = ENG_ERR_NOMEM;
+        }
+        hx_api_req_free(&fq);
+        if (rc == ENG_OK) rc = hx_api_route_target(x->rt, x->model_send, f->target, sizeof f->target);
+        if (rc == ENG_OK) f->running = pthread_create(&f->th, NULL, filler_main, f) == 0;
+    }
+    /* every filler's stream has begun (its prompt is in: it is decoding), or ended, or the exchange timed out */
+    for (double t0 = eng_now_s(); rc == ENG_OK && eng_now_s() - t0 < x->http_opts.timeout_s;) {
+        bool all = true;
+        for (int32_t i = 0; i < k; i++) all = all && (!fs[i].running || atomic_load(&fs[i].started));
+        if (all) break;
+        usleep(2000);
+    }
+    if (rc == ENG_OK) rc = probe_generate(x, q, g);
+    for (int32_t i = 0; i < k; i++) {
+        filler *f = &fs[i];
+        *n_overlap += f->running && !atomic_load(&f->ended);  /* still generating when the target was done */
+        atomic_store(&f->stop, true);
+    }
+    for (int32_t i = 0; i < k; i++) {
+        if (fs[i].running) pthread_join(fs[i].th, NULL);
+        free(fs[i].body);
+    }
+    free(fs);
+    return rc;
+}

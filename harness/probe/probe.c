@@ -88,6 +88,9 @@ void hx_probe_opts_default(hx_probe_opts *o) {
     o->reports_reuse = -1;
     o->timeout_s = 600;
     o->idle_s = 60;
+    o->concurrency = 1;
+    o->load_repeat = 1;
+    o->load_seed = 1;
 }
 
 static int parse_n_probs(const char *flag, const char *v, void *field, char *err, size_t errlen) {
@@ -163,6 +166,14 @@ static const hx_option k_options[] = {
      0.1, 1e6, NULL},
     {"--limit", NULL, "N", "probe at most the first N requests (default 0: all)", HX_OPT_INT, OPT(limit), 0, 1 << 30,
      NULL},
+    {"--concurrency", NULL, "K", "each request also sent (cold) while K-1 filler generations run on the server:\n"
+     "its probabilities alone and under load compared bit for bit (default 1: off)", HX_OPT_INT, OPT(concurrency), 1,
+     256, NULL},
+    {"--load-repeat", NULL, "N", "with --concurrency K: sent N times under load, each time beside a seeded number\n"
+     "(0 to K-1) of fillers: the distinct outputs and probabilities counted (default 1)", HX_OPT_INT, OPT(load_repeat),
+     1, 1 << 20, NULL},
+    {"--load-seed", NULL, "S", "the seed of the fillers' numbers and prompts (default 1; recorded)", HX_OPT_INT64,
+     OPT(load_seed), 0, 9.2e18, NULL},
     {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(sp.quiet), 0, 0, NULL},
     {0},
 };
@@ -283,6 +294,10 @@ static int meet_server(probe_run *run) {
     ho.api_key = o->api_key;
     const char *anth_hdr[] = {"anthropic-version: 2023-06-01", NULL};
     if (!strcmp(x->api->name, "anthropic")) ho.headers = anth_hdr;
+    x->http_opts = ho;
+    x->concurrency = o->concurrency;
+    x->load_repeat = o->load_repeat;
+    x->load_seed = (uint64_t)o->load_seed;
     if (!(x->http = hx_http_new(o->server, &ho))) {
         fprintf(stderr, "kvreplay: --server %s: cannot start an HTTP client (libcurl)\n", o->server);
         return HX_EXIT_INTERNAL;
@@ -357,13 +372,16 @@ static void start_empty(probe_ctx *x) {
 static json_t *opts_json(const probe_run *run) {
     const probe_ctx *x = &run->x;
     const hx_probe_opts *o = run->o;
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:f, s:f, s:i}", "api",
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:f, s:f, s:i, s:i, "
+                     "s:i, s:I}",
+                     "api",
                      o->api, "route", x->route == PROBE_ROUTE_TOKENS ? "tokens" : "chat", "path", x->rt->path, "cold",
                      x->cold, "engine", hx_engine_name(x->rule.engine), "model", x->model_send, "normalize",
                      o->sp.normalize && o->sp.normalize[0] ? o->sp.normalize : NULL, "n_probs", o->n_probs, "decode",
                      o->sp.decode_n, "repeat", o->sp.repeat, "slot", o->id_slot, "grid", x->rule.grid, "cap_prompt",
                      x->rule.cap_prompt, "absent_reuse_is_zero", x->id.absent_is_zero, "timeout", o->timeout_s,
-                     "idle_timeout", o->idle_s, "limit", o->limit);
+                     "idle_timeout", o->idle_s, "limit", o->limit, "concurrency", o->concurrency, "load_repeat",
+                     o->load_repeat, "load_seed", (json_int_t)o->load_seed);
 }
 
 /* The `probe` run's row: the server's URL, identity and engine, the flags. */
@@ -442,6 +460,8 @@ static void count(hx_probe_summary *sum, const probe_outcome *out) {
     else sum->n_reuse_checked++;
     sum->n_reuse_less += out->reuse == PROBE_REUSE_LESS;
     sum->n_reuse_more += out->reuse == PROBE_REUSE_MORE;
+    sum->n_batch_checked += out->batch_checked;
+    sum->n_batch_differ += out->batch_checked && !out->batch_identical;
 }
 
 /* Every request in order; a refused connection stops there (the run then fails). An error that is
@@ -484,7 +504,10 @@ static int run_end(probe_run *run) {
         fprintf(stderr, "kvreplay: %s\n", err);
         return HX_EXIT_INTERNAL;
     }
-    bool bad = sum->n_diverged || sum->n_reuse_less || sum->n_reuse_more || sum->n_failed;
+    bool bad = sum->n_diverged || sum->n_reuse_less || sum->n_reuse_more || sum->n_failed || sum->n_batch_differ;
+    if (o->concurrency > 1)
+        probe_say(x, "under load (%d at once): %d of %d requests bit-identical to the same request alone", o->concurrency,
+                  sum->n_batch_checked - sum->n_batch_differ, sum->n_batch_checked);
     probe_say(x, "run %lld: %d requests, %d compared, %d identical (%.1f%%), reuse as expected in %d of %d checked "
               "(%d less, %d more, %d not checked), %d failed by the server (%.1fs) -> %s", (long long)x->run_id,
               sum->n_requests, sum->n_compared, sum->n_identical,

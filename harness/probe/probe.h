@@ -29,6 +29,10 @@
  *      float bits (memcmp); each later position of the greedy continuation
  *      (decode_n tokens) likewise, and the fork step where the two
  *      continuations first differ;
+ *   5b. with --concurrency K: the cold run sent again while K-1 filler
+ *      generations stream on the same server (batched with it, on a server
+ *      that batches), its top-K log-probabilities against the cold run
+ *      alone, bit for bit: the row's batch verdict (batch_* columns);
  *   6. one `requests` row (and one `steps` row per generated position) in
  *      one transaction, in a `probe` run recording the server's URL, its
  *      identity (/props, /v1/models, ...) and the flags given.
@@ -83,6 +87,10 @@ typedef struct hx_probe_opts {
     double      timeout_s;       /* one exchange */
     double      idle_s;          /* no byte for this long: a timeout */
     int32_t     limit;           /* at most this many requests (0: all) */
+    int32_t     concurrency;     /* K > 1: each request's cold run sent again while K-1 fillers run (1: off) */
+    int32_t     load_repeat;     /* N > 1: sent N times under load, each with a seeded number of fillers
+                                    (0 to K-1) of seeded prompts (default 1) */
+    int64_t     load_seed;       /* the seed of those (default 1) */
     const char *experiment, *variant;  /* set by `experiment` */
 } hx_probe_opts;
 
@@ -108,6 +116,8 @@ typedef struct hx_probe_summary {
     int32_t n_reuse_more;    /* reported > expected */
     int32_t n_reuse_unknown; /* the server reported no reuse (or the expected could not be counted exactly) */
     int32_t n_failed;        /* rows of a request the server failed (error column set) */
+    int32_t n_batch_checked; /* --concurrency: requests compared alone and under load */
+    int32_t n_batch_differ;  /* of them, not bit-identical under load */
     bool    stopped;         /* the run stopped early (the server went away) */
 } hx_probe_summary;
 

@@ -92,6 +92,10 @@ typedef struct probe_ctx {
     const hx_api_route   *rt;        /* the generation route used */
     int                   route;     /* PROBE_ROUTE_TOKENS | PROBE_ROUTE_CHAT */
     hx_http              *http;
+    hx_http_opts          http_opts; /* its options (a filler's connection takes them too) */
+    int32_t               concurrency; /* --concurrency K: each request also sent while K - 1 fillers run */
+    int32_t               load_repeat; /* --load-repeat N: sent N times under load, 0..K-1 fillers each (seeded) */
+    uint64_t              load_seed;
     probe_ident           id;
     hx_reuse_rule         rule;
     const char           *cold;      /* the cold method */
@@ -128,6 +132,8 @@ typedef struct probe_outcome {
     bool identical;  /* compared, and warm bit-identical to cold */
     int  reuse;      /* PROBE_REUSE_*: against the expected (compared requests; UNKNOWN: not judged) */
     bool stop;       /* the server cannot be reached any more: the run stops */
+    bool batch_checked;   /* --concurrency: sent alone and under load, both came back */
+    bool batch_identical; /* and bit-identical */
 } probe_outcome;
 
 /* "kvreplay probe: ..." on stderr, unless --quiet. */
@@ -184,6 +190,13 @@ int64_t probe_gen_n_prompt(const probe_gen *g);
 int64_t probe_gen_reused(const probe_ctx *x, const probe_gen *g);
 /* The text of generated position k (per event), or the token's own. */
 const char *probe_gen_text(const probe_gen *g, int32_t k, size_t *len);
+
+/* Sends q (set for a cold run) while k filler generations run on the same
+ * server, each on its own connection, started first and streaming (their
+ * prompt is in) when q goes; closed when q is done; their prompts seeded by
+ * seed. *n_overlap: fillers still generating when q was done. As
+ * probe_generate. */
+int  probe_generate_loaded(probe_ctx *x, hx_api_req *q, int32_t k, uint64_t seed, probe_gen *g, int32_t *n_overlap);
 
 /* A cache_salt no earlier run used, into out. */
 void probe_fresh_salt(probe_ctx *x, char *out, size_t cap, const char *what);

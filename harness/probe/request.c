@@ -80,6 +80,10 @@ typedef struct probe_req {
     char           diff[256];       /* where kvreplay's ids and the server's differ ("": they do not) */
     /* 5. bits */
     cmp_out        cmp;
+    probe_gen      loaded;          /* --concurrency: the cold run again, under load (the first send) */
+    bool           have_loaded;
+    int32_t        n_overlap;       /* fillers still generating when a send was done, summed */
+    char           load[320];       /* extra's "load" member ("": not under load) */
     int            cold_agree;      /* the cold runs gave the same bits */
     bool           identical;
     /* 6. the row */
@@ -503,6 +507,127 @@ static int step_bits(probe_ctx *x, probe_req *r) {
     return ENG_OK;
 }
 
+/* What a run generated, as bits: its ids, and its probabilities' ids and float bytes (FNV-1a 64). */
+static void run_hashes(const probe_gen *g, uint64_t *tokens, uint64_t *probs) {
+    uint64_t h = 1469598103934665603ull, p = h;
+#define MIX(acc, v) do { uint64_t v_ = (uint64_t)(v); for (int b_ = 0; b_ < 8; b_++) { \
+        acc ^= (v_ >> (8 * b_)) & 0xff; acc *= 1099511628211ull; } } while (0)
+    for (int32_t k = 0; k < g->n_gen; k++) MIX(h, (uint32_t)g->ids[k]);
+    for (int32_t k = 0; k < g->r.n_tokens; k++) {
+        const hx_api_token *t = &g->r.tokens[k];
+        uint32_t bits;
+        memcpy(&bits, &t->logprob, 4);
+        MIX(p, (uint32_t)t->id);
+        MIX(p, bits);
+        for (int32_t j = 0; j < t->n_top; j++) {
+            memcpy(&bits, &t->top[j].logprob, 4);
+            MIX(p, (uint32_t)t->top[j].id);
+            MIX(p, bits);
+        }
+    }
+#undef MIX
+    *tokens = h;
+    *probs = p ^ h;
+}
+
+static int64_t count_distinct(const uint64_t *v, int32_t n) {
+    int64_t d = 0;
+    for (int32_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (int32_t j = 0; j < i && !seen; j++) seen = v[j] == v[i];
+        d += !seen;
+    }
+    return d;
+}
+
+/* The batch columns of a run under load that differs from alone (c: their comparison). */
+static void batch_diff(hx_request_row *row, const cmp_out *c, int32_t K) {
+    for (int32_t k = 0; k < c->n_steps && row->batch_first_diff < 0; k++) {
+        const hx_step_row *st = &c->steps[k];
+        if (st->logits_equal) continue;
+        row->batch_first_diff = (int64_t)k * K + (st->first_diff_index >= 0 ? st->first_diff_index : 0);
+        row->batch_ulp_first = st->first_diff_index >= 0 ? (int64_t)st->ulp_first : -1;
+    }
+    if (row->batch_first_diff < 0) row->batch_first_diff = (int64_t)(c->fork >= 0 ? c->fork : 0) * K;
+}
+
+/* 5b (--concurrency K). The cold run sent again while K-1 fillers run (with --load-repeat N: N times,
+ * each beside a seeded number of fillers, 0 to K-1), each compared with the cold run alone, position by
+ * position: the row's batch verdict (every send equal; the first that differs: index position x K +
+ * rank), and in extra.load the distinct generated ids and probabilities over the sends. A send that
+ * failed is said and counted; the request's other verdicts stand. */
+static int step_load(probe_ctx *x, probe_req *r) {
+    if (x->concurrency <= 1) return ENG_OK;
+    const int32_t N = x->load_repeat > 1 ? x->load_repeat : 1, K = r->q.params.n_probs > 0 ? r->q.params.n_probs : 1;
+    uint64_t *ht = calloc((size_t)N + 1, sizeof *ht), *hp = calloc((size_t)N + 1, sizeof *hp);
+    if (!ht || !hp) { free(ht); free(hp); return ENG_ERR_NOMEM; }
+    run_hashes(&r->cold[0], &ht[0], &hp[0]);  /* alone first: the distinct counts include it */
+    hx_request_row *row = &r->row;
+    const req_ids *b = r->basis;
+    uint64_t seed = x->load_seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)r->idx, max_ulp = 0;
+    int32_t n_ok = 1, n_equal = 0, n_failed = 0, max_fill = 0;
+    int rc = ENG_OK;
+    for (int32_t n = 0; n < N && rc == ENG_OK; n++) {
+        char msg[600] = "";
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const int32_t k_fill = N > 1 ? (int32_t)((seed >> 33) % (uint64_t)x->concurrency) : x->concurrency - 1;
+        if ((rc = probe_set_cold(x, &r->q, msg, sizeof msg)) == ENG_ERR_NOMEM) break;
+        if (rc) {
+            probe_say(x, "%s turn %d: under load: the cold method failed: %s", r->req->session, r->req->turn, msg);
+            rc = ENG_OK;
+            n_failed++;
+            continue;
+        }
+        probe_gen g;
+        int32_t overlap = 0;
+        if ((rc = probe_generate_loaded(x, &r->q, k_fill, seed, &g, &overlap)) ||
+            (rc = note_run(x, b->ids, b->ids ? b->n : 0, &g, true))) {
+            probe_gen_free(&g);
+            break;
+        }
+        if (g.fail) {
+            probe_say(x, "%s turn %d: under load: %s: %s", r->req->session, r->req->turn, g.fail, g.msg);
+            n_failed++;
+            probe_gen_free(&g);
+            continue;
+        }
+        cmp_out c;
+        if ((rc = compare_runs(x, &r->cold[0], &g, &c))) { probe_gen_free(&g); break; }
+        const bool equal = c.first.equal && c.decode_equal && c.fork < 0 && c.json_equal != 0;
+        for (int32_t k = 0; k < c.n_steps; k++) if (c.steps[k].max_ulp > max_ulp) max_ulp = c.steps[k].max_ulp;
+        if (!equal && row->batch_first_diff < 0) {
+            batch_diff(row, &c, K);
+            fprintf(stderr, "kvreplay probe: %s turn %d: under load (%d fillers, %d still generating) DIFFERS from "
+                    "alone: position %lld, candidate %lld (%lld ULP)%s\n", r->req->session, r->req->turn, k_fill,
+                    overlap, (long long)(row->batch_first_diff / K), (long long)(row->batch_first_diff % K),
+                    (long long)row->batch_ulp_first, c.fork >= 0 ? "; the greedy continuations fork" : "");
+        }
+        n_equal += equal;
+        r->n_overlap += overlap;
+        if (k_fill > max_fill) max_fill = k_fill;
+        run_hashes(&g, &ht[n_ok], &hp[n_ok]);
+        n_ok++;
+        free(c.steps);
+        if (!r->have_loaded) { r->loaded = g; r->have_loaded = true; }  /* the first, for the row's extra */
+        else probe_gen_free(&g);
+    }
+    if (rc == ENG_OK && n_ok > 1) {
+        row->batch_k = N > 1 ? max_fill : x->concurrency - 1;
+        row->batch_equal = n_equal == n_ok - 1;
+        row->batch_max_ulp = max_ulp > INT64_MAX ? INT64_MAX : (int64_t)max_ulp;
+        r->out->batch_checked = true;
+        r->out->batch_identical = row->batch_equal == 1;
+    }
+    snprintf(r->load, sizeof r->load, ",\"load\":{\"fillers\":%d,\"sends\":%d,\"failed\":%d,\"identical\":%d,"
+             "\"overlapped\":%d,\"distinct_tokens\":%lld,\"distinct_probs\":%lld,\"ttft_ms\":%.3f}",
+             N > 1 ? max_fill : x->concurrency - 1, n_ok - 1, n_failed, n_equal, r->n_overlap,
+             (long long)count_distinct(ht, n_ok), (long long)count_distinct(hp, n_ok),
+             r->have_loaded ? r->loaded.ttft_ms : -1.0);
+    free(ht);
+    free(hp);
+    return rc;
+}
+
 /* The row's TTFTs (median, and with --repeat min and max), note and extra. */
 static void row_details(probe_ctx *x, probe_req *r) {
     hx_request_row *row = &r->row;
@@ -524,9 +649,9 @@ static void row_details(probe_ctx *x, probe_req *r) {
                  "deterministic at this request", r->n_cold);
     row->note = r->note[0] ? r->note : NULL;
     snprintf(r->extra, sizeof r->extra, "{\"cold\":\"%s\",\"cold_reused\":%lld,\"cold_runs_agree\":%d,"
-             "\"warm_reused\":[%lld%s%s],\"n_gen_cold\":%d,\"n_gen_warm\":%d}", x->cold, (long long)r->cold_reused,
+             "\"warm_reused\":[%lld%s%s],\"n_gen_cold\":%d,\"n_gen_warm\":%d%s}", x->cold, (long long)r->cold_reused,
              r->cold_agree, (long long)r->reported, r->rep.len ? "," : "", r->rep.len ? r->rep.data : "",
-             r->cold[0].n_gen, r->warm[0].n_gen);
+             r->cold[0].n_gen, r->warm[0].n_gen, r->load);
     row->extra = r->extra;
 }
 
@@ -584,6 +709,7 @@ static int step_row(probe_ctx *x, probe_req *r) {
 static void req_free(probe_req *r) {
     eng_buf_free(&r->rep);
     free(r->cmp.steps);
+    if (r->have_loaded) probe_gen_free(&r->loaded);
     for (int k = 0; k < r->n_warm; k++) probe_gen_free(&r->warm[k]);
     for (int k = 0; k < r->n_cold; k++) probe_gen_free(&r->cold[k]);
     free(r->sent.ids);
@@ -611,6 +737,7 @@ int probe_request(probe_ctx *x, int32_t idx, hx_request *req, probe_outcome *out
     if ((rc = step_reuse(x, r))) goto done;  /* before the cold runs change what the cache holds */
     if ((rc = step_cold(x, r)) || r->done) goto done;
     if ((rc = step_bits(x, r))) goto done;
+    if ((rc = step_load(x, r))) goto done;
     rc = step_row(x, r);
 done:
     req_free(r);

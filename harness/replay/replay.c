@@ -151,6 +151,12 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
         code = HX_EXIT_USAGE;
         goto fail;
     }
+    if (sp->fault && !strcmp(sp->fault, "batch-split-k") && sp->batch_check < 0) {
+        snprintf(err, sizeof err, "--inject-fault batch-split-k plants its fault in --batch-check's steps: give "
+                 "--batch-check K too");
+        code = HX_EXIT_USAGE;
+        goto fail;
+    }
     if (sp->fault && sp->fault_request >= n_req) {
         snprintf(err, sizeof err, "--fault-request %d: the replay has %d requests (0-based: 0 to %d), so the fault "
                  "would never be planted", sp->fault_request, n_req, n_req - 1);
@@ -185,7 +191,7 @@ int hx_replay_run(const hx_replay_opts *o, hx_coldcache *cold, hx_replay_summary
     }
     if (n_ctx < 1) n_ctx = 1;
 
-    if ((rc = hx_session_start(x, n_ctx, cold, o->resume, err, sizeof err)) != ENG_OK) {
+    if ((rc = hx_session_start(x, n_ctx, cold, o->resume, 1, err, sizeof err)) != ENG_OK) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
     }

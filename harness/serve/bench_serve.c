@@ -54,6 +54,7 @@ static const char k_usage[] =
     "\n"
     "serve's time to first token over the in-process one for the same request: a fully cached\n"
     "1-token request and a cold one of --tokens tokens, medians of --reps, side by side.\n"
+    "(With --clients K: throughput and TTFT under K concurrent clients; bench --serve --clients 1 --help.)\n"
     "\n";
 
 typedef struct serve_args {
@@ -78,7 +79,7 @@ static const hx_option k_options[] = {
      1 << 20, NULL},
     {"--reps", NULL, "R", "timed requests per case, medians reported (default 7)", HX_OPT_INT, OPT(reps), 1, 1000,
      NULL},
-    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, INT64_MAX, NULL},
+    {"--seed", NULL, "S", "prompt token seed (default 0)", HX_OPT_INT64, OPT(seed), 0, 9.2e18, NULL},
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
@@ -237,6 +238,9 @@ static void cases_free(bench_case *cases, int n) {
 }
 
 int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
+    for (int i = 1; i < argc; i++)  /* under K concurrent clients: bench_clients.c */
+        if (!strcmp(argv[i], "--clients") || !strncmp(argv[i], "--clients=", 10))
+            return hx_serve_bench_clients(argc, argv, err, errlen);
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
     serve_args a = {.num = eng_numerics_default(), .align = ENG_ALIGN_CHUNK, .chunk = 64, .reps = 7, .n_cold = 2048, .n_cached = 512};
     for (int i = 1; i < argc; i++) {
@@ -260,7 +264,7 @@ int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
     hx_session *s = NULL;
     int32_t n_ctx = (a.n_cold > a.n_cached ? a.n_cold : a.n_cached) + 64;
     int rc = hx_session_open(&sp, NULL, &s, err, errlen);
-    if (!rc) rc = hx_session_start(s, n_ctx, NULL, false, err, errlen);
+    if (!rc) rc = hx_session_start(s, n_ctx, NULL, false, 1, err, errlen);
     if (rc) { hx_session_close(s); return rc == ENG_ERR_NOMEM ? rc : ENG_ERR_ARG; }  /* the model named: usage */
     hx_session_set_price(s, 1.0, 1.0);  /* no rows are written: the modeled TTFT is not used */
     const eng_model_info *mi = eng_model_get_info(hx_session_model(s));

@@ -98,6 +98,9 @@ char *hx_metrics_text(hx_metrics *m) {
         eng_buf_printf(&b, "kvreplay_ignored_fields_total{path=\"...\"} %" PRId64 "\n", c.ignored_by_path[HX_METRICS_PATHS]);
     counter(&b, "cancelled_total", "Requests whose client went away before the end.", c.cancelled);
     counter(&b, "refused_queue_full_total", "Requests refused with 503: the queue was full.", c.refused_queue_full);
+    counter(&b, "engine_steps_total", "Engine steps (one eng_batch_forward over the slots' spans).", c.steps);
+    counter(&b, "engine_step_rows_total", "Token rows computed in those steps.", c.step_rows);
+    counter(&b, "engine_step_spans_total", "Spans in those steps (one per slot in a step).", c.step_spans);
     counter(&b, "scripted_total", "Requests answered with a scripted turn (--script).", c.scripted);
     counter(&b, "side_requests_total", "Requests outside the scripted conversation, answered by the model.",
             c.side_requests);

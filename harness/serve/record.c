@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "normalize.h"
 #include "serve_int.h"
 #include "status.h"
 #include "str.h"
@@ -124,6 +125,10 @@ void hx_recorder_close(hx_recorder *r) {
 }
 
 int32_t hx_recorder_n_sessions(const hx_recorder *r) { return r ? r->n_sessions : 0; }
+
+char *hx_serve_session_key(const hx_request *q) {
+    return hx_request_kind_of(q) == HX_REQUEST_MESSAGES ? hx_request_session_key(q) : hx_strdup("\x1f" "raw");
+}
 
 const hx_request *hx_recorder_last(const hx_recorder *r, int32_t k) { return &r->last[k]; }
 

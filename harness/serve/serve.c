@@ -62,6 +62,7 @@ void hx_serve_opts_default(hx_serve_opts *o) {
     o->n_predict = 256;
     o->max_body = (int64_t)32 << 20;
     o->queue = 64;
+    o->parallel = 1;
     o->timeout_s = 30;
     o->max_connections = 256;
 }
@@ -285,11 +286,13 @@ static enum MHD_Result answer_simple(conn *cn, const hx_api_route *rt, hx_api_re
         fill_slots(s, &info, slots, 64);
         break;
     case HX_API_OP_SLOT_ACTION: {
-        pthread_mutex_lock(&s->engine_mu);  /* between two requests */
-        int64_t n = hx_policy_erase(hx_session_policy(s->session), q->params.slot_id);
+        pthread_mutex_lock(&s->engine_mu);  /* between two engine steps */
+        bool busy = q->params.slot_id >= 0 && q->params.slot_id < s->n_slots && s->at[q->params.slot_id];
+        int64_t n = busy ? ENG_ERR_RANGE : hx_policy_erase(hx_session_policy(s->session), q->params.slot_id);
         pthread_mutex_unlock(&s->engine_mu);
         if (n == ENG_ERR_UNSUPPORTED)
             rc = hx_api_errf(&e, HX_API_ERR_NOT_SUPPORTED, NULL, "the policy %s has no slots to erase", s->o->sp.policy);
+        else if (busy) rc = hx_api_errf(&e, HX_API_ERR_UNAVAILABLE, "id_slot", "Slot %d is busy", q->params.slot_id);
         else if (n < 0) rc = hx_api_errf(&e, HX_API_ERR_INVALID, "id_slot", "Invalid slot ID");
         else info.n_erased = n;
         if (!rc) {
@@ -419,8 +422,12 @@ static enum MHD_Result answer_generate(conn *cn, const hx_api_route *rt, hx_job 
         if (!r) { pthread_mutex_unlock(&j->mu); stream_free(sc); return MHD_NO; }
         add_common_headers(r, "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
-    } else {
-        r = MHD_create_response_from_buffer(j->out.len, j->out.data ? j->out.data : (char *)"", MHD_RESPMEM_MUST_COPY);
+    } else {  /* the answer's body, rendered here from the result the worker left */
+        json_t *body = j->q.route->respond(&j->q, &j->res);
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        r = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY) : NULL;
+        free(text);
         if (!r) { pthread_mutex_unlock(&j->mu); return MHD_NO; }
         add_common_headers(r, "application/json; charset=utf-8");
     }
@@ -451,10 +458,9 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
         hx_api_errf(e, rc == ENG_ERR_NOMEM ? HX_API_ERR_SERVER : HX_API_ERR_INVALID, NULL, "%s", err);
         goto fail;
     }
-    int32_t n_slots = hx_policy_n_slots(hx_session_policy(s->session));
-    if (j->q.params.id_slot >= (n_slots > 0 ? n_slots : 1)) {
+    if (j->q.params.id_slot >= s->n_slots) {
         hx_api_errf(e, HX_API_ERR_INVALID, "id_slot", "id_slot %d: the server has %d slot%s", j->q.params.id_slot,
-                    n_slots > 0 ? n_slots : 1, n_slots == 1 ? "" : "s");
+                    s->n_slots, s->n_slots == 1 ? "" : "s");
         goto fail;
     }
     /* the prompt, the compared decode steps and a margin for the response's end marker must fit */
@@ -479,6 +485,16 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
     if (h.o) MHD_get_connection_values(cn->c, MHD_HEADER_KIND, keep_header, &h);
     j->headers = h.o ? hx_json_canonical(h.o) : NULL;
     json_decref(h.o);
+    if (!(j->key = hx_serve_session_key(&j->received))) {
+        hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
+        goto fail;
+    }
+    /* what greedy decoding does not honour of the sampling asked, and the fields ignored: counted */
+    bool honoured = hx_api_sampling_honoured(&j->q.params.sampling, j->sampling, sizeof j->sampling);
+    pthread_mutex_lock(&s->metrics.mu);
+    if (!honoured) s->metrics.sampling_not_honoured++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    if (j->q.params.ignored) hx_metrics_ignored(&s->metrics, j->q.ignored_paths, j->q.n_ignored, stderr);
     return j;
 fail:
     job_unref(j);
@@ -679,8 +695,7 @@ static void server_info(hx_server *s) {
     in->n_params = mi->n_params;
     struct stat sb;
     in->size = stat(s->o->sp.model_path, &sb) == 0 ? (int64_t)sb.st_size : 0;
-    int32_t ns = hx_policy_n_slots(hx_session_policy(s->session));
-    in->total_slots = ns > 0 ? ns : 1;
+    in->total_slots = s->n_slots;
     const hx_session_params *ro = &s->o->sp;
     snprintf(s->cache_json, sizeof s->cache_json, "{\"policy\":\"%s\",\"quirks\":\"%s\",\"normalize\":\"%s\","
              "\"align\":\"%s\",\"chunk\":%d,\"cap_prompt\":%s}", ro->policy, ro->quirks ? ro->quirks : "",
@@ -741,6 +756,11 @@ static void server_free(hx_server *s) {
     hx_session_close(s->session);
     free(s->ring);
     free(s->slots);
+    free(s->run);
+    free(s->at);
+    free(s->spans);
+    free(s->span_slot);
+    eng_batch_free(s->batch);
     hx_metrics_destroy(&s->metrics);
 }
 
@@ -769,16 +789,21 @@ int hx_serve_run(const hx_serve_opts *opts) {
         snprintf(err, sizeof err, "--inject-fault repeat-flip needs --repeat, which serve does not take");
         rc = ENG_ERR_ARG;
     }
-    if (rc == ENG_OK && o->sp.fault && !o->sp.verify && strcmp(o->sp.fault, "report-cached")) {
+    if (rc == ENG_OK && o->sp.fault && !o->sp.verify && strcmp(o->sp.fault, "report-cached") &&
+        strcmp(o->sp.fault, "batch-split-k")) {
         snprintf(err, sizeof err, "--inject-fault %s is caught by --verify: give both", o->sp.fault);
         rc = ENG_ERR_ARG;
     }
-    if (rc == ENG_OK && o->sp.repeat > 1) {
-        snprintf(err, sizeof err, "--repeat is replay's, not serve's");
+    if (rc == ENG_OK && (o->sp.repeat > 1 || o->sp.batch_check >= 0)) {
+        snprintf(err, sizeof err, "%s is replay's, not serve's", o->sp.repeat > 1 ? "--repeat" : "--batch-check");
         rc = ENG_ERR_ARG;
     }
     if (rc != ENG_OK) { code = HX_EXIT_USAGE; goto fail; }
 
+    /* llama-server's -np N gives N slots: slot-lcp's --slots follows --parallel unless given */
+    int32_t given_slots = 0;
+    if (rc == ENG_OK && o->parallel > 1 && !hx_policy_args_read(&o->sp.policy_args, "--slots", &given_slots))
+        hx_policy_args_set_num(&o->sp.policy_args, "--slots", o->parallel);
     rc = hx_session_open(&o->sp, &sum, &s->session, err, sizeof err);
     if (rc) { code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE; goto fail; }
     const eng_model_info *mi = eng_model_get_info(hx_session_model(s->session));
@@ -789,15 +814,15 @@ int hx_serve_run(const hx_serve_opts *opts) {
     s->eos_id = eng_tokenizer_eos(s->tok);
     s->eot_id = eng_tokenizer_eot(s->tok);
     s->byte_tok = spm_byte_token(s->tok);
-    if ((rc = hx_session_start(s->session, s->n_ctx, NULL, false, err, sizeof err))) {
+    if ((rc = hx_session_start(s->session, s->n_ctx, NULL, false, o->parallel, err, sizeof err))) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
     }
     int32_t ns = hx_policy_n_slots(hx_session_policy(s->session));
-    s->n_slots = ns > 0 ? ns : 1;
+    s->n_slots = ns > o->parallel ? ns : o->parallel;
     if (!(s->slots = calloc((size_t)s->n_slots, sizeof *s->slots))) { code = HX_EXIT_INTERNAL; goto fail; }
     for (int32_t i = 0; i < s->n_slots; i++)
-        s->slots[i] = (hx_api_slot){.id = i, .n_ctx = s->n_ctx, .n_tokens = ns > 0 ? 0 : -1, .id_task = -1};
+        s->slots[i] = (hx_api_slot){.id = i, .n_ctx = s->n_ctx, .n_tokens = i < ns ? 0 : -1, .id_task = -1};
     server_info(s);
     if (o->script && (rc = hx_script_open(o->script, &s->script, err, sizeof err))) {
         code = hx_exit_for_input(rc);

@@ -38,5 +38,9 @@ int  hx_serve_run(const hx_serve_opts *o);
  * (the figures printed, or --help), ENG_ERR_ARG for bad options, or what
  * failed, with err. */
 int  hx_serve_bench(int argc, char **argv, char *err, size_t errlen);
+/* `kvreplay bench --serve --clients K` (bench_clients.c): throughput and
+ * TTFT under K concurrent clients, of kvreplay serve --parallel N or of a
+ * server at --url; as hx_serve_bench. */
+int  hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen);
 
 #endif /* HX_SERVE_H */

@@ -1,90 +1,45 @@
 /*
  * harness/serve/worker.c: the bounded queue and the engine worker of
- * `kvreplay serve`.
+ * `kvreplay serve`: a scheduler with continuous batching over --parallel N
+ * slots (llama-server's -np N), in one thread that owns the model.
  *
- * One worker thread runs every request's session turn (replay/session.h),
- * in the order they were queued: assigns its session and turn (the record's
- * session key), matches it to the script, then prefills through the policy
- * (and, with --verify, the cold shadow), generates greedily token by token
- * or plays the scripted turn, teacher-forces the turn into the cache,
- * writes the row, appends the record and answers. What the client sees is
- * written into the job as it is known: the status and headers once the
- * prompt is done (the first token's time), the stream's events as tokens
- * come, the whole body at the end.
+ * Each iteration of the scheduler:
+ *   1. slots whose client went away are cancelled (their turn ends at this
+ *      chunk boundary, mid-prefill included: the cache keeps what is valid);
+ *      slots whose turn needs no more steps are finished (job.c: the row,
+ *      the record, the answer);
+ *   2. queued requests are admitted into idle slots, in queue order (one
+ *      that names a busy slot with id_slot waits, the next is admitted):
+ *      their session and turn assigned (the record's session key), the
+ *      script matched, the session turn begun (the policy's acquire); they
+ *      join this step;
+ *   3. the step: one span per busy slot, every decode token first, then the
+ *      prefill chunks (each on its own sequence's absolute grid, C = 64),
+ *      within --batch-size rows when one is set (a prefill chunk that does
+ *      not fit waits for a later step; a span is never cut off its grid;
+ *      the first span always runs), stacked into one eng_batch_forward;
+ *   4. after the step, each turn takes its span's result (the policy's
+ *      on_chunk, the first token's time, the generated token, streamed).
+ * Under --kernel ref a request's bits do not depend on what shares its
+ * steps (batch invariance, tests/test_batch.c) and its chunks are its own
+ * grid cells, so its reply is the one --parallel 1 gives.
  *
- * Generation: greedy (argmax, lowest id on ties) until EOS or end of turn,
- * a stop string, max_tokens (capped by -n), or the context. A token's text is
- * its bytes as they appear in generated text; the turn's text is their
- * concatenation with every byte that is not valid UTF-8 written as U+FFFD.
- * Probabilities (n_probs, logprobs): log-softmax of the raw logits, in
- * double, the top n by logit (lowest id first on ties).
- *
- * The queue holds at most --queue requests; beyond it a request is refused
- * with 503 and Retry-After (serve.c). A request whose client went away
- * before it ran is dropped; one that goes away while it runs stops at the
- * prompt's end or at the next token, and the cache keeps what it computed
- * (the prompt and the tokens generated so far), as llama-server's slot does.
+ * A slot is a sequence in flight: slot-lcp's slots are the policy's (the
+ * request goes to the slot the policy picks, or the one id_slot names);
+ * the other policies' slots are lanes over their shared cache. The queue
+ * holds at most --queue requests waiting for a slot; beyond it a request is
+ * refused with 503 and Retry-After (serve.c). A request whose client went
+ * away before it ran is dropped unrun.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "json.h"
 #include "normalize.h"
 #include "serve_int.h"
 #include "status.h"
 #include "str.h"
 #include "util.h"
-
-// ----------------------------------------------------------------------------
-// Jobs
-
-hx_job *job_new(void) {
-    hx_job *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    atomic_init(&j->refs, 1);
-    hx_api_req_init(&j->q);
-    hx_api_result_init(&j->res);
-    j->received.response.role = HX_ROLE_ASSISTANT;
-    atomic_init(&j->cancelled, false);
-    return j;
-}
-
-void job_ref(hx_job *j) { atomic_fetch_add(&j->refs, 1); }
-
-void job_unref(hx_job *j) {
-    if (!j || atomic_fetch_sub(&j->refs, 1) > 1) return;
-    hx_api_req_free(&j->q);
-    hx_request_free(&j->received);
-    hx_prepared_free(&j->p);
-    hx_api_result_free(&j->res);
-    hx_api_stream_free(&j->stream);
-    eng_buf_free(&j->out);
-    free(j->body);
-    free(j->target);
-    free(j->headers);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-/* Finishes j with an error (before or after its stream began). Called with j->mu held. */
-static void job_fail_locked(hx_job *j, const hx_api_error *e) {
-    j->err = *e;
-    if (j->state >= JOB_HEADERS && j->q.params.stream && j->stream.route) {
-        hx_api_stream_error(&j->stream, e);
-        eng_buf_append(&j->out, j->stream.out.data ? j->stream.out.data : "", j->stream.out.len);
-        j->stream.out.len = 0;
-    } else {
-        j->status = e->status;
-    }
-    j->state = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
-}
 
 // ----------------------------------------------------------------------------
 // The queue
@@ -106,342 +61,31 @@ bool hx_worker_submit(hx_server *s, hx_job *j) {
     return ok;
 }
 
-static hx_job *next_job(hx_server *s) {
-    pthread_mutex_lock(&s->q_mu);
-    while (s->q_len == 0 && !s->stopping) pthread_cond_wait(&s->q_cv, &s->q_mu);
-    hx_job *j = NULL;
-    if (s->q_len > 0) {
-        j = s->ring[s->q_head];
+/* Whether j can take a slot now: fewer than --parallel are busy, and the one its id_slot names is idle. */
+static bool admissible(const hx_server *s, const hx_job *j) {
+    int32_t want = j->q.params.id_slot;
+    return s->n_busy < s->n_run && (want < 0 || (want < s->n_slots && !s->at[want]));
+}
+
+/* The first queued job that can take a slot now (removed from the queue), or NULL. q_mu held. */
+static hx_job *pop_admissible_locked(hx_server *s) {
+    for (int32_t k = 0; k < s->q_len; k++) {
+        hx_job *j = s->ring[(s->q_head + k) % s->q_cap];
+        if (!atomic_load(&j->cancelled) && !admissible(s, j)) continue;  /* a cancelled one is dropped at once */
+        for (int32_t m = k; m > 0; m--)  /* close the gap: the ones before it keep their order */
+            s->ring[(s->q_head + m) % s->q_cap] = s->ring[(s->q_head + m - 1) % s->q_cap];
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.queue_depth = s->q_len;
+        pthread_mutex_unlock(&s->metrics.mu);
+        return j;
     }
-    pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.queue_depth = s->q_len;
-    pthread_mutex_unlock(&s->metrics.mu);
-    pthread_mutex_unlock(&s->q_mu);
-    return j;
-}
-
-// ----------------------------------------------------------------------------
-// Token text and probabilities
-
-int64_t hx_token_bytes(const hx_server *s, int32_t id, char *buf, size_t cap) {
-    int32_t ids[2] = {s->byte_tok, id};
-    char tmp[512];
-    if (s->byte_tok >= 0) {  /* a byte token first: SPM does not strip the dummy-prefix space after it */
-        int64_t n = eng_detokenize(s->tok, ids, 2, false, tmp, sizeof tmp);
-        if (n < 1 || (size_t)n > sizeof tmp || (size_t)(n - 1) > cap) return -1;
-        memcpy(buf, tmp + 1, (size_t)(n - 1));
-        return n - 1;
-    }
-    int64_t n = eng_detokenize(s->tok, &id, 1, false, buf, cap);
-    return n < 0 || (size_t)n > cap ? -1 : n;
-}
-
-typedef struct cand { int32_t id; float logit; } cand;
-
-static int cand_cmp(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-/* Fills t's logprob and its k most probable candidates (t->top, malloc'd texts). */
-static int token_probs(const hx_server *s, const float *logits, int32_t k, hx_api_token *t) {
-    int32_t V = s->n_vocab;
-    double mx = logits[0];
-    for (int32_t i = 1; i < V; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
-    double logz = mx + log(sum);
-    t->logprob = (float)((double)logits[t->id] - logz);
-    if (k <= 0) return ENG_OK;
-    if (k > V) k = V;
-    cand *c = malloc(sizeof *c * (size_t)(k <= 64 ? k + 1 : V));
-    if (!c) return ENG_ERR_NOMEM;
-    int32_t n = 0;
-    if (k <= 64) {  /* insertion into a sorted array of k */
-        for (int32_t i = 0; i < V; i++) {
-            cand x = {i, logits[i]};
-            if (n == k && cand_cmp(&x, &c[n - 1]) >= 0) continue;
-            int32_t p = n < k ? n++ : k - 1;
-            while (p > 0 && cand_cmp(&x, &c[p - 1]) < 0) { c[p] = c[p - 1]; p--; }
-            c[p] = x;
-        }
-    } else {
-        for (int32_t i = 0; i < V; i++) c[i] = (cand){i, logits[i]};
-        qsort(c, (size_t)V, sizeof *c, cand_cmp);
-        n = k;
-    }
-    t->top = calloc((size_t)n, sizeof *t->top);
-    if (!t->top) { free(c); return ENG_ERR_NOMEM; }
-    char buf[512];
-    for (int32_t i = 0; i < n; i++, t->n_top++) {
-        int64_t len = hx_token_bytes(s, c[i].id, buf, sizeof buf);
-        if (len < 0) len = 0;
-        t->top[i].id = c[i].id;
-        t->top[i].logprob = (float)((double)c[i].logit - logz);
-        t->top[i].len = (size_t)len;
-        if (!(t->top[i].text = malloc((size_t)len + 1))) { free(c); return ENG_ERR_NOMEM; }
-        memcpy(t->top[i].text, buf, (size_t)len);
-        t->top[i].text[len] = '\0';
-    }
-    free(c);
-    return ENG_OK;
-}
-
-static void token_free_tops(hx_api_token *t) {
-    for (int32_t i = 0; i < t->n_top; i++) free(t->top[i].text);
-    free(t->top);
-    t->top = NULL;
-    t->n_top = 0;
-}
-
-// ----------------------------------------------------------------------------
-// One generation
-
-typedef struct gen_ctx {
-    hx_server        *s;
-    hx_job           *j;
-    const hx_request *scripted;   /* the scripted turn, or NULL: the model's tokens */
-    int32_t           max_gen;
-    eng_buf           text;       /* the generated bytes */
-    size_t            released;   /* bytes of text streamed so far */
-    size_t            stop_at;    /* where a stop string begins (SIZE_MAX: none) */
-    size_t            hold;       /* bytes held back while a stop string may be forming */
-    hx_api_finish     finish;
-    double            t_prompt;   /* when the prompt was done */
-    bool              stopped;
-    bool              client_limit; /* max_gen is the request's own max_tokens (not serve's -n or the context) */
-} gen_ctx;
-
-/* Moves the stream's new bytes to the job's outgoing buffer (j->mu held). */
-static void flush_stream_locked(hx_job *j) {
-    if (j->stream.out.len) {
-        eng_buf_append(&j->out, j->stream.out.data, j->stream.out.len);
-        j->stream.out.len = 0;
-    }
-    pthread_cond_broadcast(&j->cv);
-}
-
-static void set_usage(gen_ctx *g, const hx_turn_status *st) {
-    hx_api_result *r = &g->j->res;
-    /* --inject-fault report-cached (a planted fault, for kvreplay probe): one more than was reused */
-    const char *fault = g->s->o->sp.fault;
-    int64_t said = st->n_reused + (fault && !strcmp(fault, "report-cached") && st->n_reused > 0);
-    r->usage.prompt_tokens = st->n_prompt;
-    r->usage.cached_tokens = said;
-    r->usage.cache_creation_tokens = 0;
-    r->usage.completion_tokens = 0;
-    r->timings.cache_n = said;
-    r->timings.prompt_n = st->n_prompt - said;
-    r->timings.prompt_ms = st->ttft_ms;
-    r->timings.predicted_n = 0;
-    r->id_slot = st->acq && st->acq->slot >= 0 ? st->acq->slot : 0;
-}
-
-static int on_prompt(void *ud, const hx_turn_status *st) {
-    gen_ctx *g = ud;
-    hx_job *j = g->j;
-    g->t_prompt = eng_now_s();
-    hx_metrics_ttft(&g->s->metrics, g->t_prompt - j->t_received);
-    pthread_mutex_lock(&j->mu);
-    set_usage(g, st);
-    j->res.info = &g->s->info;  /* the model name responses echo */
-    j->res.created = (int64_t)time(NULL);
-    if (!j->res.id) {
-        char id[64];
-        hx_api_make_id(id, sizeof id, j->route->dialect->id_prefix ? j->route->dialect->id_prefix
-                                      : j->route->dialect == hx_api_dialect_find("anthropic") ? "msg_"
-                                      : strstr(j->route->path, "chat") ? "chatcmpl-" : "cmpl-", (uint64_t)j->seq);
-        j->res.id = hx_strdup(id);
-    }
-    snprintf(j->h_reused, sizeof j->h_reused, "%d", st->n_reused);
-    snprintf(j->h_prompt, sizeof j->h_prompt, "%d", st->n_prompt);
-    snprintf(j->h_identical, sizeof j->h_identical, "%s",
-             !st->compared ? "unverified" : st->logits_equal && st->state_equal != 0 ? "true" : "false");
-    j->status = 200;
-    if (j->q.params.stream) {
-        hx_api_stream_init(&j->stream, &j->q, &j->res);
-        hx_api_stream_begin(&j->stream);
-        if (g->scripted)  /* the scripted turn goes out at once; the engine still decodes the compared steps */
-            for (int32_t b = 0; b < g->scripted->response.n_blocks; b++)
-                hx_api_stream_block(&j->stream, &g->scripted->response.blocks[b]);
-        flush_stream_locked(j);
-    }
-    j->state = JOB_HEADERS;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    return atomic_load(&j->cancelled) ? HX_TURN_CANCEL : HX_TURN_GO;
-}
-
-/* The first stop string in text at or after from, SIZE_MAX when none. */
-static size_t find_stop(const hx_api_params *p, const char *text, size_t n) {
-    size_t best = SIZE_MAX;
-    for (int32_t i = 0; i < p->n_stop; i++) {
-        const char *at = memmem(text, n, p->stop[i], strlen(p->stop[i]));
-        if (at && (size_t)(at - text) < best) best = (size_t)(at - text);
-    }
-    return best;
-}
-
-static int on_token(void *ud, int32_t k, int32_t id, const float *logits) {
-    gen_ctx *g = ud;
-    hx_server *s = g->s;
-    hx_job *j = g->j;
-    const hx_api_params *p = &j->q.params;
-    if (atomic_load(&j->cancelled)) return HX_TURN_CANCEL;
-    if (id == s->eos_id || id == s->eot_id) {  /* the end of the turn: not part of the text */
-        g->finish = HX_API_FINISH_STOP;
-        g->stopped = true;
-        return HX_TURN_STOP;
-    }
-    char bytes[512];
-    int64_t len = hx_token_bytes(s, id, bytes, sizeof bytes);
-    if (len < 0) len = 0;
-    hx_api_token t = {.id = id, .text = bytes, .len = (size_t)len, .logprob = NAN};
-    if ((p->logprobs || p->n_probs > 0) && token_probs(s, logits, p->n_probs, &t) != ENG_OK) {
-        token_free_tops(&t);
-        return HX_TURN_CANCEL;
-    }
-    eng_buf_append(&g->text, bytes, (size_t)len);
-    g->stop_at = p->n_stop ? find_stop(p, g->text.data, g->text.len) : SIZE_MAX;
-    size_t end = g->stop_at != SIZE_MAX ? g->stop_at : g->text.len > g->hold ? g->text.len - g->hold : 0;
-    if (end < g->released) end = g->released;
-    pthread_mutex_lock(&j->mu);
-    hx_api_result_push_token(&j->res, &t);
-    j->res.usage.completion_tokens = k + 1;
-    if (p->stream) {  /* the token event carries the text released now (stop strings held back) */
-        hx_api_token out = t;
-        out.text = g->text.data + g->released;
-        out.len = end - g->released;
-        hx_api_stream_token(&j->stream, &out);
-        g->released = end;
-        flush_stream_locked(j);
-    }
-    pthread_mutex_unlock(&j->mu);
-    token_free_tops(&t);
-    if (g->stop_at != SIZE_MAX) {
-        g->finish = HX_API_FINISH_STOP_WORD;
-        g->stopped = true;
-        return HX_TURN_STOP;
-    }
-    /* max_tokens reached: "length"; serve's own -n cap or the context's end: the end of the turn (an agent
-     * takes the turn as the model's answer instead of asking it to go on: docs/serve.md) */
-    if (k + 1 >= g->max_gen) g->finish = g->client_limit ? HX_API_FINISH_LENGTH : HX_API_FINISH_STOP;
-    return HX_TURN_GO;
-}
-
-/* The generated turn: its text (to the stop string), as the request's response. */
-static int on_response(void *ud, hx_request *req) {
-    gen_ctx *g = ud;
-    hx_job *j = g->j;
-    size_t n = g->stop_at != SIZE_MAX ? g->stop_at : g->text.len;
-    char *text = hx_api_utf8_sanitize(g->text.data ? g->text.data : "", n, NULL);
-    if (!text) return ENG_ERR_NOMEM;
-    int rc = ENG_OK;
-    for (int pass = 0; pass < 2 && !rc; pass++) {  /* the engine's request, and the one recorded as received */
-        hx_request *q = pass ? &j->received : req;
-        hx_message_free(&q->response);
-        q->response.role = HX_ROLE_ASSISTANT;
-        free(q->response_text);
-        q->response_text = NULL;
-        if (hx_request_kind_of(q) != HX_REQUEST_MESSAGES) {
-            if (!(q->response_text = hx_strdup(text))) rc = ENG_ERR_NOMEM;
-        } else if (text[0]) {
-            hx_block b;
-            if (hx_block_init(&b, HX_BLOCK_TEXT, text, NULL, NULL, NULL, false) || hx_message_push_block(&q->response, &b))
-                rc = ENG_ERR_NOMEM;
-        }
-    }
-    pthread_mutex_lock(&j->mu);
-    hx_message_free(&j->res.content);
-    j->res.content.role = HX_ROLE_ASSISTANT;
-    hx_block b;
-    if (!rc && text[0] &&
-        (hx_block_init(&b, HX_BLOCK_TEXT, text, NULL, NULL, NULL, false) || hx_message_push_block(&j->res.content, &b)))
-        rc = ENG_ERR_NOMEM;
-    if (j->q.params.stream && g->released < n) {  /* the held-back text before the stop string */
-        hx_api_token rest = {.id = -1, .text = g->text.data + g->released, .len = n - g->released, .logprob = NAN};
-        hx_api_stream_token(&j->stream, &rest);
-        g->released = n;
-        flush_stream_locked(j);
-    }
-    pthread_mutex_unlock(&j->mu);
-    free(text);
-    return rc;
-}
-
-// ----------------------------------------------------------------------------
-// The request's record and log
-
-/* The `served` object of the record: how the request came. */
-static char *served_json(const hx_job *j, const char *sampling, bool scripted, int32_t script_index) {
-    json_t *o = json_object();
-    json_error_t je;
-    if (!o) return NULL;
-    json_object_set_new(o, "api", json_string(j->route->dialect->name));
-    json_object_set_new(o, "method", json_string(j->route->method));
-    json_object_set_new(o, "target", json_string(j->target ? j->target : j->route->path));
-    json_t *h = j->headers ? json_loads(j->headers, 0, &je) : NULL;
-    json_object_set_new(o, "headers", h ? h : json_object());
-    json_object_set_new(o, "body", json_stringn(j->body ? j->body : "", j->body_len));
-    json_object_set_new(o, "stream", json_boolean(j->q.params.stream));
-    if (j->q.params.id_slot >= 0) json_object_set_new(o, "id_slot", json_integer(j->q.params.id_slot));
-    if (!j->q.params.cache_prompt) json_object_set_new(o, "cache_prompt", json_false());
-    if (sampling[0]) json_object_set_new(o, "sampling_not_honoured", json_string(sampling));
-    if (j->q.params.ignored) json_object_set_new(o, "ignored_fields", json_string(j->q.params.ignored));
-    if (scripted) json_object_set_new(o, "script_turn", json_integer(script_index));
-    char *s = hx_json_canonical(o);
-    json_decref(o);
-    return s;
-}
-
-static const char *verdict(const hx_turn_result *r) {
-    return !r->compared ? "unverified" : r->identical ? "identical" : "DIVERGED";
-}
-
-/* Says a divergence on stderr at once, with what differs. */
-static void say_divergence(hx_server *s, const hx_job *j, const hx_turn_result *r) {
-    const hx_request *q = &j->q.req;
-    char what[320];
-    if (!r->logits_equal)
-        snprintf(what, sizeof what, "the prompt's last logits differ at index %lld: cold %a, reused %a (ULP %llu)",
-                 (long long)r->cmp.first_diff, (double)r->cmp.a_first, (double)r->cmp.b_first,
-                 (unsigned long long)r->cmp.ulp_first);
-    else if (r->state_equal == 0)
-        snprintf(what, sizeof what, "the logits are identical, the state after the prompt is not");
-    else
-        snprintf(what, sizeof what, "decode step %d differs%s", r->first_step_diff,
-                 r->fork_step >= 0 ? " (the greedy tokens fork)" : "");
-    fprintf(stderr, "kvreplay serve: DIVERGED: request %lld (session %s turn %d, %d of %d prompt tokens reused): %s\n",
-            (long long)j->seq, q->session, q->turn, r->n_reused, r->n_prompt, what);
-    atomic_store(&s->said_diverged, true);
-}
-
-/* What /slots reports: the tokens each slot holds, the one at work (busy, -1:
- * none), and the last request a slot served (served: its index, -1: none). */
-static void update_slots(hx_server *s, int32_t busy, int32_t served, int64_t task) {
-    hx_policy *pol = hx_session_policy(s->session);
-    pthread_mutex_lock(&s->slots_mu);
-    for (int32_t i = 0; i < s->n_slots; i++) {
-        s->slots[i].n_tokens = hx_policy_n_slots(pol) ? hx_policy_slot_tokens(pol, i) : -1;
-        s->slots[i].is_processing = busy == i || (busy >= 0 && s->n_slots == 1);
-        if (i == served) s->slots[i].id_task = task;
-    }
-    pthread_mutex_unlock(&s->slots_mu);
+    return NULL;
 }
 
 // ----------------------------------------------------------------------------
 // Session identity: which conversation a request continues
-
-/* The importers' session key (normalize.h: the normalized system prompt and first message), so a
- * conversation stays one session whatever its per-request billing checksum; raw prompt and token
- * requests share one key. */
-static char *identity_key(const hx_request *q) {
-    return hx_request_kind_of(q) == HX_REQUEST_MESSAGES ? hx_request_session_key(q) : hx_strdup("\x1f" "raw");
-}
 
 static int identity_add(hx_server *s, const char *key, const char *name, int32_t next_turn) {
     char **nm = realloc(s->id_names, sizeof *nm * (size_t)(s->n_ids + 1));
@@ -459,7 +103,7 @@ static int identity_add(hx_server *s, const char *key, const char *name, int32_t
 static int identity_seed(hx_server *s) {
     for (int32_t k = 0; k < hx_recorder_n_sessions(s->rec); k++) {
         const hx_request *last = hx_recorder_last(s->rec, k);
-        char *key = identity_key(last);
+        char *key = hx_serve_session_key(last);
         int rc = key ? identity_add(s, key, last->session, last->turn + 1) : ENG_ERR_NOMEM;
         free(key);
         if (rc) return rc;
@@ -480,13 +124,12 @@ static void identity_free(hx_server *s) {
 /* The session and turn of j: "serve-K" (the first K no session has) and its next turn; raw
  * requests are "serve-raw". Set on the engine's request and on the one recorded as received. */
 static int identity_assign(hx_server *s, hx_job *j) {
-    char *key = identity_key(&j->received);
-    if (!key) return ENG_ERR_NOMEM;
+    const char *key = j->key;
     int64_t k;
     int rc = ENG_OK;
     if (!hx_strmap_get(&s->id_keys, key, &k)) {
         char name[48];
-        if (hx_request_kind_of(&j->received) != HX_REQUEST_MESSAGES) snprintf(name, sizeof name, "serve-raw");
+        if (key[0] == '\x1f') snprintf(name, sizeof name, "serve-raw");  /* the raw requests' key */
         else
             for (int32_t n = 0, taken = 1; taken; n++) {
                 snprintf(name, sizeof name, "serve-%d", n);
@@ -496,7 +139,6 @@ static int identity_assign(hx_server *s, hx_job *j) {
         k = s->n_ids;
         rc = identity_add(s, key, name, 0);
     }
-    free(key);
     if (rc) return rc;
     hx_request *both[2] = {&j->q.req, &j->received};
     for (int i = 0; i < 2; i++) {
@@ -509,19 +151,10 @@ static int identity_assign(hx_server *s, hx_job *j) {
 }
 
 // ----------------------------------------------------------------------------
-// Running a request
-
-/* What serve notes about a request beyond its row: the script's part, sampling it does not honour. */
-typedef struct serve_notes {
-    const hx_request *scripted;      /* the scripted turn answering it, or NULL */
-    int32_t           script_index;
-    char              departure[512];
-    const char       *script_note;   /* a side request, or the script played out */
-    char              sampling[160]; /* the sampling fields greedy decoding does not honour, "" */
-} serve_notes;
+// The script
 
 /* The script's turn for j, if any: its response becomes the request's (the turn renders it). */
-static int match_script(hx_server *s, hx_job *j, serve_notes *sn, hx_api_error *e) {
+static int match_script(hx_server *s, hx_job *j, hx_notes *sn, hx_api_error *e) {
     sn->script_index = -1;
     if (!s->script) return ENG_OK;
     bool exhausted = false;
@@ -558,202 +191,154 @@ static int match_script(hx_server *s, hx_job *j, serve_notes *sn, hx_api_error *
     return ENG_OK;
 }
 
-/* The session turn: greedy generation (or the scripted turn), streamed as it goes. */
-static int run_turn(hx_server *s, hx_job *j, gen_ctx *g, const serve_notes *sn, hx_turn_result *r, hx_api_error *e) {
-    const hx_serve_opts *o = s->o;
-    hx_api_req *q = &j->q;
-    *g = (gen_ctx){.s = s, .j = j, .scripted = sn->scripted, .stop_at = SIZE_MAX, .finish = HX_API_FINISH_LENGTH};
-    for (int32_t i = 0; i < q->params.n_stop; i++)
-        if (strlen(q->params.stop[i]) > g->hold) g->hold = strlen(q->params.stop[i]);
-    if (g->hold) g->hold--;
-    int32_t cap = o->n_predict > 0 ? o->n_predict : INT32_MAX;
-    if (q->params.max_tokens >= 0 && q->params.max_tokens <= cap) cap = q->params.max_tokens, g->client_limit = true;
-    int32_t room = s->n_ctx - j->p.n - 1;
-    if (room < cap) g->client_limit = false;
-    g->max_gen = sn->scripted ? 0 : cap < room ? cap : room;
-    if (g->max_gen < 0) g->max_gen = 0;
-    hx_turn_gen gen = {.max_tokens = g->max_gen, .on_prompt = on_prompt, .on_token = on_token,
-                       .on_response = sn->scripted ? NULL : on_response, .ud = g};
-    /* the row is replay's row for the same request (what only serve knows goes to the record) */
-    hx_turn t = {.idx = (int32_t)s->n_engine, .req = &q->req, .p = &j->p, .new_response = sn->scripted != NULL,
-                 .hint = {.id_slot = q->params.id_slot, .no_reuse = !q->params.cache_prompt}, .gen = &gen};
-    char err[1024] = "";
-    update_slots(s, q->params.id_slot >= 0 ? q->params.id_slot : 0, -1, -1);
-    int rc = hx_session_turn(s->session, &t, r, err, sizeof err);
-    s->n_engine++;
-    update_slots(s, -1, rc ? -1 : r->slot >= 0 ? r->slot : 0, j->seq);
-    if (rc == ENG_ERR_RANGE && sn->scripted) {  /* the scripted turn does not fit: nothing ran */
-        hx_api_errf(e, HX_API_ERR_CONTEXT, NULL, "%s", err);
-        e->n_prompt_tokens = j->p.n + j->p.n_resp;
-        e->n_ctx = s->n_ctx;
-        return rc;
+// ----------------------------------------------------------------------------
+// The slots, as /slots shows them
+
+/* What /slots reports: per slot the tokens it holds (slot-lcp: the policy's slot; the others: the
+ * request in flight's sequence, -1 when idle), whether it is at work, the last request it took. */
+static void update_slots(hx_server *s) {
+    hx_policy *pol = hx_session_policy(s->session);
+    const int32_t n_pol = hx_policy_n_slots(pol);
+    pthread_mutex_lock(&s->slots_mu);
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        const hx_slot *sl = s->at[i];
+        s->slots[i].is_processing = sl != NULL;
+        s->slots[i].n_tokens = i < n_pol ? hx_policy_slot_tokens(pol, i) : sl && sl->run ? hx_turn_n_tokens(sl->run) : -1;
+        if (sl) s->slots[i].id_task = sl->j->seq;
     }
-    if (rc) {
-        if (rc == ENG_ERR_NOMEM) hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
-        else hx_api_errf(e, HX_API_ERR_SERVER, NULL, "%s", err[0] ? err : eng_status_str(rc));
-        fprintf(stderr, "kvreplay serve: request %lld failed: %s\n", (long long)j->seq, e->message);
-    }
-    return rc;
+    pthread_mutex_unlock(&s->slots_mu);
 }
 
-/* The result the client gets, and the counters. */
-static void finish_result(hx_server *s, hx_job *j, const gen_ctx *g, const serve_notes *sn, const hx_turn_result *r) {
-    pthread_mutex_lock(&j->mu);
-    hx_api_result *res = &j->res;
-    if (sn->scripted) {
-        hx_message_free(&res->content);
-        hx_message_copy(&res->content, &sn->scripted->response);
-        res->content.role = HX_ROLE_ASSISTANT;
-        res->finish = HX_API_FINISH_STOP;
-        for (int32_t b = 0; b < res->content.n_blocks; b++)
-            if (res->content.blocks[b].type == HX_BLOCK_TOOL_USE) res->finish = HX_API_FINISH_TOOL_USE;
-        res->usage.completion_tokens = j->p.n_resp;
-    } else {
-        res->finish = g->finish;
-        res->usage.completion_tokens = r->n_generated;
-    }
-    res->timings.predicted_n = res->usage.completion_tokens;
-    res->timings.predicted_ms = r->decode_ms;
-    snprintf(j->h_identical, sizeof j->h_identical, "%s", !r->compared ? "unverified" : r->identical ? "true" : "false");
-    pthread_mutex_unlock(&j->mu);
+// ----------------------------------------------------------------------------
+// The scheduler
 
+/* The slot is free again (its job answered). */
+static void release_slot(hx_server *s, hx_slot *sl) {
+    if (sl->index >= 0) {
+        s->at[sl->index] = NULL;
+        s->n_busy--;
+    }
+    job_unref(sl->j);
+    memset(sl, 0, sizeof *sl);
+    sl->index = -1;
+}
+
+/* A job whose client left while it waited: nothing to compute, it is done. */
+static void drop_unrun(hx_server *s, hx_job *j) {
     pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.prompt_tokens += r->n_prompt;
-    s->metrics.reused_tokens += r->n_reused;
-    s->metrics.generated_tokens += sn->scripted ? 0 : r->n_generated;
-    if (r->compared) {
-        s->metrics.verified++;
-        if (r->identical) s->metrics.identical++;
-        else s->metrics.diverged++;
-    }
-    if (r->cancelled) s->metrics.cancelled++;
+    s->metrics.cancelled++;
     pthread_mutex_unlock(&s->metrics.mu);
-    if (r->compared && !r->identical) say_divergence(s, j, r);
-}
-
-/* The record: the request as received, with its turn, usage, how it came and what serve noted. */
-static int record_request(hx_server *s, hx_job *j, const serve_notes *sn, const hx_turn_result *r) {
-    const hx_api_req *q = &j->q;
-    json_t *notes = json_array();
-    char line[640];
-    if (sn->sampling[0]) {
-        snprintf(line, sizeof line, "sampling not honoured (greedy decoding): %s", sn->sampling);
-        json_array_append_new(notes, json_string(line));
-    }
-    if (q->params.ignored) {
-        snprintf(line, sizeof line, "fields accepted, not acted on: %.500s", q->params.ignored);
-        json_array_append_new(notes, json_string(line));
-    }
-    if (q->n_unknown_blocks) {
-        snprintf(line, sizeof line, "%lld content blocks of unknown types kept as their JSON text (%s)",
-                 (long long)q->n_unknown_blocks, q->unknown_types);
-        json_array_append_new(notes, json_string(line));
-    }
-    if (sn->script_note) json_array_append_new(notes, json_string(sn->script_note));
-    if (sn->departure[0]) {
-        snprintf(line, sizeof line, "departs from the script: %.560s", sn->departure);
-        json_array_append_new(notes, json_string(line));
-    }
-    if (r->cancelled) json_array_append_new(notes, json_string("cancelled: the client went away"));
-    free(j->received.notes);
-    j->received.notes = notes && json_array_size(notes) ? hx_json_canonical(notes) : NULL;
-    json_decref(notes);
-    if (!(j->received.served = served_json(j, sn->sampling, sn->scripted != NULL, sn->script_index)))
-        return ENG_ERR_NOMEM;
-    j->received.usage = (hx_call_usage){.present = true, .input = r->n_prompt - r->n_reused,
-                                        .cache_read = r->n_reused, .prompt_tokens = -1};
-    char err[1024];
-    if (hx_recorder_add(s->rec, &j->received, err, sizeof err))
-        fprintf(stderr, "kvreplay serve: --record: %s\n", err);  /* the request was served: said, not failed */
-    return ENG_OK;
-}
-
-/* The answer: the stream's end, or the whole body; the request's log line. */
-static void answer(hx_job *j, const gen_ctx *g, const serve_notes *sn, const hx_turn_result *r) {
-    hx_api_req *q = &j->q;
     pthread_mutex_lock(&j->mu);
-    if (q->params.stream) {
-        if (j->stream.route) {
-            if (!j->route->dialect->sse_data_only)
-                eng_buf_printf(&j->stream.out, ": kvreplay reused=%d prompt=%d identical=%s%s\n\n", r->n_reused,
-                               r->n_prompt, !r->compared ? "unverified" : r->identical ? "true" : "false",
-                               r->compared ? " (logits, decode steps, state)" : "");
-            hx_api_stream_end(&j->stream);
-            flush_stream_locked(j);
-        }
-    } else {
-        json_t *body = q->route->respond(q, &j->res);
-        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-        json_decref(body);
-        if (text) eng_buf_append(&j->out, text, strlen(text));
-        else j->status = 500;
-        free(text);
-    }
-    snprintf(j->log, sizeof j->log, "%s turn %d: prompt %d reused %d ttft %.1f ms, %s %d tok in %.0f ms, %s%s%s%s",
-             q->req.session, q->req.turn, r->n_prompt, r->n_reused, r->ttft_ms, sn->scripted ? "scripted" : "generated",
-             sn->scripted ? j->p.n_resp : r->n_generated, r->decode_ms, verdict(r), r->cancelled ? ", cancelled" : "",
-             sn->sampling[0] ? ", sampling not honoured: " : "", sn->sampling);
     j->state = JOB_DONE;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    job_unref(j);
 }
 
-/* What the request asks that greedy decoding does not honour, and the fields it ignores: counted. */
-static void note_request(hx_server *s, const hx_api_req *q, serve_notes *sn) {
-    bool honoured = hx_api_sampling_honoured(&q->params.sampling, sn->sampling, sizeof sn->sampling);
-    pthread_mutex_lock(&s->metrics.mu);
-    if (!honoured) s->metrics.sampling_not_honoured++;
-    pthread_mutex_unlock(&s->metrics.mu);
-    if (q->params.ignored) hx_metrics_ignored(&s->metrics, q->ignored_paths, q->n_ignored, stderr);
-}
-
-/* One request: its identity, the script, the sampling it asks, the turn, the record, the answer. */
-static void run_job(hx_server *s, hx_job *j) {
+/* Takes j into a free record sl: its session and turn, the script's part, the session turn begun (the
+ * policy's acquire); then into its slot: the policy's (slot-lcp), the one id_slot names, else the first
+ * idle one. It joins the next step. ENG_OK, or the job failed (answered) and sl holds no turn. */
+static int admit(hx_server *s, hx_slot *sl, hx_job *j) {
     hx_api_error e;
-    serve_notes sn = {0};
-    gen_ctx g = {0};
-    hx_turn_result r;
-    if (identity_assign(s, j)) {
-        hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
-        goto fail;
+    *sl = (hx_slot){.j = j, .sn = {.script_index = -1}, .index = -1};
+    int rc = identity_assign(s, j) ? hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory")
+                                   : match_script(s, j, &sl->sn, &e);
+    if (rc) {
+        job_fail(j, &e);
+        return rc;
     }
-    if (match_script(s, j, &sn, &e)) goto fail;
-    note_request(s, &j->q, &sn);
-    if (run_turn(s, j, &g, &sn, &r, &e)) goto fail;
-    finish_result(s, j, &g, &sn, &r);
-    if (record_request(s, j, &sn, &r)) {
-        hx_api_errf(&e, HX_API_ERR_SERVER, NULL, "out of memory");
-        goto fail;
+    if ((rc = job_begin(s, sl, (int32_t)s->n_engine++)) != ENG_OK) return rc;
+    int32_t i = hx_turn_slot(sl->run) >= 0 ? hx_turn_slot(sl->run) : j->q.params.id_slot;
+    if (i < 0)
+        for (i = 0; s->at[i]; i++) {}
+    ENG_ASSERT(i < s->n_slots && !s->at[i]);
+    sl->index = i;
+    s->at[i] = sl;
+    s->n_busy++;
+    return ENG_OK;
+}
+
+/* One iteration's engine work: the spans of the busy slots, one step, each turn's after-step. */
+static void step(hx_server *s) {
+    const int32_t budget = s->o->batch_size;
+    int32_t n = 0, rows = 0;
+    for (int pass = 0; pass < 2; pass++)  /* decode tokens first, then prefill chunks */
+        for (int32_t i = 0; i < s->n_slots; i++) {
+            hx_slot *sl = s->at[i];
+            if (!sl || hx_turn_prefilling(sl->run) != (pass == 1)) continue;
+            eng_batch_span sp;
+            if (!hx_turn_span(sl->run, &sp)) continue;
+            if (n > 0 && budget > 0 && rows + sp.n > budget) continue;  /* waits for a later step, on its grid */
+            s->spans[n] = sp;
+            s->span_slot[n++] = sl;
+            rows += sp.n;
+        }
+    if (n == 0) return;
+    const eng_batch_params bp = hx_session_batch_params(s->session);
+    char err[512] = "";
+    int rc = eng_batch_forward(s->batch, s->spans, n, &bp, err, sizeof err);
+    for (int32_t k = 0; k < n; k++) {
+        hx_slot *sl = s->span_slot[k];
+        char why[1024] = "";
+        int r2 = rc;
+        if (rc != ENG_OK) snprintf(why, sizeof why, "the engine step: %s", err[0] ? err : eng_status_str(rc));
+        else r2 = hx_turn_after_step(sl->run, why, sizeof why);
+        if (r2 != ENG_OK) {
+            job_abort(s, sl, r2, why);
+            release_slot(s, sl);
+        }
     }
-    answer(j, &g, &sn, &r);
-    eng_buf_free(&g.text);
-    return;
-fail:
-    pthread_mutex_lock(&j->mu);
-    job_fail_locked(j, &e);
-    snprintf(j->log, sizeof j->log, "%.480s", e.message);
-    pthread_mutex_unlock(&j->mu);
-    eng_buf_free(&g.text);
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.steps++;
+    s->metrics.step_rows += rows;
+    s->metrics.step_spans += n;
+    pthread_mutex_unlock(&s->metrics.mu);
+}
+
+/* The slots whose turn is over (done, or its client gone: cancelled at this chunk boundary): finished. */
+static void finish_done(hx_server *s) {
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        hx_slot *sl = s->at[i];
+        if (!sl) continue;
+        if (atomic_load(&sl->j->cancelled)) hx_turn_cancel(sl->run);
+        if (!hx_turn_done(sl->run)) continue;
+        job_finish(s, sl);
+        release_slot(s, sl);
+    }
 }
 
 static void *worker_main(void *arg) {
     hx_server *s = arg;
-    for (hx_job *j; (j = next_job(s)) != NULL; job_unref(j)) {
-        if (atomic_load(&j->cancelled)) {  /* the client left while it waited: nothing to compute */
-            pthread_mutex_lock(&s->metrics.mu);
-            s->metrics.cancelled++;
-            pthread_mutex_unlock(&s->metrics.mu);
-            pthread_mutex_lock(&j->mu);
-            j->state = JOB_DONE;
-            pthread_cond_broadcast(&j->cv);
-            pthread_mutex_unlock(&j->mu);
-            continue;
-        }
-        pthread_mutex_lock(&j->mu);
-        j->state = JOB_RUNNING;
-        pthread_mutex_unlock(&j->mu);
+    for (;;) {
         pthread_mutex_lock(&s->engine_mu);
-        run_job(s, j);
+        finish_done(s);
+        update_slots(s);
+        pthread_mutex_unlock(&s->engine_mu);
+        pthread_mutex_lock(&s->q_mu);
+        while (s->n_busy == 0 && s->q_len == 0 && !s->stopping) pthread_cond_wait(&s->q_cv, &s->q_mu);
+        bool stop = s->stopping && s->n_busy == 0;
+        pthread_mutex_unlock(&s->q_mu);
+        if (stop) break;
+        /* admissions, one at a time (each may take the slot the next one names), then the step */
+        for (;;) {
+            pthread_mutex_lock(&s->q_mu);
+            hx_job *j = pop_admissible_locked(s);
+            pthread_mutex_unlock(&s->q_mu);
+            if (!j) break;
+            if (atomic_load(&j->cancelled)) {
+                drop_unrun(s, j);
+                continue;
+            }
+            pthread_mutex_lock(&s->engine_mu);
+            hx_slot *sl = NULL;  /* a free record (a request leaves its record where it is while it runs) */
+            for (int32_t k = 0; !sl; k++)
+                if (!s->run[k].j) sl = &s->run[k];
+            if (admit(s, sl, j) != ENG_OK) release_slot(s, sl);
+            pthread_mutex_unlock(&s->engine_mu);
+        }
+        pthread_mutex_lock(&s->engine_mu);
+        step(s);
+        update_slots(s);
         pthread_mutex_unlock(&s->engine_mu);
     }
     return NULL;
@@ -762,7 +347,16 @@ static void *worker_main(void *arg) {
 int hx_worker_start(hx_server *s, char *err, size_t errlen) {
     if (identity_seed(s)) return ENG_ERR_NOMEM;
     s->q_cap = s->o->queue > 0 ? s->o->queue : 1;
-    if (!(s->ring = calloc((size_t)s->q_cap, sizeof *s->ring))) return ENG_ERR_NOMEM;
+    s->n_run = s->o->parallel > 0 ? s->o->parallel : 1;
+    s->ring = calloc((size_t)s->q_cap, sizeof *s->ring);
+    s->run = calloc((size_t)s->n_run, sizeof *s->run);
+    s->at = calloc((size_t)s->n_slots, sizeof *s->at);
+    s->spans = calloc((size_t)s->n_run, sizeof *s->spans);
+    s->span_slot = calloc((size_t)s->n_run, sizeof *s->span_slot);
+    s->batch = eng_batch_new(hx_session_model(s->session));
+    if (!s->ring || !s->run || !s->at || !s->spans || !s->span_slot || !s->batch) return ENG_ERR_NOMEM;
+    for (int32_t i = 0; i < s->n_run; i++) s->run[i].index = -1;
+    if (s->o->sp.fault && !strcmp(s->o->sp.fault, "batch-split-k")) eng_batch_set_fault(s->batch, ENG_BATCH_FAULT_SPLIT_K);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
@@ -786,9 +380,7 @@ void hx_worker_stop(hx_server *s) {
         s->q_len--;
         hx_api_error e;
         hx_api_errf(&e, HX_API_ERR_UNAVAILABLE, NULL, "the server is stopping");
-        pthread_mutex_lock(&j->mu);
-        job_fail_locked(j, &e);
-        pthread_mutex_unlock(&j->mu);
+        job_fail(j, &e);
         job_unref(j);
     }
     pthread_cond_broadcast(&s->q_cv);

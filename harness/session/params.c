@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "options.h"
-#include "session.h"
+#include "params.h"
 #include "status.h"
 
 void hx_session_params_default(hx_session_params *p) {
@@ -23,6 +23,8 @@ void hx_session_params_default(hx_session_params *p) {
     p->decode_n = 40;
     p->cap_prompt = true;
     p->repeat = 1;
+    p->batch_seed = 1;
+    p->batch_check = -1;
     p->verify = true;
     p->fault_request = 1;
 }
@@ -44,8 +46,10 @@ static int parse_quirk(const char *flag, const char *v, void *field, char *err, 
 }
 
 static int parse_fault(const char *flag, const char *v, void *field, char *err, size_t errlen) {
-    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row") && strcmp(v, "repeat-flip") && strcmp(v, "report-cached")) {
-        eng_errf(err, errlen, "%s: expected ulp-flip, kv-row, repeat-flip or report-cached, got '%s'", flag, v);
+    if (strcmp(v, "ulp-flip") && strcmp(v, "kv-row") && strcmp(v, "repeat-flip") && strcmp(v, "report-cached") &&
+        strcmp(v, "batch-split-k")) {
+        eng_errf(err, errlen, "%s: expected ulp-flip, kv-row, repeat-flip, report-cached or batch-split-k, got '%s'",
+                 flag, v);
         return ENG_ERR_ARG;
     }
     *(const char **)field = v;
@@ -82,6 +86,13 @@ static const hx_option k_engine[] = {
     {"--repeat", NULL, "N", "time the cold and the reused prefill N times each (the same bits every\n"
      "time, checked); TTFT columns store the median, min and max (default 1)", HX_OPT_INT, OPT(repeat), 1, 64,
      NULL},
+    {"--batch-check", NULL, "K", "compute each compared request again inside engine steps shared with K\n"
+     "seeded other sequences (off the request's grid) and compare it with its cold run:\n"
+     "the requests' batch_* columns (with the steps' time: extra.batch_ms, batch_rows);\n"
+     "check fails on a difference (K 0: alone through the same steps; default: off)", HX_OPT_INT,
+     OPT(batch_check), 0, 31, NULL},
+    {"--batch-seed", NULL, "S", "the seed of --batch-check's other sequences (default 1; recorded)", HX_OPT_INT64,
+     OPT(batch_seed), 0, 9.2e18, NULL},
     {"--calibration", NULL, "FILE", "price the modeled TTFT at FILE's reference calibration for this\n"
      "configuration (measured and added when missing); default: this run's own", HX_OPT_STRING, OPT(calibration),
      0, 0, NULL},
@@ -95,7 +106,8 @@ static const hx_option k_faults[] = {
      "exit 2 when the fault cannot be planted (no such request or logit, no\n"
      "reuse to corrupt, a request already stored by --resume); kvreplay serve also\n"
      "takes report-cached (every answer that reused tokens reports one more: a\n"
-     "planted fault for kvreplay probe)", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
+     "planted fault for kvreplay probe); batch-split-k: the head of --batch-check's\n"
+     "steps (serve: of every step of several spans) reduced in two halves", HX_OPT_CUSTOM, OPT(fault), 0, 0, parse_fault},
     {"--fault-request", NULL, "K", NULL, HX_OPT_INT, OPT(fault_request), 0, 1 << 30, NULL},
     {"--fault-index", NULL, "I", NULL, HX_OPT_INT, OPT(fault_index), 0, 1 << 30, NULL},
     {"--quiet", NULL, NULL, NULL, HX_OPT_FLAG, OPT(quiet), 0, 0, NULL},

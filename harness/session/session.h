@@ -11,23 +11,35 @@
  * server embed it and add their own).
  *
  * A turn (hx_session_turn):
- *   1. reused: hint and acquire through the policy, prefill the rest (timed,
- *      --repeat N times when asked), the state after the prompt hashed;
+ *   1. reused: hint and acquire through the policy, prefill the rest on the
+ *      grid (timed, --repeat N times when asked), the state after the prompt
+ *      hashed;
  *   2. when comparing: the cold shadow (fresh state, the whole prompt, or the
  *      shared cold cache) and its logits and state compared byte for byte;
  *   3. gen->on_prompt: the time to first token is known, and with comparing
  *      whether the prompt came out bit-identical;
  *   4. greedy decode: the compared steps (decode_n) and, for a client
  *      (gen->max_tokens), the generated tokens, each given to gen->on_token,
- *      which can stop or cancel; then rolled back to the prompt;
+ *      which can stop or cancel;
  *   5. the response teacher-forced: the request's own (a replayed or scripted
  *      turn) or the one gen->on_response makes of the generated tokens,
  *      rendered and tokenized here (the one place a turn's response enters
- *      the prompt pipeline); then the policy keeps what it keeps;
+ *      the prompt pipeline); decoded rows that fed the response's own tokens
+ *      are kept, the rest rolled back and recomputed; then the policy keeps
+ *      what it keeps;
  *   6. one requests row and its steps rows, in one transaction.
  * The cold shadow runs after the reused prefill, so a client's first byte
  * does not wait for a cold run (the bits do not depend on the order:
  * separate sequences).
+ *
+ * A turn in steps (hx_turn_begin .. hx_turn_end, turn.c): the same turn as
+ * a state machine whose engine work is handed out one span at a time (a
+ * grid chunk of the prompt, or one decode token), so that a scheduler can
+ * put the spans of several turns into one eng_batch_forward step (serve
+ * --parallel N); hx_session_turn is its loop with one span per step. Steps
+ * 1 and 2-4's bookkeeping run in hx_turn_after_step (the policy's on_chunk
+ * at each chunk end, the TTFT and the cold shadow after the last chunk,
+ * on_prompt, on_token per decoded row), 5 and 6 in hx_turn_end.
  *
  * Threads: a session is used by one thread at a time.
  */
@@ -42,66 +54,10 @@
 #include "coldcache.h"
 #include "compare.h"
 #include "model.h"
+#include "params.h"
 #include "policy.h"
 #include "prepare.h"
 #include "store.h"
-
-/* What a request needs: the model, its prompt preparation, the policy and
- * its options, the engine's numerics and grid, what a turn compares. */
-typedef struct hx_session_params {
-    const char   *model_path;      /* required */
-    const char   *policy;          /* default "slot-lcp" */
-    const char   *quirks;          /* comma-separated, default "" */
-    const char   *normalize;       /* default "" */
-    const char   *template_name;   /* NULL: from the model's metadata */
-    eng_numerics  num;             /* default blas, fp32, 1 thread */
-    eng_prefill_params pp;         /* chunk 64, align chunk, ubatch 512 */
-    int32_t       decode_n;        /* greedy steps compared per turn (default 40) */
-    bool          cap_prompt;      /* default true */
-    int32_t       repeat;          /* prefills timed per compared turn, cold and reused (default 1) */
-    bool          verify;          /* every turn compared with its cold shadow (default true; serve: --verify) */
-    const char   *calibration;     /* reference calibration file pricing the modeled TTFT; NULL: the run's own */
-    /* the policies' own options (--slots, --cache-dir, ...), by name: each
-     * policy declares its own (cache/policies/) and takes those it declares */
-    hx_policy_args policy_args;
-    /* Fault injection, to prove the checkers catch what they must (tests):
-     * "ulp-flip": the reused run's last-prompt logit at fault_index moves one ULP;
-     * "kv-row": the restored KV row at n_reused - 1 is recomputed from another token;
-     * "repeat-flip": with repeat > 1 the second cold repetition's logit moves one ULP;
-     * "report-cached": serve reports one more cached token than it reused (for probe).
-     * Applied to turn idx == fault_request only. */
-    const char   *fault;
-    int32_t       fault_request;   /* default 1 */
-    int32_t       fault_index;     /* default 0 */
-    bool          quiet;           /* nothing on stderr but warnings */
-} hx_session_params;
-
-void hx_session_params_default(hx_session_params *p);
-/* Takes the session option at argv[*i] (and its value): 1, 0 when it is not
- * one, ENG_ERR_ARG with err naming the flag for a bad value. */
-int  hx_session_params_take(hx_session_params *p, int argc, char **argv, int *i, char *err, size_t errlen);
-/* The session options' --help lines: what a request is and its policy (the
- * policies' quirks among them), then the engine's settings and the
- * policies' own options, then fault injection. */
-void hx_session_params_help_policy(FILE *f);
-void hx_session_params_help_engine(FILE *f);
-void hx_session_params_help_faults(FILE *f);
-/* ENG_OK, or ENG_ERR_ARG naming what is missing or inconsistent (no model,
- * unknown quirks for the policy). */
-int  hx_session_params_check(const hx_session_params *p, char *err, size_t errlen);
-
-/* What a session's turns came to, summed (a run's summary). */
-typedef struct hx_session_totals {
-    int32_t n_requests;       /* turns that wrote a row */
-    int32_t n_diverged;       /* logits, a decode step or the state not bit-identical */
-    int32_t n_forked;
-    int64_t n_prompt, n_reused;
-    double  engine_s;         /* time inside eng_prefill/eng_decode/restore */
-    /* what the policy could not do (hx_acquire, hx_release), warm-up turns included */
-    int64_t n_quarantined;    /* stored entries set aside as corrupt */
-    int64_t n_fallbacks;      /* hits on a shorter entry after a longer one failed */
-    int64_t n_store_failed;   /* checkpoints lost: the store failed (disk full, I/O, memory) */
-} hx_session_totals;
 
 typedef struct hx_session hx_session;
 
@@ -155,6 +111,7 @@ typedef struct hx_turn_result {
     hx_cmp  cmp;                  /* their comparison: first differing index, values, ULP */
     int     state_equal;          /* the state after the prompt: 1, 0, -1 not compared */
     int32_t first_step_diff;      /* the first decode step whose logits differ, -1: none */
+    int     batch_equal;          /* --batch-check: the rows in a batch equal the cold ones: 1, 0, -1 not checked */
     int32_t n_generated;
     bool    cancelled;
     int32_t slot;                 /* the slot the policy chose, -1: none */
@@ -175,8 +132,11 @@ bool             hx_session_fault_planted(const hx_session *s);
 
 /* Creates the policy (p's policy, quirks and policy options) and the cold
  * sequence for n_ctx positions; cold (may be NULL) is the shared cold cache;
- * resume: the run completes an interrupted one (a policy keeps stored state). */
-int  hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, bool resume, char *err, size_t errlen);
+ * resume: the run completes an interrupted one (a policy keeps stored state);
+ * n_parallel: turns in flight at once at most (serve --parallel; 1 for a
+ * replay). A shared cold cache serves one turn at a time. */
+int  hx_session_start(hx_session *s, int32_t n_ctx, hx_coldcache *cold, bool resume, int32_t n_parallel, char *err,
+                      size_t errlen);
 /* The run's calibration: measured now, and the modeled TTFT priced at it or
  * at p->calibration's reference entry; fills meta's calib and price fields
  * (source: a buffer the meta points to, at least 600 bytes). */
@@ -200,5 +160,43 @@ void hx_session_set_price(hx_session *s, double gflops, double restore_gbs);
  * ENG_ERR_ARG (a fault that cannot be planted, a row the store refuses: err
  * says); or the engine's status. */
 int  hx_session_turn(hx_session *s, const hx_turn *t, hx_turn_result *r, char *err, size_t errlen);
+
+/* A turn in steps (see the file comment). Several may be in flight on one
+ * session, up to the policy's n_parallel (hx_session_start); the caller runs
+ * their spans with eng_batch_forward under hx_session_batch_params and one
+ * thread drives them all. t's pointers (req, p, gen, note, extra) must stay
+ * valid until hx_turn_end or hx_turn_abort. */
+typedef struct hx_turn_run hx_turn_run;
+
+/* The step parameters of every turn's spans: the session's C, align, ubatch. */
+eng_batch_params hx_session_batch_params(const hx_session *s);
+/* Renders a new response (t->new_response) and acquires through the policy:
+ * ENG_OK with *out; ENG_ERR_RANGE for a response that does not fit, or when
+ * the policy has no room (a slot a request in flight holds: wait for it);
+ * else hx_session_turn's errors. Nothing to release on error. */
+int  hx_turn_begin(hx_session *s, const hx_turn *t, hx_turn_run **out, char *err, size_t errlen);
+/* The turn's span for the next step into *span (a grid chunk of the prompt,
+ * or one decode token, with the turn's own logits buffer); false when it
+ * needs no more steps (call hx_turn_end). */
+bool hx_turn_span(hx_turn_run *r, eng_batch_span *span);
+/* After the step that ran the span: the policy's on_chunk, and at the
+ * prompt's end the TTFT, the cold shadow and on_prompt; a decoded row's
+ * token to on_token. ENG_OK, or an error (then hx_turn_abort). */
+int  hx_turn_after_step(hx_turn_run *r, char *err, size_t errlen);
+/* The client went away (between steps: a chunk boundary): no more spans;
+ * hx_turn_end then keeps what is valid (the prompt so far, or the prompt and
+ * what was generated) and writes the row. */
+void hx_turn_cancel(hx_turn_run *r);
+/* Teacher-forces the response, releases, writes the row; frees r whatever
+ * it returns. ENG_OK, or the release's, the response's or the store's error. */
+int  hx_turn_end(hx_turn_run *r, hx_turn_result *res, char *err, size_t errlen);
+/* After an error: releases what is valid, no row; frees r. */
+void hx_turn_abort(hx_turn_run *r);
+/* Where it stands: tokens its sequence holds; in its prompt still; no more
+ * steps wanted (call hx_turn_end); its policy slot (-1: none). */
+int32_t hx_turn_n_tokens(const hx_turn_run *r);
+bool    hx_turn_prefilling(const hx_turn_run *r);
+bool    hx_turn_done(const hx_turn_run *r);
+int32_t hx_turn_slot(const hx_turn_run *r);
 
 #endif /* HX_SESSION_H */

@@ -23,7 +23,8 @@
 
 /* A request is bit-identical when its prompt logits, every decode step's
  * logits and (where compared) its state after the prompt are byte-equal. */
-#define IDENTICAL "(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1)"
+#define IDENTICAL                                                                                     \
+    "(logits_equal = 1 AND decode_equal = 1 AND coalesce(state_equal, 1) = 1 AND coalesce(batch_equal, 1) = 1)"
 /* A row compared with its cold run (every row but those of kvreplay serve without --verify). */
 #define VERIFIED "coalesce(verified, 1) = 1"
 
@@ -533,6 +534,8 @@ typedef struct divergence {
     int64_t turn, req_index;
     bool    in_decode;      /* the prompt logits are equal; a decode step differs */
     bool    in_state;       /* every logit is equal; the state after the prompt differs */
+    bool    in_batch;       /* cold and reused agree; the request computed in a batch (--batch-check) does not */
+    int64_t batch_k, batch_index, batch_ulp, batch_max_ulp, n_vocab;
     char    hash_cold[24], hash_reused[24];
     int64_t step;           /* that step, -1 when unknown or in_decode is false */
     int64_t index;          /* first differing logit index, -1 when unknown */
@@ -598,6 +601,14 @@ static void format_message(divergence *d) {
             "serialized state: cold %s, reused %s)", d->hash_cold, d->hash_reused);
         return;
     }
+    if (d->in_batch) {
+        ADD("cold and reused identical, but computed inside a batch with %lld other sequences the logits differ "
+            "from cold at index %lld of its rows (step %lld, token %lld; ULP distance %lld, max %lld)",
+            (long long)d->batch_k, (long long)d->batch_index, (long long)(d->batch_index / (d->n_vocab > 0 ? d->n_vocab : 1)),
+            (long long)(d->batch_index % (d->n_vocab > 0 ? d->n_vocab : 1)), (long long)d->batch_ulp,
+            (long long)d->batch_max_ulp);
+        return;
+    }
     if (d->in_decode) {
         if (d->step >= 0) ADD("decode step %lld logits differ", (long long)d->step);
         else ADD("decode logits differ (no steps rows)");
@@ -634,7 +645,9 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
         " ulp_first, max_abs_diff, max_ulp, fork_step,"
         " (SELECT count(*) FROM requests WHERE run_id = ?1 AND " VERIFIED "),"
         " (SELECT count(*) FROM requests WHERE run_id = ?1 AND " VERIFIED " AND NOT " IDENTICAL "),"
-        " decode_equal, state_hash_cold, state_hash_reuse"
+        " decode_equal, state_hash_cold, state_hash_reuse,"
+        " batch_equal, batch_k, batch_first_diff, batch_ulp_first, batch_max_ulp, coalesce(state_equal, 1),"
+        " (SELECT json_extract(extra, '$.n_vocab') FROM runs WHERE run_id = ?1)"
         " FROM requests WHERE run_id = ?1 AND " VERIFIED " AND NOT " IDENTICAL
         " ORDER BY req_index, rowid LIMIT 1", &st, "requests: finding the first divergence",
         err, errlen);
@@ -647,7 +660,13 @@ static int find_divergence(hx_store *s, int64_t *run_id, divergence *d, char *er
         d->turn = col_int(st, 1);
         d->req_index = col_int(st, 2);
         d->in_decode = col_int(st, 3) == 1 && col_int(st, 13) == 0;
-        d->in_state = col_int(st, 3) == 1 && col_int(st, 13) == 1;
+        d->in_state = col_int(st, 3) == 1 && col_int(st, 13) == 1 && col_int(st, 21) == 0;
+        d->in_batch = col_int(st, 3) == 1 && col_int(st, 13) == 1 && col_int(st, 21) == 1 && col_int(st, 16) == 0;
+        d->batch_k = col_int(st, 17);
+        d->batch_index = col_int(st, 18);
+        d->batch_ulp = col_int(st, 19);
+        d->batch_max_ulp = col_int(st, 20);
+        d->n_vocab = col_int(st, 22);
         copy_text(d->hash_cold, sizeof d->hash_cold, col_text(st, 14));
         copy_text(d->hash_reused, sizeof d->hash_reused, col_text(st, 15));
         d->fork_step = col_int(st, 10);
@@ -693,7 +712,7 @@ int hx_report_check_json(hx_store *s, int64_t run_id, json_t **out, char *err, s
         first = json_pack("{s:o, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
                           "session", jstr(d.session), "turn", (json_int_t)d.turn,
                           "req_index", (json_int_t)d.req_index,
-                          "where", d.in_state ? "state" : d.in_decode ? "decode" : "logits",
+                          "where", d.in_state ? "state" : d.in_batch ? "batch" : d.in_decode ? "decode" : "logits",
                           "step", jint(d.in_decode ? d.step : -1),
                           "index", jint(d.index),
                           "cold", d.cold[0] ? json_string(d.cold) : json_null(),

@@ -400,6 +400,14 @@ typedef struct hx_request_row {
                                      model, ...; NULL when nothing */
     const char *error_message;    /* its one-line message */
     int64_t     http_status;      /* the HTTP status of the failed exchange (-1: none) */
+    /* replay --batch-check K (NULL-able; -1 in every other row): the request computed again from an
+     * empty state inside steps with K other sequences, its logit rows (the prompt's last token's, then
+     * each greedy decode step's) against the cold run's, alone */
+    int64_t     batch_k;          /* the other sequences, K */
+    int64_t     batch_equal;      /* every row memcmp-equal: 1, 0 */
+    int64_t     batch_first_diff; /* first differing index into the rows compared (step * V + token), -1: equal */
+    int64_t     batch_ulp_first;  /* the ULP distance there */
+    int64_t     batch_max_ulp;    /* the largest over every row compared */
 } hx_request_row;
 
 /* One `steps` row (session and turn come from the request). */

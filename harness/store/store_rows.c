@@ -34,6 +34,7 @@ void hx_request_row_init(hx_request_row *r) {
     r->cache_bytes = r->cache_entries = -1;
     r->verified = 1;
     r->reuse_expected = r->reuse_reported = r->n_prompt_local = r->json_equal = r->n_probs = r->http_status = -1;
+    r->batch_k = r->batch_equal = r->batch_first_diff = r->batch_ulp_first = r->batch_max_ulp = -1;
 }
 
 void hx_step_row_init(hx_step_row *r) {
@@ -138,6 +139,11 @@ static void bind_request(sqlite3_stmt *st, int64_t run_id, const hx_request_row 
     hx_bind_text(st, "error", r->error);
     hx_bind_text(st, "error_message", r->error_message);
     hx_bind_int_opt(st, "http_status", r->http_status);
+    hx_bind_int_opt(st, "batch_k", r->batch_k);
+    hx_bind_int_opt(st, "batch_equal", r->batch_equal);
+    hx_bind_int_opt(st, "batch_first_diff", r->batch_first_diff);
+    hx_bind_int_opt(st, "batch_ulp_first", r->batch_ulp_first);
+    hx_bind_int_opt(st, "batch_max_ulp", r->batch_max_ulp);
 }
 
 static void bind_step(sqlite3_stmt *st, int64_t run_id, const char *session, int32_t turn,

@@ -69,6 +69,7 @@ static const char *const requests_columns[] = {
     "model_cold_ms", "model_reuse_ms", "verified",
     "reuse_expected", "reuse_reported", "reuse_basis", "n_prompt_local", "prompt_diff", "json_equal", "n_probs",
     "error", "error_message", "http_status",
+    "batch_k", "batch_equal", "batch_first_diff", "batch_ulp_first", "batch_max_ulp",
 };
 
 static const char *const steps_columns[] = {
@@ -275,6 +276,13 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE requests ADD COLUMN error TEXT;\n"
     "ALTER TABLE requests ADD COLUMN error_message TEXT;\n"
     "ALTER TABLE requests ADD COLUMN http_status INTEGER;\n",
+    /* 7 -> 8: replay --batch-check K: the request computed inside a batch with K other sequences,
+     * against its cold run alone */
+    "ALTER TABLE requests ADD COLUMN batch_k INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN batch_equal INTEGER CHECK(batch_equal IN (0,1));\n"
+    "ALTER TABLE requests ADD COLUMN batch_first_diff INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN batch_ulp_first INTEGER;\n"
+    "ALTER TABLE requests ADD COLUMN batch_max_ulp INTEGER;\n",
 };
 
 /* compat_views[v]: temp views that present a version-v file (opened read-only,
@@ -299,20 +307,25 @@ static const char *const migrations[HX_STORE_SCHEMA_VERSION] = {
 #define COMPAT_REQUESTS_7                                                                               \
     " NULL AS reuse_expected, NULL AS reuse_reported, NULL AS reuse_basis, NULL AS n_prompt_local,"    \
     " NULL AS prompt_diff, NULL AS json_equal, NULL AS n_probs, NULL AS error, NULL AS error_message,"  \
-    " NULL AS http_status FROM main.requests;"
+    " NULL AS http_status,"
+#define COMPAT_REQUESTS_8                                                                               \
+    " NULL AS batch_k, NULL AS batch_equal, NULL AS batch_first_diff, NULL AS batch_ulp_first,"        \
+    " NULL AS batch_max_ulp FROM main.requests;"
+#define COMPAT_RUNS_NONE "CREATE TEMP VIEW runs AS SELECT * FROM main.runs;"
 #define COMPAT_RUNS "CREATE TEMP VIEW runs AS SELECT *,"
 #define COMPAT_REQUESTS "CREATE TEMP VIEW requests AS SELECT *,"
 static const char *const compat_views[HX_STORE_SCHEMA_VERSION] = {
     "",
     COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_2
-        COMPAT_REQUESTS_3 COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+        COMPAT_REQUESTS_3 COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7 COMPAT_REQUESTS_8,
     COMPAT_RUNS COMPAT_RUNS_3 COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_3
-        COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
+        COMPAT_REQUESTS_4 COMPAT_REQUESTS_5 COMPAT_REQUESTS_7 COMPAT_REQUESTS_8,
     COMPAT_RUNS COMPAT_RUNS_4 COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_4 COMPAT_REQUESTS_5
-        COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_5 COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,
-    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7,
+        COMPAT_REQUESTS_7 COMPAT_REQUESTS_8,
+    COMPAT_RUNS COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_5 COMPAT_REQUESTS_7 COMPAT_REQUESTS_8,
+    COMPAT_RUNS COMPAT_RUNS_6 COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7 COMPAT_REQUESTS_8,
+    COMPAT_RUNS COMPAT_RUNS_7 COMPAT_REQUESTS COMPAT_REQUESTS_7 COMPAT_REQUESTS_8,
+    COMPAT_RUNS_NONE COMPAT_REQUESTS COMPAT_REQUESTS_8,
 };
 
 // ----------------------------------------------------------------------------

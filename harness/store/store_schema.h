@@ -14,7 +14,7 @@
 #include <sqlite3.h>
 
 /* The schema this build writes (PRAGMA user_version). */
-#define HX_STORE_SCHEMA_VERSION 7
+#define HX_STORE_SCHEMA_VERSION 8
 
 /* A connection and the path it was opened with (for messages). */
 typedef struct hx_sqldb {

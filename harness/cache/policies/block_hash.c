@@ -57,6 +57,14 @@
  * whose rows it holds stands in (vLLM would serve the oldest one, whose rows
  * a carrier cannot splice in); otherwise the hit stops before that block.
  *
+ * Requests in flight (serve --parallel N): each has its own record (its
+ * hashes, blocks, pending states, origin and the carrier it restored from,
+ * which it holds a reference on until its release) found by its sequence;
+ * the pool and the carriers are shared, and a request's blocks are cached at
+ * its release, so a request running beside it hits them from then on (vLLM
+ * caches a block as soon as it is full: a request admitted in the same steps
+ * may share it earlier there).
+ *
  * Quirk (off by default): hybrid-block-size (vLLM #40696): for a hybrid
  * model vLLM raises the attention block size until one block's KV is at
  * least one layer's Mamba state page (platforms/interface.py, "Setting
@@ -136,6 +144,21 @@ static const hx_quirk bh_quirks[] = {
  * rows, the request that computed them, the state at its end. */
 typedef hx_rows bh_block;
 
+/* A request in flight (acquire .. release). */
+typedef struct bh_req {
+    eng_seq      *seq;           /* its sequence; NULL: the record is free */
+    uint64_t     *hashes;        /* (cap) chained block hashes */
+    int32_t      *ids;           /* (cap) its blocks, hit ones first */
+    eng_ckpt    **pending;       /* (cap) states taken during the prefill, by block index */
+    uint8_t      *save_at;       /* (cap + 1) save a state at block boundary b */
+    int32_t       cap;
+    int32_t       n_hit;         /* hit blocks */
+    int32_t       n_prompt;
+    uint32_t      origin;
+    hx_carrier   *src;           /* the carrier restored from (a reference held), or NULL */
+    double        store_ms;
+} bh_req;
+
 typedef struct bh_state {
     hx_policy_config cfg;
     bool          no_reuse;      /* the next request asked for no reuse (cache_prompt: false) */
@@ -148,18 +171,9 @@ typedef struct bh_state {
     hx_carriers  *cs;
     int64_t       state_bytes;   /* states held by cached blocks */
     char          opts_json[320];
-    /* the active request (acquire .. release) */
-    uint64_t     *hashes;        /* (cap) chained block hashes */
-    int32_t      *ids;           /* (cap) its blocks, hit ones first */
-    eng_ckpt    **pending;       /* (cap) states taken during the prefill, by block index */
-    uint8_t      *save_at;       /* (cap + 1) save a state at block boundary b */
-    int32_t       cap;
-    int32_t       n_hit;         /* hit blocks */
-    int32_t       n_prompt;
-    uint32_t      origin;
-    hx_carrier   *src;           /* the carrier restored from, or NULL */
+    bh_req       *reqs;          /* (n_parallel) the requests in flight */
+    int32_t       n_reqs;
     hx_carrier   *holder;        /* the carrier a substitute block must be held by (acquire) */
-    double        store_ms;
 } bh_state;
 
 static bh_block *data_of(bh_state *st, int32_t id) { return hx_blockpool_get(st->pool, id)->data; }
@@ -171,24 +185,35 @@ static void bh_evict(void *ud, hx_block *b) {
     free(d);
 }
 
-static void clear_pending(bh_state *st) {
-    for (int32_t i = 0; i < st->cap; i++) {
-        eng_ckpt_free(st->pending[i]);
-        st->pending[i] = NULL;
+static void clear_pending(bh_req *rq) {
+    for (int32_t i = 0; i < rq->cap; i++) {
+        eng_ckpt_free(rq->pending[i]);
+        rq->pending[i] = NULL;
     }
 }
 
 static void bh_destroy(void *state) {
     bh_state *st = state;
     if (!st) return;
-    if (st->pending) clear_pending(st);
+    for (int32_t k = 0; st->reqs && k < st->n_reqs; k++) {
+        bh_req *rq = &st->reqs[k];
+        if (rq->pending) clear_pending(rq);
+        free(rq->hashes);
+        free(rq->ids);
+        free(rq->pending);
+        free(rq->save_at);
+    }
+    free(st->reqs);
     hx_blockpool_free(st->pool);
     hx_carriers_free(st->cs);
-    free(st->hashes);
-    free(st->ids);
-    free(st->pending);
-    free(st->save_at);
     free(st);
+}
+
+/* The record of the request whose sequence is s (NULL: a free record). */
+static bh_req *req_of(bh_state *st, const eng_seq *s) {
+    for (int32_t k = 0; k < st->n_reqs; k++)
+        if (st->reqs[k].seq == s) return &st->reqs[k];
+    return NULL;
 }
 
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
@@ -233,7 +258,9 @@ static int bh_create(const hx_policy_config *cfg, void **state, char *err, size_
     st->block_bytes = (int64_t)st->B * mi->kv_bytes_per_token;
     st->pool = hx_blockpool_new(st->B, st->o.cache_blocks, bh_evict, st);
     st->cs = hx_carriers_new(cfg->model, cfg->n_ctx);
-    if (!st->pool || !st->cs) return ENG_ERR_NOMEM;
+    st->n_reqs = cfg->n_parallel > 1 ? cfg->n_parallel : 1;
+    st->reqs = calloc((size_t)st->n_reqs, sizeof *st->reqs);
+    if (!st->pool || !st->cs || !st->reqs) return ENG_ERR_NOMEM;
     snprintf(st->opts_json, sizeof st->opts_json,
              "{\"block_size\":%d,\"block_size_arg\":%d,\"cache_blocks\":%d,\"mamba_cache_mode\":\"%s\","
              "\"max_num_batched_tokens\":%d,\"cache_salt\":%s%s%s}",
@@ -249,21 +276,21 @@ static void bh_record_state(const void *state, hx_run_meta *meta) {
 }
 
 /* Room for the blocks of n tokens. */
-static int reserve(bh_state *st, int32_t n) {
+static int reserve(bh_state *st, bh_req *rq, int32_t n) {
     int32_t need = n / st->B + 2;
-    if (need <= st->cap) return ENG_OK;
-    int32_t cap = need > 2 * st->cap ? need : 2 * st->cap;
-    uint64_t *h = realloc(st->hashes, sizeof *h * (size_t)cap);
-    if (h) st->hashes = h;
-    int32_t *ids = realloc(st->ids, sizeof *ids * (size_t)cap);
-    if (ids) st->ids = ids;
-    eng_ckpt **p = realloc(st->pending, sizeof *p * (size_t)cap);
-    if (p) st->pending = p;
-    uint8_t *s = realloc(st->save_at, (size_t)cap + 1);
-    if (s) st->save_at = s;
+    if (need <= rq->cap) return ENG_OK;
+    int32_t cap = need > 2 * rq->cap ? need : 2 * rq->cap;
+    uint64_t *h = realloc(rq->hashes, sizeof *h * (size_t)cap);
+    if (h) rq->hashes = h;
+    int32_t *ids = realloc(rq->ids, sizeof *ids * (size_t)cap);
+    if (ids) rq->ids = ids;
+    eng_ckpt **p = realloc(rq->pending, sizeof *p * (size_t)cap);
+    if (p) rq->pending = p;
+    uint8_t *s = realloc(rq->save_at, (size_t)cap + 1);
+    if (s) rq->save_at = s;
     if (!h || !ids || !p || !s) return ENG_ERR_NOMEM;
-    for (int32_t i = st->cap; i < cap; i++) st->pending[i] = NULL;
-    st->cap = cap;
+    for (int32_t i = rq->cap; i < cap; i++) rq->pending[i] = NULL;
+    rq->cap = cap;
     return ENG_OK;
 }
 
@@ -289,12 +316,12 @@ static bool accept_held(void *ud, const hx_block *b) {
 /* Where align mode keeps states (Scheduler._mamba_block_aligned_split): the
  * ends of scheduler steps that fall on block boundaries, prefilling n tokens
  * from hit. all: every block boundary. */
-static void plan_states(bh_state *st, int32_t hit, int32_t n) {
+static void plan_states(bh_state *st, bh_req *rq, int32_t hit, int32_t n) {
     int32_t B = st->B, nb = n / B;
-    memset(st->save_at, 0, (size_t)nb + 1);
+    memset(rq->save_at, 0, (size_t)nb + 1);
     if (!st->needs_state) return;
     if (st->o.mamba_mode == MAMBA_ALL) {
-        for (int32_t b = hit / B + 1; b <= nb; b++) st->save_at[b] = 1;
+        for (int32_t b = hit / B + 1; b <= nb; b++) rq->save_at[b] = 1;
         return;
     }
     int32_t last = n - n % B;
@@ -303,7 +330,7 @@ static void plan_states(bh_state *st, int32_t hit, int32_t n) {
         if (pos + step < last) step = step / B * B;                     /* whole blocks */
         else if (pos < last && last < pos + step) step = last - pos;   /* stop at the last boundary */
         pos += step;
-        if (pos % B == 0 && pos > hit) st->save_at[pos / B] = 1;
+        if (pos % B == 0 && pos > hit) rq->save_at[pos / B] = 1;
     }
 }
 
@@ -315,68 +342,72 @@ static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     memset(out, 0, sizeof *out);
     out->slot = -1;
     int32_t B = st->B;
-    if (reserve(st, n) != ENG_OK) return ENG_ERR_NOMEM;
-    clear_pending(st);
-    st->n_prompt = n;
-    st->store_ms = 0;
-    st->src = NULL;
-    st->origin = hx_carriers_origin(st->cs, st->grid ? n / st->cfg.pp.chunk * st->cfg.pp.chunk : n);
-    if (!st->origin) return ENG_ERR_NOMEM;
+    bh_req *rq = req_of(st, NULL);
+    if (!rq) return ENG_ERR_RANGE;  /* more requests in flight than n_parallel */
+    if (reserve(st, rq, n) != ENG_OK) return ENG_ERR_NOMEM;
+    clear_pending(rq);
+    rq->n_prompt = n;
+    rq->store_ms = 0;
+    rq->src = NULL;
+    rq->origin = hx_carriers_origin(st->cs, st->grid ? n / st->cfg.pp.chunk * st->cfg.pp.chunk : n);
+    if (!rq->origin) return ENG_ERR_NOMEM;
 
     /* 1. the attention chain: from block 0 to the first miss, at most n - 1 tokens */
-    int32_t nb = hx_block_hashes(tokens, n, B, st->o.salt, st->hashes);
+    int32_t nb = hx_block_hashes(tokens, n, B, st->o.salt, rq->hashes);
     int32_t max_blocks = st->no_reuse ? 0 : (n - 1) / B, k = 0;
     st->no_reuse = false;
     while (k < max_blocks) {
-        int32_t id = hx_blockpool_find(st->pool, st->hashes[k], k ? st->hashes[k - 1] : 0, tokens + (size_t)k * B,
+        int32_t id = hx_blockpool_find(st->pool, rq->hashes[k], k ? rq->hashes[k - 1] : 0, tokens + (size_t)k * B,
                                        accept_block, st);
         if (id < 0) break;
-        st->ids[k++] = id;
+        rq->ids[k++] = id;
     }
     /* 2. states (right to left), and the carrier that holds the whole prefix */
     int32_t j = k, cut = -1;
     while (j > 0) {
         if (st->needs_state)
-            while (j > 0 && !data_of(st, st->ids[j - 1])->state) j--;
+            while (j > 0 && !data_of(st, rq->ids[j - 1])->state) j--;
         if (j == 0) break;
-        hx_carrier *x = data_of(st, st->ids[j - 1])->carrier;
+        hx_carrier *x = data_of(st, rq->ids[j - 1])->carrier;
         int32_t bad = -1;
         st->holder = x;
         for (int32_t i = 0; i < j && bad < 0; i++) {
-            if (hx_carrier_holds(st->cs, x, i * B, (i + 1) * B, data_of(st, st->ids[i])->origin, st->grid)) continue;
+            if (hx_carrier_holds(st->cs, x, i * B, (i + 1) * B, data_of(st, rq->ids[i])->origin, st->grid)) continue;
             /* another cached block with this hash whose rows x holds (see the file comment) */
-            int32_t id = hx_blockpool_find(st->pool, st->hashes[i], i ? st->hashes[i - 1] : 0, tokens + (size_t)i * B,
+            int32_t id = hx_blockpool_find(st->pool, rq->hashes[i], i ? rq->hashes[i - 1] : 0, tokens + (size_t)i * B,
                                            accept_held, st);
-            if (id >= 0) st->ids[i] = id;
+            if (id >= 0) rq->ids[i] = id;
             else bad = i;
         }
-        if (bad < 0) { st->src = x; break; }
+        if (bad < 0) { rq->src = x; break; }
         j = cut = bad;
     }
-    st->n_hit = j;
-    for (int32_t i = 0; i < j; i++) hx_blockpool_touch(st->pool, st->ids[i]);
+    rq->n_hit = j;
+    for (int32_t i = 0; i < j; i++) hx_blockpool_touch(st->pool, rq->ids[i]);
 
     /* 3. the sequence: the carrier's rows (its own sequence when nothing else needs it) */
     eng_seq *s = NULL;
     if (j > 0) {
         int32_t refs_below = 0;
-        for (int32_t i = 0; i < j; i++) refs_below += data_of(st, st->ids[i])->carrier == st->src;
-        const eng_ckpt *state_at = st->needs_state ? data_of(st, st->ids[j - 1])->state : NULL;
-        int rc = hx_carrier_restore_hit(st->cs, st->src, j * B, state_at, refs_below, &s, &out->bytes_restored);
+        for (int32_t i = 0; i < j; i++) refs_below += data_of(st, rq->ids[i])->carrier == rq->src;
+        const eng_ckpt *state_at = st->needs_state ? data_of(st, rq->ids[j - 1])->state : NULL;
+        int rc = hx_carrier_restore_hit(st->cs, rq->src, j * B, state_at, refs_below, &s, &out->bytes_restored);
         if (rc != ENG_OK) return rc;
     } else if (!(s = hx_carriers_take_seq(st->cs))) {
         return ENG_ERR_NOMEM;
     }
+    if (rq->src) hx_carrier_ref(rq->src);  /* its provenance is read at the release, whoever releases first */
+    rq->seq = s;
     out->seq = s;
     out->n_reused = j * B;
-    plan_states(st, j * B, n);
+    plan_states(st, rq, j * B, n);
 
     out->best = hx_carriers_last(st->cs, &out->n_best);
     out->lcp = hx_lcp(out->best, out->n_best, tokens, n);
     int off = snprintf(out->note, sizeof out->note, "hit %d of %d full blocks (B=%d, %d tokens)", j, nb, B, j * B);
     if (k < max_blocks && off < (int)sizeof out->note)
         off += snprintf(out->note + off, sizeof out->note - (size_t)off, "; block %d: hash %016llx not cached", k,
-                        (unsigned long long)st->hashes[k]);
+                        (unsigned long long)rq->hashes[k]);
     else if (k == max_blocks && max_blocks < nb && off < (int)sizeof out->note)
         off += snprintf(out->note + off, sizeof out->note - (size_t)off, "; last block recomputed (last token)");
     if (j < k && cut < 0 && off < (int)sizeof out->note)
@@ -387,7 +418,7 @@ static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
         fprintf(stderr, "block-hash: request of %d tokens: %s\n", n, out->note);
         for (int32_t i = 0; i < nb; i++)
             fprintf(stderr, "block-hash:   block %4d tokens [%d, %d) hash %016llx %s\n", i, i * B, (i + 1) * B,
-                    (unsigned long long)st->hashes[i], i < j ? "hit" : i < k ? "cached, not used" : "miss");
+                    (unsigned long long)rq->hashes[i], i < j ? "hit" : i < k ? "cached, not used" : "miss");
     }
     return ENG_OK;
 }
@@ -397,45 +428,48 @@ static int bh_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
 
 static void bh_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     bh_state *st = state;
-    if (!st->needs_state || n_tokens % st->B) return;
+    bh_req *rq = req_of(st, s);
+    if (!rq || !st->needs_state || n_tokens % st->B) return;
     int32_t b = n_tokens / st->B;
     /* under --align none the steps are the engine's --ubatch chunks: every pause on a block boundary */
-    if (b <= st->n_hit || b > st->n_prompt / st->B || (st->grid && !st->save_at[b]) || st->pending[b - 1]) return;
+    if (b <= rq->n_hit || b > rq->n_prompt / st->B || (st->grid && !rq->save_at[b]) || rq->pending[b - 1]) return;
     double t0 = eng_now_s();
-    st->pending[b - 1] = eng_seq_checkpoint(s);
-    st->store_ms += 1e3 * (eng_now_s() - t0);
+    rq->pending[b - 1] = eng_seq_checkpoint(s);
+    rq->store_ms += 1e3 * (eng_now_s() - t0);
 }
 
 static int bh_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
     bh_state *st = state;
+    bh_req *rq = req_of(st, s);
+    ENG_ASSERT(rq);
     int32_t B = st->B, n_total = eng_seq_n_tokens(s);
     int32_t committed = n_total > n_prompt ? n_total - 1 : n_total;  /* the last sampled token has no KV */
     const int32_t *tokens = eng_seq_tokens(s);
-    if (reserve(st, n_total) != ENG_OK) return ENG_ERR_NOMEM;
-    int32_t nb = hx_block_hashes(tokens, committed, B, st->o.salt, st->hashes);
+    if (reserve(st, rq, n_total) != ENG_OK) return ENG_ERR_NOMEM;
+    int32_t nb = hx_block_hashes(tokens, committed, B, st->o.salt, rq->hashes);
 
-    hx_carrier *c = hx_carrier_new(st->cs, s, st->src, st->n_hit * B, st->origin);
+    hx_carrier *c = hx_carrier_new(st->cs, s, rq->src, rq->n_hit * B, rq->origin);
     if (!c) return ENG_ERR_NOMEM;
     hx_carrier_ref(c);  /* held while the blocks are set up */
-    for (int32_t i = 0; i < st->n_hit; i++) {  /* the hit blocks' rows are in this sequence too */
-        bh_block *d = data_of(st, st->ids[i]);
+    for (int32_t i = 0; i < rq->n_hit; i++) {  /* the hit blocks' rows are in this sequence too */
+        bh_block *d = data_of(st, rq->ids[i]);
         if (hx_carrier_holds(st->cs, c, i * B, (i + 1) * B, d->origin, st->grid)) hx_rows_point(st->cs, d, c);
     }
-    int32_t n_ids = st->n_hit, n_new = 0, not_cached = 0;
+    int32_t n_ids = rq->n_hit, n_new = 0, not_cached = 0;
     int64_t new_state_bytes = 0;
-    int32_t eligible = hx_carriers_eligible_end(st->cs, st->origin);
-    for (int32_t i = st->n_hit; i < nb; i++) {
+    int32_t eligible = hx_carriers_eligible_end(st->cs, rq->origin);
+    for (int32_t i = rq->n_hit; i < nb; i++) {
         int32_t id = hx_blockpool_alloc(st->pool);
         if (id < 0) { not_cached = nb - i; break; }
-        st->ids[n_ids++] = id;
+        rq->ids[n_ids++] = id;
         bh_block *d = calloc(1, sizeof *d);
         if (!d) return ENG_ERR_NOMEM;
-        d->origin = st->origin;
-        d->state = st->pending[i];
-        st->pending[i] = NULL;
+        d->origin = rq->origin;
+        d->state = rq->pending[i];
+        rq->pending[i] = NULL;
         if (!st->cfg.cap_prompt || (i + 1) * B <= eligible) hx_rows_point(st->cs, d, c);
         if (d->state) new_state_bytes += (int64_t)eng_ckpt_size(d->state);
-        if (hx_blockpool_cache(st->pool, id, st->hashes[i], i ? st->hashes[i - 1] : 0, i, tokens + (size_t)i * B, d) !=
+        if (hx_blockpool_cache(st->pool, id, rq->hashes[i], i ? rq->hashes[i - 1] : 0, i, tokens + (size_t)i * B, d) !=
             ENG_OK) {
             hx_rows_clear(st->cs, d);
             free(d);
@@ -446,18 +480,20 @@ static int bh_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     st->state_bytes += new_state_bytes;
     if (committed % B && !not_cached) {  /* the partial block: in use, never cached */
         int32_t id = hx_blockpool_alloc(st->pool);
-        if (id >= 0) st->ids[n_ids++] = id;
+        if (id >= 0) rq->ids[n_ids++] = id;
     }
-    hx_blockpool_release(st->pool, st->ids, n_ids);
-    clear_pending(st);
+    hx_blockpool_release(st->pool, rq->ids, n_ids);
+    clear_pending(rq);
     hx_carrier_unref(st->cs, c);  /* freed here when no block needs it */
-    st->src = NULL;
+    hx_carrier_unref(st->cs, rq->src);
+    rq->src = NULL;
+    rq->seq = NULL;
 
     hx_carriers_remember(st->cs, tokens, n_total);
 
     out->n_stored = n_new;
     out->bytes_stored = n_new * st->block_bytes + new_state_bytes;
-    out->store_ms = st->store_ms;
+    out->store_ms = rq->store_ms;
     out->bytes_held = hx_blockpool_cached(st->pool) * st->block_bytes + st->state_bytes;
     out->entries_held = hx_blockpool_cached(st->pool);
     if (st->o.debug)

@@ -23,6 +23,11 @@
  *      report's fix); with --quirk anchor-cold-only only when nothing was
  *      cached (the reported bug).
  * Every checkpoint lies on the grid: the policy requires --align chunk.
+ * Requests in flight (serve --parallel N; ds4-server serves one at a time):
+ * the live sequence serves one of them, the others a sequence of their own
+ * from disk; the checkpoint files are shared, and a request's checkpoints
+ * serve the others from the chunk end that wrote them. The request released
+ * last leaves its sequence as the live one.
  * Quarantines, fallbacks and checkpoints that could not be stored (a full
  * disk) are counted per request and said once on stderr (policy.h).
  */
@@ -118,25 +123,33 @@ static void clear_cache_dir(const char *dir) {
 // ----------------------------------------------------------------------------
 // State
 
+/* A request in flight (acquire .. release), or a spare sequence (busy false). */
+typedef struct da_req {
+    eng_seq         *seq;
+    bool             busy;
+    hx_anchor_ckpt  *plan;         /* positions to write during its prefill */
+    int32_t          n_plan, next;
+    int32_t          n_stored;
+    int64_t          bytes_stored;
+    double           store_ms;
+    double           anchor_ms;
+    int32_t          anchor_pos;   /* anchor written by it, or 0 */
+    int32_t          n_store_failed;
+} da_req;
+
 typedef struct da_state {
     hx_policy_config cfg;
     bool             no_reuse;     /* the next request asked for no reuse (cache_prompt: false) */
     da_opts          o;
     hx_diskcache    *dc;
-    eng_seq         *seq;          /* the live sequence */
+    da_req          *reqs;         /* (n_reqs): one per request in flight */
+    int32_t          n_reqs;
+    da_req          *live;         /* the live sequence's record */
     int32_t          live_prompt;  /* prompt length of the request the live sequence served */
+    eng_seq         *check_seq;    /* where da_check restores a checkpoint (during a lookup) */
     hx_anchor_params ap;
-    hx_anchor_ckpt  *plan;         /* positions to write during the current prefill */
-    int32_t          n_plan, next;
-    const int32_t   *tokens;       /* the current prompt (valid during the request) */
     void            *blob;         /* serialization buffer */
     size_t           blob_cap;
-    int32_t          n_stored;
-    int64_t          bytes_stored;
-    double           store_ms;
-    double           anchor_ms;
-    int32_t          anchor_pos;   /* anchor written this request, or 0 */
-    int32_t          n_store_failed;  /* this request */
     bool             said_quarantine, said_store_failed;  /* once per run on stderr */
 } da_state;
 
@@ -144,10 +157,19 @@ static void da_destroy(void *state) {
     da_state *st = state;
     if (!st) return;
     hx_diskcache_close(st->dc);
-    eng_seq_free(st->seq);
-    free(st->plan);
+    for (int32_t k = 0; st->reqs && k < st->n_reqs; k++) {
+        eng_seq_free(st->reqs[k].seq);
+        free(st->reqs[k].plan);
+    }
+    free(st->reqs);
     free(st->blob);
     free(st);
+}
+
+static da_req *req_of(da_state *st, const eng_seq *s) {
+    for (int32_t k = 0; k < st->n_reqs; k++)
+        if (st->reqs[k].seq == s && st->reqs[k].busy) return &st->reqs[k];
+    return NULL;
 }
 
 static int da_create(const hx_policy_config *cfg, void **state, char *err, size_t errlen) {
@@ -182,8 +204,11 @@ static int da_create(const hx_policy_config *cfg, void **state, char *err, size_
         fprintf(stderr, "kvreplay: disk-anchor: %s: %lld invalid checkpoint file%s set aside in %s/ (the last: %s)\n",
                 o->cache_dir, (long long)ds.quarantined, ds.quarantined > 1 ? "s" : "", HX_DISKCACHE_QUARANTINE,
                 hx_diskcache_last_quarantine(st->dc));
-    st->seq = eng_seq_new(cfg->model, cfg->n_ctx);
-    if (!st->seq) return ENG_ERR_NOMEM;
+    st->n_reqs = cfg->n_parallel > 1 ? cfg->n_parallel : 1;
+    if (!(st->reqs = calloc((size_t)st->n_reqs, sizeof *st->reqs))) return ENG_ERR_NOMEM;
+    for (int32_t k = 0; k < st->n_reqs; k++)
+        if (!(st->reqs[k].seq = eng_seq_new(cfg->model, cfg->n_ctx))) return ENG_ERR_NOMEM;
+    st->live = &st->reqs[0];
     return ENG_OK;
 }
 
@@ -191,9 +216,9 @@ static int da_create(const hx_policy_config *cfg, void **state, char *err, size_
  * must deserialize into the live sequence with the checkpoint's length. */
 static const char *da_check(void *ctx, const void *payload, size_t size, int32_t n_tokens) {
     da_state *st = ctx;
-    int rc = eng_seq_deserialize(st->seq, payload, size);
+    int rc = eng_seq_deserialize(st->check_seq, payload, size);
     if (rc != ENG_OK) return rc == ENG_ERR_MISMATCH ? "state blob: another model or numerics" : "state blob: malformed";
-    if (eng_seq_n_tokens(st->seq) != n_tokens) return "state blob: length differs from the file's";
+    if (eng_seq_n_tokens(st->check_seq) != n_tokens) return "state blob: length differs from the file's";
     return NULL;
 }
 
@@ -204,37 +229,44 @@ static void da_hint(void *state, const hx_acquire_hint *h) { ((da_state *)state)
 static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t stable_end, hx_acquire *out) {
     da_state *st = state;
     memset(out, 0, sizeof *out);
-    out->seq = st->seq;
+    /* the live sequence when it is idle, else a spare: its tokens are no live hit (disk only) */
+    da_req *rq = !st->live->busy ? st->live : NULL;
+    for (int32_t k = 0; !rq && k < st->n_reqs; k++)
+        if (!st->reqs[k].busy) rq = &st->reqs[k];
+    if (!rq) return ENG_ERR_RANGE;  /* more requests in flight than n_parallel */
+    const bool is_live = rq == st->live;
+    rq->busy = true;
+    out->seq = rq->seq;
     out->slot = -1;
-    st->tokens = tokens;
-    st->n_stored = 0;
-    st->bytes_stored = 0;
-    st->store_ms = 0;
-    st->anchor_ms = 0;
-    st->anchor_pos = 0;
-    st->n_store_failed = 0;
+    rq->n_stored = 0;
+    rq->bytes_stored = 0;
+    rq->store_ms = 0;
+    rq->anchor_ms = 0;
+    rq->anchor_pos = 0;
+    rq->n_store_failed = 0;
     char err[256];
 
-    int32_t nl = eng_seq_n_tokens(st->seq);
-    int32_t lcp = hx_lcp(eng_seq_tokens(st->seq), nl, tokens, n);
+    int32_t nl = is_live ? eng_seq_n_tokens(rq->seq) : 0;
+    int32_t lcp = hx_lcp(eng_seq_tokens(rq->seq), nl, tokens, n);
     out->lcp = lcp;
-    out->best = eng_seq_tokens(st->seq);
+    out->best = nl ? eng_seq_tokens(rq->seq) : NULL;
     out->n_best = nl;
     int32_t cached = 0;
     bool no_reuse = st->no_reuse;
     st->no_reuse = false;
     int32_t live = !no_reuse && nl > 0 && lcp >= st->live_prompt ? hx_policy_reuse_len(&st->cfg, lcp, st->live_prompt, n) : -1;
     /* memory that cannot be truncated (recurrent layers) has no live hit below its end: disk then */
-    if (live >= 0 && eng_seq_truncate(st->seq, live) == ENG_OK) {  /* 1. live hit */
+    if (live >= 0 && eng_seq_truncate(rq->seq, live) == ENG_OK) {  /* 1. live hit */
         cached = live;
         snprintf(out->note, sizeof out->note, "live kv cache hit: %d tokens", cached);
     } else if (no_reuse) {                                     /* cache_prompt: false */
-        eng_seq_reset(st->seq);
+        eng_seq_reset(rq->seq);
         snprintf(out->note, sizeof out->note, "cache_prompt false: nothing reused");
     } else {                                                   /* 2. disk */
         hx_diskcache_hit hit = {0};
         hx_diskcache_stats before = hx_diskcache_get_stats(st->dc);
-        eng_seq_reset(st->seq);
+        eng_seq_reset(rq->seq);
+        st->check_seq = rq->seq;
         int rc = hx_diskcache_lookup_checked(st->dc, eng_model_fingerprint(st->cfg.model), tokens, n, n - 1,
                                              da_check, st, &hit, err, sizeof err);
         hx_diskcache_stats after = hx_diskcache_get_stats(st->dc);
@@ -251,13 +283,13 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
             st->said_quarantine = true;
             fprintf(stderr, "kvreplay: disk-anchor: lookup failed, counted as a miss: %s\n", err);
         }
-        if (rc == ENG_OK && hit.n_tokens > 0 && eng_seq_n_tokens(st->seq) == hit.n_tokens) {  /* da_check restored it */
+        if (rc == ENG_OK && hit.n_tokens > 0 && eng_seq_n_tokens(rq->seq) == hit.n_tokens) {  /* da_check restored it */
             cached = hit.n_tokens;
             out->bytes_restored = (int64_t)hit.payload_size;
             snprintf(out->note, sizeof out->note, "live kv cache miss live=%d prompt=%d common=%d; "
                      "disk kv cache hit tokens=%d", nl, n, lcp, cached);
         } else {
-            eng_seq_reset(st->seq);
+            eng_seq_reset(rq->seq);
             snprintf(out->note, sizeof out->note, "live kv cache miss live=%d prompt=%d common=%d; disk miss",
                      nl, n, lcp);
         }
@@ -269,20 +301,20 @@ static int da_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     st->ap.anchor = hx_anchor_position(anchor_at, st->cfg.pp.chunk);
     if (st->ap.anchor < 0) st->ap.anchor = 0;
     int32_t cap = hx_anchor_plan_max(&st->ap, n);
-    hx_anchor_ckpt *plan = realloc(st->plan, sizeof *plan * (size_t)(cap > 0 ? cap : 1));
-    if (!plan) return ENG_ERR_NOMEM;
-    st->plan = plan;
-    st->next = 0;
-    if (hx_anchor_plan(&st->ap, n, cached, st->plan, cap, &st->n_plan, err, sizeof err) != ENG_OK) {
+    hx_anchor_ckpt *plan = realloc(rq->plan, sizeof *plan * (size_t)(cap > 0 ? cap : 1));
+    if (!plan) { rq->busy = false; return ENG_ERR_NOMEM; }
+    rq->plan = plan;
+    rq->next = 0;
+    if (hx_anchor_plan(&st->ap, n, cached, rq->plan, cap, &rq->n_plan, err, sizeof err) != ENG_OK) {
         eng_errf(out->note, sizeof out->note, "anchor plan: %s", err);
-        st->n_plan = 0;
+        rq->n_plan = 0;
     }
     return ENG_OK;
 }
 
 /* A checkpoint that could not be stored: counted, and the first one said. */
-static void store_failed(da_state *st, int32_t n_tokens, const char *why) {
-    st->n_store_failed++;
+static void store_failed(da_state *st, da_req *rq, int32_t n_tokens, const char *why) {
+    rq->n_store_failed++;
     if (st->said_store_failed) return;
     st->said_store_failed = true;
     fprintf(stderr, "kvreplay: disk-anchor: checkpoint of %d tokens not stored: %s; every lost checkpoint is counted "
@@ -291,15 +323,17 @@ static void store_failed(da_state *st, int32_t n_tokens, const char *why) {
 
 static void da_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     da_state *st = state;
-    while (st->next < st->n_plan && st->plan[st->next].pos < n_tokens) st->next++;
-    if (st->next >= st->n_plan || st->plan[st->next].pos != n_tokens) return;
-    const hx_anchor_ckpt *ck = &st->plan[st->next++];
+    da_req *rq = req_of(st, s);
+    if (!rq) return;
+    while (rq->next < rq->n_plan && rq->plan[rq->next].pos < n_tokens) rq->next++;
+    if (rq->next >= rq->n_plan || rq->plan[rq->next].pos != n_tokens) return;
+    const hx_anchor_ckpt *ck = &rq->plan[rq->next++];
     double t0 = eng_now_s();
     size_t need = eng_seq_serialized_size(s), got = 0;
     if (need > st->blob_cap) {
         void *b = realloc(st->blob, need);
         if (!b) {
-            store_failed(st, n_tokens, "out of memory for the state blob");
+            store_failed(st, rq, n_tokens, "out of memory for the state blob");
             return;
         }
         st->blob = b;
@@ -307,7 +341,7 @@ static void da_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     }
     int rc = eng_seq_serialize(s, st->blob, st->blob_cap, &got);
     if (rc != ENG_OK) {
-        store_failed(st, n_tokens, eng_status_str(rc));
+        store_failed(st, rq, n_tokens, eng_status_str(rc));
         return;
     }
     size_t written = 0;
@@ -315,32 +349,35 @@ static void da_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     rc = hx_diskcache_store(st->dc, eng_model_fingerprint(st->cfg.model), eng_seq_tokens(s), n_tokens, st->blob,
                             got, &written, err, sizeof err);
     double ms = 1e3 * (eng_now_s() - t0);
-    if (rc < 0) store_failed(st, n_tokens, err[0] ? err : eng_status_str(rc));
+    if (rc < 0) store_failed(st, rq, n_tokens, err[0] ? err : eng_status_str(rc));
     if (rc == HX_DISKCACHE_STORED) {
-        st->n_stored++;
-        st->bytes_stored += (int64_t)written;
+        rq->n_stored++;
+        rq->bytes_stored += (int64_t)written;
     }
-    st->store_ms += ms;
+    rq->store_ms += ms;
     if (ck->kind & HX_ANCHOR_KIND_ANCHOR) {
-        st->anchor_ms += ms;
-        st->anchor_pos = n_tokens;
+        rq->anchor_ms += ms;
+        rq->anchor_pos = n_tokens;
     }
 }
 
 static int da_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
     da_state *st = state;
+    da_req *rq = req_of(st, s);
+    ENG_ASSERT(rq);
+    rq->busy = false;
+    st->live = rq;  /* the live sequence: the one released last */
     st->live_prompt = n_prompt;
-    out->n_stored = st->n_stored;
-    out->bytes_stored = st->bytes_stored;
-    out->store_ms = st->store_ms;
-    out->anchor_ms = st->anchor_ms;
-    out->anchor_pos = st->anchor_pos;
+    out->n_stored = rq->n_stored;
+    out->bytes_stored = rq->bytes_stored;
+    out->store_ms = rq->store_ms;
+    out->anchor_ms = rq->anchor_ms;
+    out->anchor_pos = rq->anchor_pos;
     /* what it holds: the checkpoint files and the live sequence */
     hx_diskcache_stats ds = hx_diskcache_get_stats(st->dc);
     out->bytes_held = ds.bytes_on_disk + (int64_t)eng_seq_serialized_size(s);
     out->entries_held = ds.entries + 1;
-    out->n_store_failed = st->n_store_failed;
-    st->tokens = NULL;
+    out->n_store_failed = rq->n_store_failed;
     return ENG_OK;
 }
 

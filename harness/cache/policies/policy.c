@@ -273,6 +273,7 @@ int hx_policy_create(const char *name, const hx_policy_config *cfg, const hx_pol
         }
     }
     p->cfg.opts = p->opts;
+    if (p->cfg.n_parallel < 1) p->cfg.n_parallel = 1;
     int rc = ops->create(&p->cfg, &p->state, err, errlen);
     if (rc != ENG_OK) {
         if (p->state) ops->destroy(p->state);

@@ -22,6 +22,16 @@
  * hx_policy_ops (with its options and quirks) and one line in the registry
  * of policy.c (docs/where-does-my-change-go.md).
  *
+ * Requests in flight (kvreplay serve --parallel N): up to cfg.n_parallel
+ * requests may stand between their acquire and their release at once. Each
+ * holds its own sequence (no two open requests share one), and on_chunk and
+ * release name the request by that sequence; what the policy shares between
+ * requests (slots, a block pool, a tree, checkpoint files, a prompt cache)
+ * is shared by all of them, and what a request adds becomes visible to the
+ * others when it adds it (slot-lcp's and disk-anchor's checkpoints at chunk
+ * ends, block-hash's blocks and radix's nodes at its release). A replay has
+ * one request in flight: n_parallel 1.
+ *
  * The replay loop zeroes hx_acquire and hx_release before each call, so a
  * policy sets only the figures it has. A policy that cannot do what it
  * should (a corrupt stored entry, a store that fails) never fails the
@@ -97,6 +107,7 @@ typedef struct hx_policy_config {
     int32_t            n_ctx;         /* positions per sequence */
     unsigned           quirks;        /* bits of the policy's own quirk list */
     bool               resume;        /* the run completes an interrupted one (keep stored state) */
+    int32_t            n_parallel;    /* requests in flight at once at most (0 or 1: one; serve's --parallel) */
     const void        *opts;          /* the policy's own options struct (its defaults, then the
                                          hx_policy_args that name its options); set by hx_policy_create */
 } hx_policy_config;
@@ -161,11 +172,12 @@ typedef struct hx_policy_ops {
     int  (*release)(void *state, eng_seq *s, int32_t n_prompt, hx_release *out);
     void (*destroy)(void *state);
     /* The request's hint (hx_acquire_hint), for the next acquire only; or NULL (a hint asking
-     * something is then refused by hx_policy_acquire). */
+     * something is then refused by hx_policy_acquire). A hint naming a slot that a request in
+     * flight holds makes that acquire fail with ENG_ERR_RANGE: the caller waits for the slot. */
     void (*hint)(void *state, const hx_acquire_hint *h);
     /* llama-server's slots, for a policy that has them (GET /slots, POST /slots/ID?action=erase),
      * or NULL: how many; tokens slot i holds; erase slot i (its sequence and checkpoints),
-     * returning the tokens erased. */
+     * returning the tokens erased, or ENG_ERR_RANGE while a request in flight holds it. */
     int32_t (*n_slots)(const void *state);
     int64_t (*slot_tokens)(const void *state, int32_t slot);
     int64_t (*erase)(void *state, int32_t slot);
@@ -203,7 +215,7 @@ void hx_policy_quirks_help(FILE *f);
 int  hx_policy_acquire(hx_policy *p, const int32_t *tokens, int32_t n, int32_t stable_end, const hx_acquire_hint *h,
                        hx_acquire *out);
 /* The policy's slots: 0 when it has none; tokens slot i holds (-1: no such
- * slot); erase slot i: tokens erased, ENG_ERR_RANGE (no such slot) or
+ * slot); erase slot i: tokens erased, ENG_ERR_RANGE (no such slot, or busy) or
  * ENG_ERR_UNSUPPORTED (no slots). */
 int32_t hx_policy_n_slots(const hx_policy *p);
 int64_t hx_policy_slot_tokens(const hx_policy *p, int32_t slot);

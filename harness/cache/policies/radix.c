@@ -40,6 +40,13 @@
  * recomputes the previous answer (fixed by inserting (origin_input_ids +
  * output_ids)[:kv_committed_len]).
  *
+ * Requests in flight (serve --parallel N): each has its own record (its
+ * locked path, reuse point, origin, the carrier it restored from, which it
+ * holds a reference on until its release, and its tracked states) found by
+ * its sequence; the tree and the carriers are shared, and a request is
+ * inserted at its release (SGLang inserts a chunked prefill's chunks as they
+ * finish: a request beside it may hit them earlier there).
+ *
  * SGLang #34683 (a radix hit flips greedy output while two cold runs agree:
  * the hit's extend pass computes the suffix in other shapes than the fresh
  * prefill) is no quirk here: it is --align none, whose reused suffix is
@@ -112,18 +119,31 @@ typedef struct rx_state {
     char         opts_json[160];
     hx_rnode   **path;         /* (cap_path) */
     int32_t      cap_path;
-    /* the active request */
+    struct rx_req *reqs;       /* (n_reqs) the requests in flight */
+    int32_t      n_reqs;
+    bool         no_reuse;     /* the next request asked for no reuse (kvreplay serve's cache_prompt: false) */
+} rx_state;
+
+/* A request in flight (acquire .. release). */
+typedef struct rx_req {
+    eng_seq     *seq;          /* its sequence; NULL: the record is free */
     hx_rnode    *locked;
     int32_t      r, n_prompt;
     uint32_t     origin;
-    hx_carrier  *src;
+    hx_carrier  *src;          /* the carrier restored from (a reference held), or NULL */
     int32_t      track_target[MAX_TRACK];  /* where a state is wanted */
     int32_t      track_pos[MAX_TRACK];     /* where it was taken: the last pause at or below the target */
     eng_ckpt    *track_ckpt[MAX_TRACK];
     int32_t      n_track;
     double       store_ms;
-    bool         no_reuse;     /* the next request asked for no reuse (kvreplay serve's cache_prompt: false) */
-} rx_state;
+} rx_req;
+
+/* The record of the request whose sequence is s (NULL: a free record). */
+static rx_req *req_of(rx_state *st, const eng_seq *s) {
+    for (int32_t k = 0; k < st->n_reqs; k++)
+        if (st->reqs[k].seq == s) return &st->reqs[k];
+    return NULL;
+}
 
 static rx_node *node_data(const hx_rnode *n) { return n->data; }
 
@@ -144,18 +164,19 @@ static void rx_drop(void *ud, hx_rnode *n) {
     n->data = NULL;
 }
 
-static void clear_track(rx_state *st) {
+static void clear_track(rx_req *rq) {
     for (int32_t i = 0; i < MAX_TRACK; i++) {
-        eng_ckpt_free(st->track_ckpt[i]);
-        st->track_ckpt[i] = NULL;
+        eng_ckpt_free(rq->track_ckpt[i]);
+        rq->track_ckpt[i] = NULL;
     }
-    st->n_track = 0;
+    rq->n_track = 0;
 }
 
 static void rx_destroy(void *state) {
     rx_state *st = state;
     if (!st) return;
-    clear_track(st);
+    for (int32_t k = 0; st->reqs && k < st->n_reqs; k++) clear_track(&st->reqs[k]);
+    free(st->reqs);
     hx_radix_free(st->t);
     hx_carriers_free(st->cs);
     free(st->path);
@@ -178,7 +199,9 @@ static int rx_create(const hx_policy_config *cfg, void **state, char *err, size_
     st->tok_bytes = mi->kv_bytes_per_token;
     st->t = hx_radix_new(P, rx_split, rx_drop, st);
     st->cs = hx_carriers_new(cfg->model, cfg->n_ctx);
-    if (!st->t || !st->cs) return ENG_ERR_NOMEM;
+    st->n_reqs = cfg->n_parallel > 1 ? cfg->n_parallel : 1;
+    st->reqs = calloc((size_t)st->n_reqs, sizeof *st->reqs);
+    if (!st->t || !st->cs || !st->reqs) return ENG_ERR_NOMEM;
     snprintf(st->opts_json, sizeof st->opts_json, "{\"page_size\":%d,\"max_total_tokens\":%lld,\"state_unit\":%d}", P,
              (long long)st->o.max_tokens, st->needs_state ? st->unit : 0);
     (void)err;
@@ -233,10 +256,10 @@ static int32_t reuse_point(const rx_state *st, int32_t np, int32_t e) {
 // ----------------------------------------------------------------------------
 // Acquire
 
-static void track(rx_state *st, int32_t pos) {
-    for (int32_t i = 0; i < st->n_track; i++)
-        if (st->track_target[i] == pos) return;
-    if (st->n_track < MAX_TRACK) st->track_target[st->n_track++] = pos;
+static void track(rx_req *rq, int32_t pos) {
+    for (int32_t i = 0; i < rq->n_track; i++)
+        if (rq->track_target[i] == pos) return;
+    if (rq->n_track < MAX_TRACK) rq->track_target[rq->n_track++] = pos;
 }
 
 /* cache_prompt: false: nothing reused (the match still locks and touches the path, as a lookup
@@ -247,13 +270,15 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
     rx_state *st = state;
     memset(out, 0, sizeof *out);
     out->slot = -1;
-    clear_track(st);
-    st->n_prompt = n;
-    st->store_ms = 0;
-    st->src = NULL;
+    rx_req *rq = req_of(st, NULL);
+    if (!rq) return ENG_ERR_RANGE;  /* more requests in flight than n_parallel */
+    clear_track(rq);
+    rq->n_prompt = n;
+    rq->store_ms = 0;
+    rq->src = NULL;
     int32_t C = st->cfg.pp.chunk;
-    st->origin = hx_carriers_origin(st->cs, st->grid ? n / C * C : n);
-    if (!st->origin) return ENG_ERR_NOMEM;
+    rq->origin = hx_carriers_origin(st->cs, st->grid ? n / C * C : n);
+    if (!rq->origin) return ENG_ERR_NOMEM;
 
     /* 1. the match (one token is always computed) */
     hx_rnode *last = NULL;
@@ -278,29 +303,31 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
             int32_t a = st->path[i]->start, b = node_end(st->path[i]) < r ? node_end(st->path[i]) : r;
             if (!hx_carrier_holds(st->cs, x, a, b, node_data(st->path[i])->origin, st->grid)) bad = a;
         }
-        if (bad < 0) { st->src = x; break; }
+        if (bad < 0) { rq->src = x; break; }
         cut = bad;
         r = reuse_point(st, np, bad);
     }
-    st->r = r;
+    rq->r = r;
     hx_radix_lock(st->t, last);
-    st->locked = last;
+    rq->locked = last;
 
     eng_seq *s = NULL;
     if (r > 0) {
         /* in place only when every node naming the carrier lies below r (rows past r are overwritten) */
         int32_t refs_below = 0, q = 0;
         for (int32_t i = 0; i < np && st->path[i]->start < r; i++) {
-            refs_below += node_data(st->path[i])->carrier == st->src && node_end(st->path[i]) <= r;
+            refs_below += node_data(st->path[i])->carrier == rq->src && node_end(st->path[i]) <= r;
             q = i;
         }
         const eng_ckpt *state_at = st->needs_state ? node_data(st->path[q])->state : NULL;
         ENG_ASSERT(!st->needs_state || (state_at && node_end(st->path[q]) == r));
-        int rc = hx_carrier_restore_hit(st->cs, st->src, r, state_at, refs_below, &s, &out->bytes_restored);
+        int rc = hx_carrier_restore_hit(st->cs, rq->src, r, state_at, refs_below, &s, &out->bytes_restored);
         if (rc != ENG_OK) return rc;
     } else if (!(s = hx_carriers_take_seq(st->cs))) {
         return ENG_ERR_NOMEM;
     }
+    if (rq->src) hx_carrier_ref(rq->src);  /* its provenance is read at the release, whoever releases first */
+    rq->seq = s;
     out->seq = s;
     out->n_reused = r;
 
@@ -310,8 +337,8 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
         for (int32_t i = 0; i < np; i++)
             if (node_data(st->path[i]) && node_data(st->path[i])->state) state_end = node_end(st->path[i]);
         int32_t branch = m / st->unit * st->unit;
-        if (m > state_end && branch > r) track(st, branch);
-        if (n / st->unit * st->unit > r) track(st, n / st->unit * st->unit);
+        if (m > state_end && branch > r) track(rq, branch);
+        if (n / st->unit * st->unit > r) track(rq, n / st->unit * st->unit);
     }
 
     out->best = hx_carriers_last(st->cs, &out->n_best);
@@ -324,9 +351,9 @@ static int rx_acquire(void *state, const int32_t *tokens, int32_t n, int32_t sta
         off += snprintf(out->note + off, sizeof out->note - (size_t)off, "; deepest state at %d", state_end);
     if (cut >= 0 && off < (int)sizeof out->note)
         off += snprintf(out->note + off, sizeof out->note - (size_t)off, "; rows at %d held by no carrier", cut);
-    if (st->n_track && off < (int)sizeof out->note)
-        snprintf(out->note + off, sizeof out->note - (size_t)off, "; states wanted at %d%s%.0d", st->track_target[0],
-                 st->n_track > 1 ? ", " : "", st->n_track > 1 ? st->track_target[1] : 0);
+    if (rq->n_track && off < (int)sizeof out->note)
+        snprintf(out->note + off, sizeof out->note - (size_t)off, "; states wanted at %d%s%.0d", rq->track_target[0],
+                 rq->n_track > 1 ? ", " : "", rq->n_track > 1 ? rq->track_target[1] : 0);
     if (st->o.debug) {
         fprintf(stderr, "radix: request of %d tokens: %s\n", n, out->note);
         for (int32_t i = 0; i < np; i++) {
@@ -365,15 +392,17 @@ static int32_t fit_key(hx_radix *t, const int32_t *key, int32_t n, int64_t cap) 
  * below the target on a page boundary). */
 static void rx_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     rx_state *st = state;
-    for (int32_t i = 0; i < st->n_track; i++) {
-        int32_t t = st->track_target[i];
-        bool take = st->grid ? n_tokens == t : n_tokens <= t && n_tokens > st->r && n_tokens % st->o.page_size == 0;
+    rx_req *rq = req_of(st, s);
+    if (!rq) return;
+    for (int32_t i = 0; i < rq->n_track; i++) {
+        int32_t t = rq->track_target[i];
+        bool take = st->grid ? n_tokens == t : n_tokens <= t && n_tokens > rq->r && n_tokens % st->o.page_size == 0;
         if (!take) continue;
         double t0 = eng_now_s();
-        eng_ckpt_free(st->track_ckpt[i]);
-        st->track_ckpt[i] = eng_seq_checkpoint(s);
-        st->track_pos[i] = n_tokens;
-        st->store_ms += 1e3 * (eng_now_s() - t0);
+        eng_ckpt_free(rq->track_ckpt[i]);
+        rq->track_ckpt[i] = eng_seq_checkpoint(s);
+        rq->track_pos[i] = n_tokens;
+        rq->store_ms += 1e3 * (eng_now_s() - t0);
     }
 }
 
@@ -393,8 +422,8 @@ static hx_rnode *node_ending_at(rx_state *st, hx_rnode *leaf, int32_t pos) {
  *     a carrier holds one sequence's rows, so the node takes the newer rows
  *     instead: the hit lengths stay SGLang's. Older eligible rows are kept.
  * Splits (at the reuse point, at an eligible end) restart the walk. */
-static void adopt(rx_state *st, hx_rnode *node, hx_carrier *c) {
-    int32_t ge = hx_carriers_eligible_end(st->cs, st->origin), P = st->o.page_size;
+static void adopt(rx_state *st, const rx_req *rq, hx_rnode *node, hx_carrier *c) {
+    int32_t ge = hx_carriers_eligible_end(st->cs, rq->origin), P = st->o.page_size;
     for (int32_t pass = 0; pass < 8; pass++) {
         int32_t np = get_path(st, node);
         bool again = false;
@@ -409,14 +438,14 @@ static void adopt(rx_state *st, hx_rnode *node, hx_carrier *c) {
             }
             int32_t old_ge = hx_carriers_eligible_end(st->cs, d->origin);
             if (d->carrier && old_ge >= b) continue;  /* older eligible rows: kept */
-            int32_t cut = d->carrier && old_ge > a ? old_ge / P * P : a < st->r ? st->r : b > ge ? ge / P * P : b;
+            int32_t cut = d->carrier && old_ge > a ? old_ge / P * P : a < rq->r ? rq->r : b > ge ? ge / P * P : b;
             if (cut > a && cut < b && cut % P == 0) {  /* split, then look again */
                 again = hx_radix_split_at(st->t, x, cut) != NULL;
                 continue;
             }
-            if (a < st->r || b > ge || d->state) continue;
+            if (a < rq->r || b > ge || d->state) continue;
             hx_rows_point(st->cs, d, c);  /* this request's eligible rows replace them */
-            d->origin = st->origin;
+            d->origin = rq->origin;
         }
         if (!again) return;
     }
@@ -424,6 +453,8 @@ static void adopt(rx_state *st, hx_rnode *node, hx_carrier *c) {
 
 static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
     rx_state *st = state;
+    rx_req *rq = req_of(st, s);
+    ENG_ASSERT(rq);
     int32_t n_total = eng_seq_n_tokens(s), P = st->o.page_size;
     int32_t committed = n_total > n_prompt ? n_total - 1 : n_total;
     const int32_t *tokens = eng_seq_tokens(s);
@@ -432,13 +463,13 @@ static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
     int32_t key = (st->cfg.quirks & Q_PROMPT_KEY) ? n_prompt : committed;
     if (st->needs_state) {
         key = 0;
-        for (int32_t i = 0; i < st->n_track; i++)
-            if (st->track_ckpt[i] && st->track_pos[i] > key && st->track_pos[i] <= committed) key = st->track_pos[i];
+        for (int32_t i = 0; i < rq->n_track; i++)
+            if (rq->track_ckpt[i] && rq->track_pos[i] > key && rq->track_pos[i] <= committed) key = rq->track_pos[i];
     }
     key = key / P * P;
     if (key > 0 && st->o.max_tokens > 0) key = fit_key(st->t, tokens, key, st->o.max_tokens);
     int64_t before = hx_radix_tokens(st->t), new_tokens = 0, new_state_bytes = 0;
-    hx_carrier *c = hx_carrier_new(st->cs, s, st->src, st->r, st->origin);
+    hx_carrier *c = hx_carrier_new(st->cs, s, rq->src, rq->r, rq->origin);
     if (!c) return ENG_ERR_NOMEM;
     hx_carrier_ref(c);  /* held while the tree is updated */
     if (key > 0) {
@@ -449,41 +480,43 @@ static int rx_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out
         if (prefix < key) {  /* the new leaf: this request's rows */
             rx_node *d = calloc(1, sizeof *d);
             if (!d) { hx_carrier_unref(st->cs, c); return ENG_ERR_NOMEM; }
-            d->origin = st->origin;
+            d->origin = rq->origin;
             hx_rows_point(st->cs, d, c);
             leaf->data = d;
-            int32_t ge = hx_carriers_eligible_end(st->cs, st->origin) / P * P;
+            int32_t ge = hx_carriers_eligible_end(st->cs, rq->origin) / P * P;
             if (st->cfg.cap_prompt && ge < key) {  /* its ineligible tail keeps no rows */
                 /* split at ge: the upper part keeps the rows, leaf becomes [ge, key) */
                 bool tail = ge <= leaf->start || hx_radix_split_at(st->t, leaf, ge) != NULL;
                 if (tail && node_data(leaf)) hx_rows_point(st->cs, node_data(leaf), NULL);
             }
         }
-        for (int32_t i = 0; i < st->n_track; i++) {  /* states on the nodes ending at their positions */
-            if (!st->track_ckpt[i] || st->track_pos[i] > key) continue;
-            hx_rnode *x = node_ending_at(st, leaf, st->track_pos[i]);
+        for (int32_t i = 0; i < rq->n_track; i++) {  /* states on the nodes ending at their positions */
+            if (!rq->track_ckpt[i] || rq->track_pos[i] > key) continue;
+            hx_rnode *x = node_ending_at(st, leaf, rq->track_pos[i]);
             rx_node *d = x ? node_data(x) : NULL;
             if (!d || d->state) continue;  /* SGLang keeps a state already there */
-            d->state = st->track_ckpt[i];
-            st->track_ckpt[i] = NULL;
+            d->state = rq->track_ckpt[i];
+            rq->track_ckpt[i] = NULL;
             new_state_bytes += (int64_t)eng_ckpt_size(d->state);
         }
         st->state_bytes += new_state_bytes;
-        adopt(st, leaf, c);
+        adopt(st, rq, leaf, c);
     } else {
-        adopt(st, st->locked, c);  /* the prefix's rows live on in this sequence */
+        adopt(st, rq, rq->locked, c);  /* the prefix's rows live on in this sequence */
     }
-    hx_radix_unlock(st->t, st->locked);
-    st->locked = NULL;
-    clear_track(st);
+    hx_radix_unlock(st->t, rq->locked);
+    rq->locked = NULL;
+    clear_track(rq);
     hx_carrier_unref(st->cs, c);  /* freed here when no node needs it */
-    st->src = NULL;
+    hx_carrier_unref(st->cs, rq->src);
+    rq->src = NULL;
+    rq->seq = NULL;
 
     hx_carriers_remember(st->cs, tokens, n_total);
 
     out->n_stored = (int32_t)new_tokens;
     out->bytes_stored = new_tokens * st->tok_bytes + new_state_bytes;
-    out->store_ms = st->store_ms;
+    out->store_ms = rq->store_ms;
     out->bytes_held = hx_radix_tokens(st->t) * st->tok_bytes + st->state_bytes;
     out->entries_held = hx_radix_nodes(st->t);
     if (st->o.debug)

@@ -35,6 +35,11 @@
  *   offgrid-checkpoint: the checkpoint is taken at the prompt's end rather
  *     than its last grid point, and restores from it are not floored to the
  *     grid, so the suffix is prefilled in shifted chunks (diverges with blas).
+ *
+ * Requests in flight (serve --parallel N, llama-server's -np N): a slot is
+ * busy from acquire to release and never chosen meanwhile; selection runs
+ * over the idle slots only, so --slots must be at least N. The prompt cache
+ * is shared by every slot, as llama-server's is.
  */
 #include "options.h"
 #include "policy.h"
@@ -117,6 +122,13 @@ typedef struct slot {
     uint64_t   last_used;
     eng_ckpt **ckpts;          /* ascending n_tokens, at most ctx_checkpoints */
     int32_t    n_ckpts;
+    /* the request it serves, between acquire and release */
+    bool       busy;
+    uint64_t   request;        /* its number (acquires so far) */
+    int32_t    prompt_end;     /* its n_prompt (offgrid-checkpoint quirk) */
+    double     store_ms;       /* time spent storing during it */
+    int32_t    n_stored;
+    int64_t    bytes_stored;
 } slot;
 
 typedef struct slot_state {
@@ -129,12 +141,7 @@ typedef struct slot_state {
     int64_t   snap_bytes;
     uint64_t  clock;
     uint64_t  request;         /* counts acquires */
-    slot     *active;          /* the slot being filled, between acquire and release */
-    int32_t   prompt_end;      /* n_prompt of the active request (offgrid-checkpoint quirk) */
     hx_acquire_hint hint;      /* the next request's id_slot and cache_prompt (kvreplay serve) */
-    double    store_ms;        /* time spent storing during the active request */
-    int32_t   n_stored;
-    int64_t   bytes_stored;
 } slot_state;
 
 static void slot_clear_ckpts(slot *sl, int32_t keep_upto) {
@@ -157,6 +164,12 @@ static int slot_create(const hx_policy_config *cfg, void **state, char *err, siz
         (st->o.checkpoint_every > 0 && st->o.checkpoint_every % st->cfg.pp.chunk != 0)) {
         eng_errf(err, errlen, "--checkpoint-every: %d is not a multiple of the chunk %d",
                  st->o.checkpoint_every, st->cfg.pp.chunk);
+        free(st);
+        return ENG_ERR_ARG;
+    }
+    if (st->o.n_slots < cfg->n_parallel) {
+        eng_errf(err, errlen, "slot-lcp: --slots %d is fewer than the %d requests in flight at once (--parallel): "
+                 "every request needs a slot of its own", st->o.n_slots, cfg->n_parallel);
         free(st);
         return ENG_ERR_ARG;
     }
@@ -210,7 +223,7 @@ static void snap_evict_until(slot_state *st, int64_t need) {
     }
 }
 
-static void snap_store(slot_state *st, const eng_seq *s) {
+static void snap_store(slot_state *st, slot *sl, const eng_seq *s) {
     size_t size = eng_seq_serialized_size(s);
     if (st->o.cache_ram <= 0 || (int64_t)size > st->o.cache_ram) return;
     int32_t n = eng_seq_n_tokens(s);
@@ -232,22 +245,22 @@ static void snap_store(slot_state *st, const eng_seq *s) {
     if (eng_seq_serialize(s, sn.blob, size, &written) != ENG_OK) { snap_free(&sn); return; }
     sn.size = written;
     sn.last_used = ++st->clock;
-    sn.request = st->request;
+    sn.request = sl->request;
     st->snaps[st->n_snaps++] = sn;
     st->snap_bytes += (int64_t)written;
-    st->n_stored++;
-    st->bytes_stored += (int64_t)written;
+    sl->n_stored++;
+    sl->bytes_stored += (int64_t)written;
 }
 
 /* A prompt whose full state exceeds cache_ram is not cached at all, as
  * llama.cpp's prompt cache skips a prompt larger than its limit: the
  * snapshots stored while prefilling it are dropped again. */
-static void snap_drop_request(slot_state *st, uint64_t request) {
+static void snap_drop_request(slot_state *st, slot *sl) {
     for (int32_t i = 0; i < st->n_snaps;) {
-        if (st->snaps[i].request != request) { i++; continue; }
+        if (st->snaps[i].request != sl->request) { i++; continue; }
         st->snap_bytes -= (int64_t)st->snaps[i].size;
-        st->n_stored--;
-        st->bytes_stored -= (int64_t)st->snaps[i].size;
+        sl->n_stored--;
+        sl->bytes_stored -= (int64_t)st->snaps[i].size;
         snap_free(&st->snaps[i]);
         st->snaps[i] = st->snaps[--st->n_snaps];
     }
@@ -275,34 +288,39 @@ static eng_ckpt *newest_ckpt_upto(const slot *sl, int32_t r) {
 }
 
 /* llama.cpp's get_available_slot, on each slot's common prefix with the
- * prompt (lcp[i], 0 for an empty slot) and its last use: the slot of best
- * similarity lcp / n above the threshold, else the least recently used (an
- * empty slot, last used 0, first). Shared by replay and simulate. */
-static int32_t pick_slot(int32_t n_slots, const int32_t *lcp, const uint64_t *last_used, int32_t n, double threshold,
-                         double *sim_out) {
+ * prompt (lcp[i], 0 for an empty slot) and its last use, among the idle
+ * slots (busy NULL: all are): the slot of best similarity lcp / n above the
+ * threshold, else the least recently used (an empty slot, last used 0,
+ * first); -1 when every slot is busy. Shared by replay and simulate. */
+static int32_t pick_slot(int32_t n_slots, const int32_t *lcp, const uint64_t *last_used, const bool *busy, int32_t n,
+                         double threshold, double *sim_out) {
     int32_t best = -1;
     double sim_best = 0.0;
     for (int32_t i = 0; i < n_slots; i++) {
         double sim = n > 0 ? (double)lcp[i] / (double)n : 0.0;
-        if (lcp[i] > 0 && sim > sim_best && sim > threshold) { best = i; sim_best = sim; }
+        if ((!busy || !busy[i]) && lcp[i] > 0 && sim > sim_best && sim > threshold) { best = i; sim_best = sim; }
     }
     *sim_out = sim_best;
     if (best >= 0) return best;
-    int32_t lru = 0;
-    for (int32_t i = 1; i < n_slots; i++)
-        if (last_used[i] < last_used[lru]) lru = i;
+    int32_t lru = -1;
+    for (int32_t i = 0; i < n_slots; i++)
+        if ((!busy || !busy[i]) && (lru < 0 || last_used[i] < last_used[lru])) lru = i;
     return lru;
 }
 
+/* The idle slot for a prompt, or NULL when every slot serves a request. */
 static slot *select_slot(slot_state *st, const int32_t *tokens, int32_t n, double *sim_out) {
     int32_t lcp[64];
     uint64_t last[64];
+    bool busy[64];
     for (int32_t i = 0; i < st->n_slots; i++) {
         const slot *sl = &st->slots[i];
         lcp[i] = hx_lcp(eng_seq_tokens(sl->seq), eng_seq_n_tokens(sl->seq), tokens, n);
         last[i] = sl->last_used;
+        busy[i] = sl->busy;
     }
-    return &st->slots[pick_slot(st->n_slots, lcp, last, n, st->o.sim_threshold, sim_out)];
+    int32_t k = pick_slot(st->n_slots, lcp, last, busy, n, st->o.sim_threshold, sim_out);
+    return k >= 0 ? &st->slots[k] : NULL;
 }
 
 /* llama-server's id_slot (the request names its slot) and cache_prompt: false
@@ -319,6 +337,7 @@ static int64_t slot_tokens(const void *state, int32_t i) {
  * llama_memory_seq_rm of the slot and its prompt cleared); the prompt cache stays. */
 static int64_t slot_erase(void *state, int32_t i) {
     slot *sl = &((slot_state *)state)->slots[i];
+    if (sl->busy) return ENG_ERR_RANGE;  /* it serves a request: llama-server's "Slot is busy" */
     int64_t n = eng_seq_n_tokens(sl->seq);
     eng_seq_reset(sl->seq);
     slot_clear_ckpts(sl, -1);
@@ -333,12 +352,13 @@ static int slot_acquire(void *state, const int32_t *tokens, int32_t n, int32_t s
     st->hint = (hx_acquire_hint){.id_slot = -1};
     double sim = 0.0;
     slot *sl = h.id_slot >= 0 && h.id_slot < st->n_slots ? &st->slots[h.id_slot] : select_slot(st, tokens, n, &sim);
-    st->active = sl;
-    st->request++;
-    st->prompt_end = n;
-    st->store_ms = 0.0;
-    st->n_stored = 0;
-    st->bytes_stored = 0;
+    if (!sl || sl->busy) return ENG_ERR_RANGE;  /* the slot asked for serves another request (the caller waits) */
+    sl->busy = true;
+    sl->request = ++st->request;
+    sl->prompt_end = n;
+    sl->store_ms = 0.0;
+    sl->n_stored = 0;
+    sl->bytes_stored = 0;
     sl->last_used = ++st->clock;
 
     eng_seq *s = sl->seq;
@@ -434,44 +454,54 @@ static void push_ckpt(slot_state *st, slot *sl, eng_seq *s) {
         sl->n_ckpts--;
     }
     sl->ckpts[sl->n_ckpts++] = c;
-    st->n_stored++;
-    st->bytes_stored += (int64_t)eng_ckpt_size(c);
-    snap_store(st, s);
-    st->store_ms += 1e3 * (eng_now_s() - t0);
+    sl->n_stored++;
+    sl->bytes_stored += (int64_t)eng_ckpt_size(c);
+    snap_store(st, sl, s);
+    sl->store_ms += 1e3 * (eng_now_s() - t0);
+}
+
+/* The busy slot serving the request whose sequence is s, or NULL. */
+static slot *slot_of(slot_state *st, const eng_seq *s) {
+    for (int32_t i = 0; i < st->n_slots; i++)
+        if (st->slots[i].seq == s && st->slots[i].busy) return &st->slots[i];
+    return NULL;
 }
 
 static void slot_on_chunk(void *state, eng_seq *s, int32_t n_tokens) {
     slot_state *st = state;
-    slot *sl = st->active;
+    slot *sl = slot_of(st, s);
     if (!sl) return;
-    int32_t C = st->cfg.pp.chunk, end = st->prompt_end;
+    int32_t C = st->cfg.pp.chunk, end = sl->prompt_end;
     bool offgrid = (st->cfg.quirks & Q_OFFGRID_CHECKPOINT) != 0;
     bool at_last_grid = offgrid ? n_tokens == end : n_tokens == (end / C) * C;
     bool periodic = st->o.checkpoint_every > 0 && n_tokens % st->o.checkpoint_every == 0 && n_tokens % C == 0;
     if (at_last_grid || periodic) push_ckpt(st, sl, s);
     if (at_last_grid && st->o.cache_ram > 0 && (int64_t)eng_seq_serialized_size(s) > st->o.cache_ram)
-        snap_drop_request(st, st->request);
+        snap_drop_request(st, sl);
 }
 
 static int slot_release(void *state, eng_seq *s, int32_t n_prompt, hx_release *out) {
     slot_state *st = state;
-    if (st->active) st->active->n_prompt = n_prompt;
-    out->n_stored = st->n_stored;
-    out->bytes_stored = st->bytes_stored;
-    out->store_ms = st->store_ms;
+    slot *sl = slot_of(st, s);
+    if (sl) {
+        sl->n_prompt = n_prompt;
+        sl->busy = false;
+        out->n_stored = sl->n_stored;
+        out->bytes_stored = sl->bytes_stored;
+        out->store_ms = sl->store_ms;
+    }
     /* what it holds: the slots' live state, their context checkpoints, the prompt cache */
     out->bytes_held = st->snap_bytes;
     out->entries_held = st->n_snaps;
     for (int32_t i = 0; i < st->n_slots; i++) {
-        const slot *sl = &st->slots[i];
-        if (eng_seq_n_tokens(sl->seq) > 0) {
-            out->bytes_held += (int64_t)eng_seq_serialized_size(sl->seq);
+        const slot *x = &st->slots[i];
+        if (eng_seq_n_tokens(x->seq) > 0) {
+            out->bytes_held += (int64_t)eng_seq_serialized_size(x->seq);
             out->entries_held++;
         }
-        for (int32_t k = 0; k < sl->n_ckpts; k++) out->bytes_held += (int64_t)eng_ckpt_size(sl->ckpts[k]);
-        out->entries_held += sl->n_ckpts;
+        for (int32_t k = 0; k < x->n_ckpts; k++) out->bytes_held += (int64_t)eng_ckpt_size(x->ckpts[k]);
+        out->entries_held += x->n_ckpts;
     }
-    st->active = NULL;
     return ENG_OK;
 }
 
@@ -567,7 +597,7 @@ static int32_t slot_sim_pick(const slot_sim *st, const int32_t *words, int32_t m
         lcp[i] = slot_sim_lcp(st, &st->slots[i], words, m);
         last[i] = st->slots[i].last_used;
     }
-    return pick_slot(st->n_slots, lcp, last, m, st->threshold, &sim);
+    return pick_slot(st->n_slots, lcp, last, NULL, m, st->threshold, &sim);
 }
 
 static int32_t slot_sim_peek(void *state, const hx_sim_req *r) {
