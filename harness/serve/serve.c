@@ -671,7 +671,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return refuse_never(cn, rt->dialect, method, url, len, n_values);
     if (!charge_to(cn, len, n_values)) return refuse_no_room(cn, rt->dialect, method, url, -1);
     bool lane = len > HX_ADMIT_LANE, trim = len > HX_ADMIT_LARGE;
-    if (lane) hx_admit_lane_enter(&s->admit);
+    if (lane) {
+        hx_admit_lane_enter(&s->admit);
+        if (client_gone(socket_of(c))) {  /* it left while it waited: nobody to prepare it for */
+            hx_admit_lane_leave(&s->admit, false);
+            log_line(cn, method, url, 499, "the client went away");
+            return MHD_NO;
+        }
+    }
     query_acc qa = {{0}};
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_query, &qa);
     const char *query = qa.b.data ? qa.b.data : "";
