@@ -1,11 +1,18 @@
 #!/bin/sh
 # tests/serve_soak.sh KVREPLAY: serve's long runs, behind `make test-serve-soak`
-# (docs/serve.md, "Load and leaks"):
+# (docs/serve.md, section 9):
 #   1. memory: 1,000 requests from 8 concurrent curl clients (every API,
 #      streamed and not, with errors among them) to `serve --verify` on
 #      stories260K; the server's resident set after 1,000 requests must be at
 #      most 1.1x what it was after 100;
-#   2. leaks: the same mix, 200 requests, to the ASan + UBSan build
+#   2. hostile bodies (docs/serve.md, "Hostile bodies"): a 30 MB chat body of
+#      one character, alone, refused in under a second; then 16 concurrent
+#      30 MB bodies (runs of one character and random text as chat, Anthropic
+#      and /completion prompts, and raw random bytes) each refused (400, 413,
+#      503) or answered, never dropped; a small request sent every 0.2 s
+#      meanwhile answered within 1 s each; the server's peak RSS (VmHWM)
+#      under 2 GB throughout;
+#   3. leaks: the same mix as 1, 200 requests, to the ASan + UBSan build
 #      (build-asan/kvreplay, made here when absent), stopped with SIGTERM:
 #      exit 0 and no sanitizer report.
 set -u
@@ -69,7 +76,75 @@ else
     say "FAIL memory: $n statuses, $bad unexpected, exit $rc, RSS $r100 -> $r1000 KiB ($ratio x)"; failed=1
 fi
 
-# 2. leaks, under ASan + UBSan
+# 2. hostile bodies
+hwm() { awk '/^VmHWM:/ {print $2}' /proc/$PID/status; }
+MB30=30000000
+hostile_bodies() {  # the 30 MB bodies: runs of one character and random text in three APIs, raw random bytes
+    head -c $MB30 /dev/zero | tr '\0' 'a' > "$WORK/run.txt"
+    head -c $((MB30 * 3 / 4)) /dev/urandom | base64 -w 0 > "$WORK/rand.txt"
+    for k in run rand; do
+        { printf '{"max_tokens":4,"messages":[{"role":"user","content":"'; cat "$WORK/$k.txt"; printf '"}]}'; } \
+            > "$WORK/chat-$k.json"
+        { printf '{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"'; cat "$WORK/$k.txt"; printf '"}]}'; } \
+            > "$WORK/anthropic-$k.json"
+        { printf '{"n_predict":4,"prompt":"'; cat "$WORK/$k.txt"; printf '"}'; } > "$WORK/completion-$k.json"
+    done
+    head -c $MB30 /dev/urandom > "$WORK/bytes.bin"
+    rm -f "$WORK/run.txt" "$WORK/rand.txt"
+}
+# flood K: body K of the 16 (its status and seconds on one line)
+flood() {
+    case $(($1 % 8)) in
+    0|1) f=chat-run.json; p=/v1/chat/completions ;; 2) f=anthropic-run.json; p=/v1/messages ;;
+    3) f=completion-run.json; p=/completion ;; 4) f=chat-rand.json; p=/v1/chat/completions ;;
+    5) f=anthropic-rand.json; p=/v1/messages ;; 6) f=completion-rand.json; p=/completion ;;
+    7) f=bytes.bin; p=/v1/chat/completions ;;
+    esac
+    curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 300 -H 'Content-Type: application/json' \
+        --data-binary "@$WORK/$f" "http://127.0.0.1:$PORT$p"
+}
+hostile_bodies
+start "$BIN" hostile
+h0=$(hwm)
+one=$(curl -s -o "$WORK/one.out" -w '%{http_code} %{time_total}' -H 'Content-Type: application/json' \
+      --data-binary "@$WORK/chat-run.json" "http://127.0.0.1:$PORT/v1/chat/completions")
+h1=$(hwm)
+: > "$WORK/flood"; : > "$WORK/small"
+pids=
+for k in $(seq 0 15); do flood $k >> "$WORK/flood" & pids="$pids $!"; done
+sleep 0.3
+while [ "$(wc -l < "$WORK/flood")" -lt 16 ]; do  # a small request every 0.2 s until every body is answered
+    curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 30 \
+        -d '{"prompt":"Once upon a time","n_predict":4}' "http://127.0.0.1:$PORT/completion" >> "$WORK/small"
+    sleep 0.2
+done
+wait $pids
+h2=$(hwm)
+refused_mem=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^kvreplay_refused_memory_total / {print $2}')
+kill -TERM $PID; wait $PID; rc=$?; PID=
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+one_s=${one#* }
+nf=$(wc -l < "$WORK/flood"); badf=$(grep -cv -E '^(200|400|413|503) ' "$WORK/flood")
+ns=$(wc -l < "$WORK/small"); bads=$(grep -cv '^200 ' "$WORK/small")
+small_max=$(awk 'BEGIN {m = 0} {if ($2 > m) m = $2} END {printf "%.3f", m}' "$WORK/small")
+flood_max=$(awk 'BEGIN {m = 0} {if ($2 > m) m = $2} END {printf "%.2f", m}' "$WORK/flood")
+codes=$(awk '{print $1}' "$WORK/flood" | sort | uniq -c | awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}')
+if [ "${one%% *}" = 400 ] && grep -q exceed_context_size_error "$WORK/one.out" && \
+   awk -v t="$one_s" 'BEGIN {exit !(t < 1.0)}'; then
+    say "ok   a 30 MB prompt of one character refused (400) in $one_s s; peak RSS $h0 -> $h1 KiB (load $load)"
+else
+    say "FAIL a 30 MB prompt: ${one} (want 400 in under 1 s): $(head -c 300 "$WORK/one.out")"; failed=1
+fi
+if [ "$nf" = 16 ] && [ "$badf" = 0 ] && [ "$ns" -gt 0 ] && [ "$bads" = 0 ] && [ $rc = 0 ] && \
+   [ "$h2" -lt 2097152 ] && awk -v t="$small_max" 'BEGIN {exit !(t <= 1.0)}'; then
+    say "ok   16 concurrent 30 MB bodies: $codes, the last in $flood_max s ($refused_mem refused for memory); $ns small requests answered meanwhile, the slowest in $small_max s; peak RSS $h2 KiB (load $load)"
+else
+    say "FAIL hostile bodies: $nf statuses ($codes, $badf unexpected), $ns small ($bads not 200, slowest $small_max s), peak RSS $h2 KiB, exit $rc"
+    failed=1
+fi
+rm -f "$WORK"/*.json "$WORK/bytes.bin"
+
+# 3. leaks, under ASan + UBSan
 ASAN_BIN=$ROOT/build-asan/kvreplay
 if [ ! -x "$ASAN_BIN" ]; then
     say "building $ASAN_BIN"

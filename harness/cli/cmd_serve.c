@@ -34,6 +34,9 @@ static const hx_option k_serve[] = {
      "max_tokens below it wins)", HX_OPT_INT, OPT(n_predict), 1, 1 << 24, NULL},
     {"--max-body", NULL, "BYTES", "413 for a body over this (default 33554432)", HX_OPT_INT64, OPT(max_body), 1,
      (double)((int64_t)1 << 40), NULL},
+    {"--max-prep-memory", NULL, "BYTES", "memory the requests being received and prepared may hold, server-wide\n"
+     "(default 1073741824; 503 beyond; at least 8/7 of what a --max-body body needs)", HX_OPT_INT64, OPT(max_prep),
+     1, (double)((int64_t)1 << 50), NULL},
     {"--queue", NULL, "N", "requests that may wait for the engine (default 64; 503 beyond)", HX_OPT_INT, OPT(queue), 1,
      1 << 20, NULL},
     {"--parallel", "-np", "N", "slots: requests computed at once, batched in each engine step (llama-server's\n"

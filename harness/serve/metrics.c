@@ -3,8 +3,10 @@
  * exposition (GET /metrics, text/plain; version=0.0.4): requests by API and
  * status, prompt, reused and generated tokens, verified / identical /
  * diverged requests, requests whose sampling fields greedy decoding did not
- * honour, cancellations, refusals, scripted and side requests, departures
- * from the script, and a histogram of the time to first token.
+ * honour, cancellations, refusals (a full queue, the preparation memory
+ * cap), scripted and side requests, departures from the script, the memory
+ * charged to requests in preparation, and a histogram of the time to first
+ * token.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -65,6 +67,11 @@ static void counter(eng_buf *b, const char *name, const char *help, int64_t v) {
                    name, v);
 }
 
+static void gauge(eng_buf *b, const char *name, const char *help, int64_t v) {
+    eng_buf_printf(b, "# HELP kvreplay_%s %s\n# TYPE kvreplay_%s gauge\nkvreplay_%s %" PRId64 "\n", name, help, name,
+                   name, v);
+}
+
 char *hx_metrics_text(hx_metrics *m) {
     eng_buf b = {0};
     pthread_mutex_lock(&m->mu);
@@ -106,8 +113,16 @@ char *hx_metrics_text(hx_metrics *m) {
             c.side_requests);
     counter(&b, "script_departures_total", "Scripted requests that departed from what the script expects.",
             c.departures);
+    counter(&b, "refused_memory_total",
+            "Requests refused with 503: the memory of the requests in preparation was at --max-prep-memory.",
+            c.refused_memory);
     eng_buf_printf(&b, "# HELP kvreplay_queue_depth Requests waiting for the engine.\n"
                        "# TYPE kvreplay_queue_depth gauge\nkvreplay_queue_depth %" PRId64 "\n", c.queue_depth);
+    gauge(&b, "prep_memory_bytes", "Memory charged to the requests received and not yet answered (estimated).",
+          c.prep_bytes);
+    gauge(&b, "prep_memory_peak_bytes", "The most memory charged to requests at once since the start.", c.prep_peak);
+    gauge(&b, "prep_memory_limit_bytes", "--max-prep-memory: the charge at which requests are refused (503).",
+          c.prep_limit);
     eng_buf_printf(&b, "# HELP kvreplay_ttft_seconds Time to first token, received to the prompt's last logits.\n"
                        "# TYPE kvreplay_ttft_seconds histogram\n");
     int64_t cum = 0;

@@ -4,17 +4,22 @@
  * registry for routing and bodies, authentication, the body limit, the
  * endpoints that need no engine, and the server's start and clean stop.
  *
- * A request's life on its connection thread: the body is read (413 as soon
- * as it passes --max-body; a client that stalls is dropped after --timeout
- * seconds of silence, holding only its own thread); the route is found (404,
- * 405); the key checked (401); the body parsed by its dialect (400 naming
- * the field); a generation is rendered and tokenized here (the same
- * hx_prepare as replay), checked against the context (400 naming both
- * lengths) and queued for the engine worker (503 with Retry-After when the
- * queue is full). The connection thread then waits for the prompt to be
- * done and answers: a stream from that moment, or the whole body at the
- * end. While it waits it watches its socket: a client that goes away
- * cancels its request.
+ * A request's life on its connection thread: it is charged the memory its
+ * body will take to prepare (admit.c: 503 with Retry-After beyond
+ * --max-prep-memory, at its headers when Content-Length is given); the body
+ * is read (413 as soon as it passes --max-body; a client that stalls is
+ * dropped after --timeout seconds of silence, holding only its own thread);
+ * the route is found (404, 405); the key checked (401); a large body waits
+ * for a preparation lane; the body is parsed by its dialect (400 naming the
+ * field) and, unless --record keeps it, freed; a generation is rendered and
+ * tokenized here only as far as the context allows (hx_prepare_upto: the
+ * same tokens as replay's hx_prepare for a prompt that fits; 400 naming both
+ * lengths, the prompt's as a lower bound, for one that does not) and queued
+ * for the engine worker (503 with Retry-After when the queue is full), its
+ * charge cut to what it keeps. The connection thread then waits for the
+ * prompt to be done and answers: a stream from that moment, or the whole
+ * body at the end. While it waits it watches its socket: a client that goes
+ * away cancels its request. The charge is released when the request ends.
  *
  * Headers of a generation: X-Kvreplay-Prompt-Tokens and X-Kvreplay-Reused
  * (tokens whose state came from the cache), X-Kvreplay-Identical ("true",
@@ -31,6 +36,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -61,6 +67,7 @@ void hx_serve_opts_default(hx_serve_opts *o) {
     o->listen = "127.0.0.1:8080";
     o->n_predict = 256;
     o->max_body = (int64_t)32 << 20;
+    o->max_prep = (int64_t)1 << 30;
     o->queue = 64;
     o->parallel = 1;
     o->timeout_s = 30;
@@ -82,6 +89,9 @@ typedef struct conn {
     eng_buf                 body;
     bool                    answered;   /* a response is queued (413 before the body ended) */
     bool                    too_large;  /* the body grew past --max-body: discarded, 413 at its end */
+    bool                    no_room;    /* the body grew past what --max-prep-memory had left: discarded, 503 */
+    int64_t                 charged;    /* bytes charged to the admission (admit.c), released at the end */
+    int64_t                 announced;  /* Content-Length (0: none) */
     hx_job                 *job;        /* a generation in flight */
     int64_t                 seq;
     double                  t0;
@@ -216,25 +226,52 @@ static void fill_slots(hx_server *s, hx_api_info *info, hx_api_slot *copy, int32
     info->n_slots = n;
 }
 
-/* /tokenize, /detokenize, /apply-template, count_tokens. */
-static int answer_text_op(hx_server *s, hx_api_req *q, hx_api_result *r, hx_api_error *e) {
+/* The context error (llama-server's message, both counts); n is a lower bound unless counted. */
+static int context_error(const hx_server *s, hx_api_error *e, int64_t n, bool counted) {
+    hx_api_errf(e, HX_API_ERR_CONTEXT, NULL,
+                "request (%lld tokens) exceeds the available context size (%d tokens), try increasing it%s",
+                (long long)n, s->n_ctx, counted ? "" : " (the count is a lower bound: serve tokenizes a prompt only "
+                "as far as the context)");
+    e->n_prompt_tokens = n;
+    e->n_ctx = s->n_ctx;
+    return ENG_ERR_RANGE;
+}
+
+/* /tokenize: the ids of a text of at most a context's tokens. */
+static int answer_tokenize(hx_server *s, hx_api_req *q, hx_api_result *r, hx_api_error *e) {
     const hx_api_params *p = &q->params;
-    char buf[512];
-    if (q->route->op == HX_API_OP_TOKENIZE) {
-        int32_t n = 0;
-        int32_t *ids = eng_tokenize_alloc(s->tok, q->req.prompt, strlen(q->req.prompt),
-                                          p->add_special && eng_tokenizer_add_bos(s->tok), false, p->parse_special, &n);
-        if (!ids) return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
-        for (int32_t i = 0; i < n; i++) {
-            int64_t len = hx_token_bytes(s, ids[i], buf, sizeof buf);
-            hx_api_token t = {.id = ids[i], .text = buf, .len = len > 0 ? (size_t)len : 0, .logprob = NAN};
-            if (hx_api_result_push_token(r, &t)) { free(ids); return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
-        }
+    const char *text = q->req.prompt ? q->req.prompt : "";
+    size_t len = strlen(text);
+    bool bos = p->add_special && eng_tokenizer_add_bos(s->tok) && eng_tokenizer_bos(s->tok) >= 0, more = false;
+    int32_t *ids = malloc(sizeof *ids * (size_t)s->n_ctx);
+    int32_t n = ids ? eng_tokenize_upto(s->tok, text, len, bos, false, p->parse_special, s->n_ctx, ids, NULL, &more)
+                    : INT32_MIN;
+    if (n == INT32_MIN) { free(ids); return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
+    if (more) {
         free(ids);
-        return ENG_OK;
+        bool counted = false;
+        int64_t over = hx_tokens_over(s->tok, text, len, bos, p->parse_special, s->n_ctx, &counted);
+        return context_error(s, e, over, counted);
     }
+    char buf[512];
+    for (int32_t i = 0; i < n; i++) {
+        int64_t k = hx_token_bytes(s, ids[i], buf, sizeof buf);
+        hx_api_token t = {.id = ids[i], .text = buf, .len = k > 0 ? (size_t)k : 0, .logprob = NAN};
+        if (hx_api_result_push_token(r, &t)) { free(ids); return hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); }
+    }
+    free(ids);
+    return ENG_OK;
+}
+
+/* /tokenize, /detokenize, /apply-template, count_tokens: as far as a context's tokens. */
+static int answer_text_op(hx_server *s, hx_api_req *q, hx_api_result *r, hx_api_error *e) {
+    if (q->route->op == HX_API_OP_TOKENIZE) return answer_tokenize(s, q, r, e);
     if (q->route->op == HX_API_OP_DETOKENIZE) {  /* llama-server: the pieces concatenated */
+        if (q->req.n_tokens > s->n_ctx)
+            return hx_api_errf(e, HX_API_ERR_INVALID, "tokens", "%d ids: serve detokenizes a context's worth (%d) at most",
+                               q->req.n_tokens, s->n_ctx);
         eng_buf b = {0};
+        char buf[512];
         for (int32_t i = 0; i < q->req.n_tokens; i++) {
             if (q->req.tokens[i] >= s->n_vocab) {
                 eng_buf_free(&b);
@@ -250,15 +287,26 @@ static int answer_text_op(hx_server *s, hx_api_req *q, hx_api_result *r, hx_api_
         eng_buf_free(&b);
         return r->text ? ENG_OK : hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory");
     }
-    /* apply-template and count_tokens: replay's own rendering (hx_prepare) */
-    hx_prepared pp;
+    /* apply-template: replay's own rendering; count_tokens: its tokens, as far as the context */
     char err[768];
-    int rc = hx_prepare(s->pc, &q->req, &pp, err, sizeof err);
+    int rc;
+    if (q->route->op == HX_API_OP_APPLY_TEMPLATE) {
+        hx_render text;
+        if ((rc = hx_prepare_render(s->pc, &q->req, &text, err, sizeof err)) == ENG_OK) {
+            r->text = text.text ? hx_strdup(text.text) : hx_strdup("");
+            hx_render_free(&text);
+            if (!r->text) rc = ENG_ERR_NOMEM;
+        }
+    } else {
+        hx_prepared pp;
+        hx_prepare_budget b = {.max_tokens = s->n_ctx};
+        if ((rc = hx_prepare_upto(s->pc, &q->req, &b, &pp, err, sizeof err)) == ENG_ERR_RANGE)
+            return context_error(s, e, b.at_least, b.counted);
+        if (rc == ENG_OK) r->n_input_tokens = pp.n;
+        hx_prepared_free(&pp);
+    }
     if (rc) return rc == ENG_ERR_NOMEM ? hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory")
                                       : hx_api_errf(e, HX_API_ERR_INVALID, NULL, "%s", err);
-    if (q->route->op == HX_API_OP_COUNT_TOKENS) r->n_input_tokens = pp.n;
-    else r->text = hx_strdup(pp.text);
-    hx_prepared_free(&pp);
     return ENG_OK;
 }
 
@@ -441,7 +489,8 @@ static enum MHD_Result answer_generate(conn *cn, const hx_api_route *rt, hx_job 
     return ok;
 }
 
-/* Parses, prepares and checks a generation; a job ready to queue, or an error in e. */
+/* Parses, prepares and checks a generation; a job ready to queue (its charge cut to what it keeps),
+ * or an error in e. The body is freed once parsed, or moved into the job when --record keeps it. */
 static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, const char *query, hx_api_error *e) {
     hx_server *s = cn->s;
     hx_job *j = job_new();
@@ -450,10 +499,18 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
     j->seq = cn->seq;
     j->t_received = eng_now_s();
     if (rt->parse(rt, path, query, cn->body.data, cn->body.len, &j->q, e) != ENG_OK) goto fail;
-    /* the prompt as received: --record keeps it before --normalize rewrites j->q.req */
-    if (hx_request_copy(&j->received, &j->q.req)) { hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); goto fail; }
+    bool keep_body = s->o->record != NULL;  /* the record's served.body: the body as received */
+    if (!keep_body) eng_buf_free(&cn->body);
+    /* the prompt, the compared decode steps and a margin for the response's end marker must fit;
+     * j->received: the prompt as received (--record keeps it before --normalize rewrites j->q.req) */
+    int32_t R = s->o->sp.verify ? (s->o->sp.decode_n > 1 ? s->o->sp.decode_n : 1) : 1;
+    hx_prepare_budget b = {.max_tokens = s->n_ctx - R - 16, .received = &j->received};
     char err[768];
-    int rc = hx_prepare(s->pc, &j->q.req, &j->p, err, sizeof err);
+    int rc = hx_prepare_upto(s->pc, &j->q.req, &b, &j->p, err, sizeof err);
+    if (rc == ENG_ERR_RANGE) {
+        context_error(s, e, b.at_least, b.counted);
+        goto fail;
+    }
     if (rc) {
         hx_api_errf(e, rc == ENG_ERR_NOMEM ? HX_API_ERR_SERVER : HX_API_ERR_INVALID, NULL, "%s", err);
         goto fail;
@@ -463,21 +520,12 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
                     s->n_slots, s->n_slots == 1 ? "" : "s");
         goto fail;
     }
-    /* the prompt, the compared decode steps and a margin for the response's end marker must fit */
-    int32_t R = s->o->sp.verify ? (s->o->sp.decode_n > 1 ? s->o->sp.decode_n : 1) : 1;
-    if (j->p.n + R + 16 > s->n_ctx) {
-        hx_api_errf(e, HX_API_ERR_CONTEXT, NULL,
-                    "request (%d tokens) exceeds the available context size (%d tokens), try increasing it", j->p.n,
-                    s->n_ctx);
-        e->n_prompt_tokens = j->p.n;
-        e->n_ctx = s->n_ctx;
-        goto fail;
+    if (keep_body) {  /* moved, not copied */
+        if (!cn->body.data && eng_buf_append(&cn->body, "", 0)) { hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); goto fail; }
+        j->body = cn->body.data;
+        j->body_len = cn->body.len;
+        cn->body = (eng_buf){0};
     }
-    j->body = malloc(cn->body.len + 1);
-    if (!j->body) { hx_api_errf(e, HX_API_ERR_SERVER, NULL, "out of memory"); goto fail; }
-    memcpy(j->body, cn->body.data ? cn->body.data : "", cn->body.len);
-    j->body[cn->body.len] = '\0';
-    j->body_len = cn->body.len;
     eng_buf t = {0};
     eng_buf_printf(&t, "%s%s%s", path, query && query[0] ? "?" : "", query ? query : "");
     j->target = t.data;
@@ -495,6 +543,12 @@ static hx_job *make_job(conn *cn, const hx_api_route *rt, const char *path, cons
     if (!honoured) s->metrics.sampling_not_honoured++;
     pthread_mutex_unlock(&s->metrics.mu);
     if (j->q.params.ignored) hx_metrics_ignored(&s->metrics, j->q.ignored_paths, j->q.n_ignored, stderr);
+    /* the charge: from what preparing could take down to what the job keeps */
+    int64_t keep = hx_admit_retained(&s->admit, (int64_t)j->body_len, (int64_t)j->p.text_len, j->p.n + j->p.n_resp);
+    if (keep < cn->charged) {
+        hx_admit_release(&s->admit, cn->charged - keep);
+        cn->charged = keep;
+    }
     return j;
 fail:
     job_unref(j);
@@ -503,6 +557,48 @@ fail:
 
 // ----------------------------------------------------------------------------
 // The access handler
+
+/* Raises cn's charge to what a body of len bytes and n_values JSON values may take to prepare
+ * (lowers it when the estimate fell); false when the admission has no room for the rise now. */
+static bool charge_to(conn *cn, int64_t len, int64_t n_values) {
+    hx_admit *a = &cn->s->admit;
+    int64_t want = hx_admit_estimate(a, len, n_values);
+    if (want < cn->charged) hx_admit_release(a, cn->charged - want);
+    else if (want > cn->charged && !hx_admit_charge(a, want - cn->charged, len > HX_ADMIT_LARGE)) return false;
+    cn->charged = want;
+    return true;
+}
+
+/* 413: a body that --max-prep-memory could never admit (n_values: its JSON values). */
+static enum MHD_Result refuse_never(conn *cn, const hx_api_dialect *d, const char *method, const char *url,
+                                   int64_t len, int64_t n_values) {
+    hx_server *s = cn->s;
+    hx_api_error e;
+    hx_api_errf(&e, HX_API_ERR_TOO_LARGE, NULL, "the body (%lld bytes, %lld JSON values) would take about %lld bytes "
+                "to prepare, more than --max-prep-memory allows one request (%lld)", (long long)len,
+                (long long)n_values, (long long)hx_admit_estimate(&s->admit, len, n_values),
+                (long long)hx_admit_room(&s->admit, len > HX_ADMIT_LARGE));
+    eng_buf_free(&cn->body);
+    return send_error(cn, d, &e, method, url);
+}
+
+/* 503: the requests in preparation hold what --max-prep-memory allows (len: the body's announced
+ * length, -1 when it came chunked). */
+static enum MHD_Result refuse_no_room(conn *cn, const hx_api_dialect *d, const char *method, const char *url,
+                                      long long len) {
+    hx_server *s = cn->s;
+    hx_api_error e;
+    char what[64] = "";
+    if (len >= 0) snprintf(what, sizeof what, " (a body of %lld bytes)", len);
+    hx_api_errf(&e, HX_API_ERR_UNAVAILABLE, NULL, "the requests in preparation hold what --max-prep-memory allows "
+                "(%lld bytes): this one%s would pass it; retry later", (long long)s->o->max_prep, what);
+    e.retry_after = 1;
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.refused_memory++;
+    pthread_mutex_unlock(&s->metrics.mu);
+    eng_buf_free(&cn->body);
+    return send_error(cn, d, &e, method, url);
+}
 
 static bool authorized(hx_server *s, struct MHD_Connection *c, const char *url) {
     if (!s->o->api_key) return true;
@@ -529,18 +625,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&s->q_mu);
         *con_cls = cn;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoll(cl, NULL, 10) > s->o->max_body) {
+        long long announced = cl ? strtoll(cl, NULL, 10) : 0;
+        if (announced > s->o->max_body) {
             hx_api_error e;
             hx_api_errf(&e, HX_API_ERR_TOO_LARGE, NULL, "the body (%s bytes) is over the limit of %lld bytes (--max-body)",
                         cl, (long long)s->o->max_body);
             return send_error(cn, dialect_for_path(url), &e, method, url);
         }
+        /* the memory preparing it may take, charged before the body is read; its buffer in one piece */
+        if (!charge_to(cn, announced > 0 ? announced : 0, 0))
+            return refuse_no_room(cn, dialect_for_path(url), method, url, announced);
+        if (announced > 0 && (cn->body.data = malloc((size_t)announced + 1))) cn->body.cap = (size_t)announced + 1;
+        cn->announced = announced > 0 ? announced : 0;
         return MHD_YES;
     }
-    if (*upload_size) {  /* a body that grows past the limit (chunked) is read to its end, not kept, then refused */
-        if (!cn->answered && !cn->too_large) {
-            if (cn->body.len + *upload_size > (size_t)s->o->max_body) cn->too_large = true;
-            else if (eng_buf_append(&cn->body, upload, *upload_size)) return MHD_NO;
+    if (*upload_size) {  /* a body that grows past a limit (chunked) is read to its end, not kept, then refused */
+        size_t total = cn->body.len + *upload_size;
+        if (cn->answered || cn->too_large || cn->no_room) {
+        } else if (total > (size_t)s->o->max_body) {
+            cn->too_large = true;
+            eng_buf_free(&cn->body);
+        } else if ((int64_t)total > cn->announced && !charge_to(cn, (int64_t)total, 0)) {
+            cn->no_room = true;
+            eng_buf_free(&cn->body);
+        } else if (eng_buf_append(&cn->body, upload, *upload_size)) {
+            return MHD_NO;
         }
         *upload_size = 0;
         return MHD_YES;
@@ -552,6 +661,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                     (long long)s->o->max_body);
         return send_error(cn, dialect_for_path(url), &e, method, url);
     }
+    if (cn->no_room) return refuse_no_room(cn, dialect_for_path(url), method, url, -1);
     /* the whole request is here */
     if (!strcmp(url, "/") && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {  /* a client's reachability probe */
         static const char hello[] = "kvreplay serve\n";
@@ -570,12 +680,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         hx_api_errf(&e, HX_API_ERR_AUTH, NULL, "Invalid API Key");
         return send_error(cn, rt->dialect, &e, method, url);
     }
+    /* the body's JSON values counted: its charge made exact before it is parsed; a large body
+     * then waits for a preparation lane */
+    int64_t len = (int64_t)cn->body.len, n_values = hx_admit_count_values(cn->body.data ? cn->body.data : "", cn->body.len);
+    if (hx_admit_estimate(&s->admit, len, n_values) > hx_admit_room(&s->admit, len > HX_ADMIT_LARGE))
+        return refuse_never(cn, rt->dialect, method, url, len, n_values);
+    if (!charge_to(cn, len, n_values)) return refuse_no_room(cn, rt->dialect, method, url, -1);
+    bool lane = len > HX_ADMIT_LANE, trim = len > HX_ADMIT_LARGE;
+    if (lane) {
+        hx_admit_lane_enter(&s->admit);
+        if (client_gone(socket_of(c))) {  /* it left while it waited: nobody to prepare it for */
+            hx_admit_lane_leave(&s->admit, false);
+            log_line(cn, method, url, 499, "the client went away");
+            return MHD_NO;
+        }
+    }
     query_acc qa = {{0}};
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_query, &qa);
     const char *query = qa.b.data ? qa.b.data : "";
     enum MHD_Result ok;
     if (rt->op == HX_API_OP_GENERATE) {
         hx_job *j = make_job(cn, rt, url, query, &e);
+        if (lane) hx_admit_lane_leave(&s->admit, trim);
         if (!j) ok = send_error(cn, rt->dialect, &e, method, url);
         else {
             cn->job = j;
@@ -591,10 +717,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         hx_api_req q;
         hx_api_req_init(&q);
         q.route = rt;
-        if (rt->parse && rt->parse(rt, url, query, cn->body.data, cn->body.len, &q, &e) != ENG_OK)
-            ok = send_error(cn, rt->dialect, &e, method, url);
-        else ok = answer_simple(cn, rt, &q, method, url);
+        bool bad = rt->parse && rt->parse(rt, url, query, cn->body.data, cn->body.len, &q, &e) != ENG_OK;
+        eng_buf_free(&cn->body);
+        ok = bad ? send_error(cn, rt->dialect, &e, method, url) : answer_simple(cn, rt, &q, method, url);
         hx_api_req_free(&q);
+        if (lane) hx_admit_lane_leave(&s->admit, trim);
     }
     eng_buf_free(&qa.b);
     return ok;
@@ -618,6 +745,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         job_unref(j);
         atomic_fetch_sub(&cn->s->n_answering, 1);
     }
+    hx_admit_release(&cn->s->admit, cn->charged);
     eng_buf_free(&cn->body);
     free(cn);
     *con_cls = NULL;
@@ -762,6 +890,7 @@ static void server_free(hx_server *s) {
     free(s->span_slot);
     eng_batch_free(s->batch);
     hx_metrics_destroy(&s->metrics);
+    hx_admit_destroy(&s->admit);
 }
 
 int hx_serve_run(const hx_serve_opts *opts) {
@@ -771,6 +900,12 @@ int hx_serve_run(const hx_serve_opts *opts) {
     hx_server S = {0}, *s = &S;
     s->o = o;
     hx_metrics_init(&s->metrics);
+    /* long preparations on the cores the engine's threads leave (one at least); the context is set
+     * once the model is open */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t lanes = (int32_t)(ncpu > 0 ? ncpu : 1) - o->sp.num.n_threads;
+    hx_admit_init(&s->admit, o->max_prep, lanes, 0, o->record != NULL, o->sp.normalize && o->sp.normalize[0],
+                  &s->metrics);
     pthread_mutex_init(&s->engine_mu, NULL);
     pthread_mutex_init(&s->slots_mu, NULL);
     struct MHD_Daemon *d = NULL;
@@ -794,6 +929,13 @@ int hx_serve_run(const hx_serve_opts *opts) {
         snprintf(err, sizeof err, "--inject-fault %s is caught by --verify: give both", o->sp.fault);
         rc = ENG_ERR_ARG;
     }
+    if (rc == ENG_OK && hx_admit_estimate(&s->admit, o->max_body, 0) > hx_admit_room(&s->admit, true)) {
+        snprintf(err, sizeof err, "--max-prep-memory %lld: a body of --max-body %lld bytes may take %lld bytes to be "
+                 "prepared, and one request may hold 7/8 of the cap at most: raise --max-prep-memory or lower "
+                 "--max-body", (long long)o->max_prep, (long long)o->max_body,
+                 (long long)hx_admit_estimate(&s->admit, o->max_body, 0));
+        rc = ENG_ERR_ARG;
+    }
     if (rc == ENG_OK && (o->sp.repeat > 1 || o->sp.batch_check >= 0)) {
         snprintf(err, sizeof err, "%s is replay's, not serve's", o->sp.repeat > 1 ? "--repeat" : "--batch-check");
         rc = ENG_ERR_ARG;
@@ -814,6 +956,7 @@ int hx_serve_run(const hx_serve_opts *opts) {
     s->eos_id = eng_tokenizer_eos(s->tok);
     s->eot_id = eng_tokenizer_eot(s->tok);
     s->byte_tok = spm_byte_token(s->tok);
+    s->admit.n_ctx = s->n_ctx;
     if ((rc = hx_session_start(s->session, s->n_ctx, NULL, false, o->parallel, err, sizeof err))) {
         code = rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE;
         goto fail;
@@ -854,6 +997,9 @@ int hx_serve_run(const hx_serve_opts *opts) {
     sigaction(SIGINT, &sa_stop, NULL);
     sigaction(SIGTERM, &sa_stop, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* a buffer of 1 MiB or more (a large body, its parse) is mapped on its own and unmapped when freed,
+     * never left in an arena: glibc's default threshold rises up to 32 MiB with each such free */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     if ((rc = hx_worker_start(s, err, sizeof err))) { code = HX_EXIT_INTERNAL; goto fail; }
     d = MHD_start_daemon(MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC,
                          0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,

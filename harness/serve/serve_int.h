@@ -46,6 +46,8 @@ typedef struct hx_metrics {
     int64_t ttft_count;
     int64_t queue_depth;         /* gauge, set by the queue */
     int64_t steps, step_rows, step_spans;  /* engine steps; rows and spans in them (the batch's fill) */
+    int64_t refused_memory;      /* 503: --max-prep-memory was reached */
+    int64_t prep_bytes, prep_peak, prep_limit;  /* gauges, set by the admission (admit.c) */
     /* ignored fields by path (hx_api_req.ignored_paths): requests that carried each, the first
      * HX_METRICS_PATHS paths seen; later new paths are counted under "..." */
     char    ignored_path[HX_METRICS_PATHS][96];
@@ -63,6 +65,46 @@ void   hx_metrics_ttft(hx_metrics *m, double seconds);
 void   hx_metrics_ignored(hx_metrics *m, char *const *paths, int32_t n, FILE *say);
 /* Prometheus text exposition format (malloc'd), or NULL on OOM. */
 char  *hx_metrics_text(hx_metrics *m);
+
+// ----------------------------------------------------------------------------
+// Admission (admit.c): the memory requests in preparation may hold, and the
+// lanes large bodies are prepared in
+
+#define HX_ADMIT_LARGE ((int64_t)1 << 20)  /* a body over this is large: 7/8 of the cap at most */
+#define HX_ADMIT_LANE  ((int64_t)64 << 10) /* a body over this is prepared in a lane */
+
+typedef struct hx_admit {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int64_t         limit;       /* --max-prep-memory */
+    int64_t         held, peak;  /* bytes charged now, and at most so far */
+    int32_t         lanes, busy; /* bodies prepared in lanes at once at most, and now */
+    int32_t         n_ctx;       /* the context (a prompt that fits: its token arrays) */
+    int32_t         per_byte;    /* bytes charged per body byte */
+    hx_metrics     *m;           /* its gauges (may be NULL) */
+} hx_admit;
+
+/* keep_body: --record keeps bodies; normalize: a --normalize rule may copy a request. */
+void    hx_admit_init(hx_admit *a, int64_t limit, int32_t lanes, int32_t n_ctx, bool keep_body, bool normalize,
+                      hx_metrics *m);
+void    hx_admit_destroy(hx_admit *a);
+/* The bytes a request may hold at its peak while it is parsed and prepared: its body's length and
+ * the JSON values in it (hx_admit_count_values; 0 before the body is known). */
+int64_t hx_admit_estimate(const hx_admit *a, int64_t body_len, int64_t n_values);
+/* The most a request may be charged: the cap, or 7/8 of it for a large body. */
+int64_t hx_admit_room(const hx_admit *a, bool large);
+/* What a request that fits keeps while it waits and runs: the body kept for --record, the
+ * prompt's text (as received, normalized, rendered), its tokens. */
+int64_t hx_admit_retained(const hx_admit *a, int64_t body_kept, int64_t text_len, int32_t n_tokens);
+/* JSON values, keys and containers in a body (an upper bound for malformed JSON), in one pass. */
+int64_t hx_admit_count_values(const char *body, size_t n);
+/* Charges bytes (true), or refuses them (false: the charges would pass hx_admit_room). */
+bool    hx_admit_charge(hx_admit *a, int64_t bytes, bool large);
+void    hx_admit_release(hx_admit *a, int64_t bytes);
+/* A lane for a body over HX_ADMIT_LANE: waits while every lane is busy; leaving with trim (a large
+ * body) hands the memory the preparation freed back to the system. */
+void    hx_admit_lane_enter(hx_admit *a);
+void    hx_admit_lane_leave(hx_admit *a, bool trim);
 
 // ----------------------------------------------------------------------------
 // A request in flight
@@ -218,6 +260,7 @@ typedef struct hx_server {
     int32_t           *id_next_turn; /* (n_ids) */
     int32_t            n_ids;
     hx_metrics         metrics;
+    hx_admit           admit;
     hx_api_info        info;         /* /props, /v1/models */
     char               build_info[64], bos[64], eos[64];
     char               cache_json[512];  /* /props' "kvreplay": the cache rule a client should expect */

@@ -23,6 +23,7 @@ typedef struct hx_serve_opts {
     int32_t     n_ctx;         /* -c: positions per sequence (0: the model's training context) */
     int32_t     n_predict;     /* -n: generated tokens at most per request (llama-server's -n cap) */
     int64_t     max_body;      /* bytes (413 beyond) */
+    int64_t     max_prep;      /* bytes requests in preparation may hold, server-wide (503 beyond) */
     int32_t     queue;         /* requests waiting for the engine at most (503 beyond) */
     int32_t     parallel;      /* slots: requests in flight at once, batched (llama-server's -np; default 1) */
     int32_t     batch_size;    /* rows per engine step at most (0: no cap); prefill chunks stay whole */

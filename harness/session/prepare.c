@@ -1,5 +1,8 @@
 /*
- * harness/replay/prepare.c: normalize, render, tokenize (see prepare.h).
+ * harness/session/prepare.c: normalize, render, tokenize (see prepare.h).
+ * hx_prepare tokenizes the whole prompt (a transcript's request);
+ * hx_prepare_upto stops where a token budget ends (a request from the
+ * network), with the same ids for a prompt that fits.
  */
 #include "prepare.h"
 
@@ -127,6 +130,39 @@ static int response_tokens(hx_prepare_ctx *c, hx_prepared *out, const hx_render 
     return tokenize(c->tok, resp->text, resp->len, false, &out->resp, NULL, &out->n_resp);
 }
 
+/* The first token starting at or after the end of the system turn (-1: no system turn). */
+static int32_t stable_end_of(const hx_prepared *p) {
+    size_t sys_end = hx_render_system_end(&p->prompt);
+    if (sys_end == 0) return -1;
+    int32_t i = 0;
+    while (i < p->n && (size_t)p->offsets[i] < sys_end) i++;
+    return i;
+}
+
+/* A pre-tokenized request's ids checked against the vocabulary and copied. */
+static int copy_tokens(hx_prepare_ctx *c, const hx_request *r, hx_prepared *out, char *err, size_t errlen) {
+    out->tokens = malloc(sizeof(int32_t) * (size_t)(r->n_tokens > 0 ? r->n_tokens : 1));
+    out->offsets = calloc((size_t)(r->n_tokens > 0 ? r->n_tokens : 1), sizeof(int32_t));
+    if (!out->tokens || !out->offsets) return ENG_ERR_NOMEM;
+    int32_t V = eng_tokenizer_n_vocab(c->tok);
+    for (int32_t i = 0; i < r->n_tokens; i++) {
+        if (r->tokens[i] < 0 || r->tokens[i] >= V) {
+            eng_errf(err, errlen, "%s:%lld: tokens[%d]: id %d is outside the vocabulary [0, %d)",
+                     c->source ? c->source : "transcript", (long long)r->line, i, r->tokens[i], V);
+            return ENG_ERR_ARG;
+        }
+    }
+    memcpy(out->tokens, r->tokens, sizeof(int32_t) * (size_t)r->n_tokens);
+    out->n = r->n_tokens;
+    return ENG_OK;
+}
+
+static int empty_prompt(const hx_prepare_ctx *c, const hx_request *r, char *err, size_t errlen) {
+    eng_errf(err, errlen, "%s:%lld: the prompt is empty (no tokens)", c->source ? c->source : "transcript",
+             (long long)r->line);
+    return ENG_ERR_ARG;
+}
+
 int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->req = r;
@@ -137,20 +173,7 @@ int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, si
     out->n_normalized = k;
     int rc;
     if (r->tokens) {  /* pre-tokenized: used as is */
-        out->tokens = malloc(sizeof(int32_t) * (size_t)(r->n_tokens > 0 ? r->n_tokens : 1));
-        out->offsets = calloc((size_t)(r->n_tokens > 0 ? r->n_tokens : 1), sizeof(int32_t));
-        if (!out->tokens || !out->offsets) { rc = ENG_ERR_NOMEM; goto fail; }
-        int32_t V = eng_tokenizer_n_vocab(c->tok);
-        for (int32_t i = 0; i < r->n_tokens; i++) {
-            if (r->tokens[i] < 0 || r->tokens[i] >= V) {
-                eng_errf(err, errlen, "%s:%lld: tokens[%d]: id %d is outside the vocabulary [0, %d)",
-                         c->source ? c->source : "transcript", (long long)r->line, i, r->tokens[i], V);
-                rc = ENG_ERR_ARG;
-                goto fail;
-            }
-        }
-        memcpy(out->tokens, r->tokens, sizeof(int32_t) * (size_t)r->n_tokens);
-        out->n = r->n_tokens;
+        if ((rc = copy_tokens(c, r, out, err, errlen)) != ENG_OK) goto fail;
     } else {
         if ((rc = hx_render_prompt(c->tmpl, r, &out->prompt, err, errlen)) != ENG_OK) goto fail;
         out->text = out->prompt.text;
@@ -158,23 +181,135 @@ int hx_prepare(hx_prepare_ctx *c, hx_request *r, hx_prepared *out, char *err, si
         rc = tokenize(c->tok, out->text, out->text_len, eng_tokenizer_add_bos(c->tok), &out->tokens, &out->offsets,
                       &out->n);
         if (rc != ENG_OK) goto fail;
-        size_t sys_end = hx_render_system_end(&out->prompt);
-        if (sys_end > 0) {  /* the first token starting at or after the end of the system turn */
-            int32_t i = 0;
-            while (i < out->n && (size_t)out->offsets[i] < sys_end) i++;
-            out->stable_end = i;
-        }
+        out->stable_end = stable_end_of(out);
     }
     if (out->n < 1) {
-        eng_errf(err, errlen, "%s:%lld: the prompt is empty (no tokens)", c->source ? c->source : "transcript",
-                 (long long)r->line);
-        rc = ENG_ERR_ARG;
+        rc = empty_prompt(c, r, err, errlen);
         goto fail;
     }
     if ((rc = hx_prepare_response(c, r, out, err, errlen)) != ENG_OK) goto fail;
     return ENG_OK;
 fail:
     hx_prepared_free(out);
+    return rc;
+}
+
+int hx_prepare_render(hx_prepare_ctx *c, hx_request *r, hx_render *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (hx_normalize_apply(&c->norm, r) < 0) return ENG_ERR_NOMEM;
+    return hx_render_prompt(c->tmpl, r, out, err, errlen);
+}
+
+int64_t hx_tokens_over(const eng_tokenizer *tok, const char *text, size_t len, bool bos, bool parse_special,
+                       int32_t max_tokens, bool *counted) {
+    *counted = false;
+    if (len <= (size_t)HX_PREPARE_EXACT_BYTES * (size_t)(max_tokens > 0 ? max_tokens : 0) + 4096) {
+        int32_t n = eng_tokenize(tok, text, len, bos, false, parse_special, NULL, 0, NULL);  /* counted, not kept */
+        if (n != INT32_MIN) {
+            *counted = true;
+            return n < 0 ? -(int64_t)n : n;
+        }
+    }
+    const int64_t L = eng_tokenizer_max_token_bytes(tok);
+    const int64_t lb = eng_tokenizer_bytes_bound(tok) && L > 0 ? ((int64_t)len + L - 1) / L + (bos ? 1 : 0) : 0;
+    return lb > (int64_t)max_tokens ? lb : (int64_t)max_tokens + 1;
+}
+
+/* ids and offsets of out->text, as far as b->max_tokens allows: ENG_OK with the whole
+ * tokenization, or ENG_ERR_RANGE with b->at_least set (nothing kept). */
+static int tokenize_upto(hx_prepare_ctx *c, hx_prepared *out, hx_prepare_budget *b) {
+    const eng_tokenizer *tok = c->tok;
+    const bool bos = eng_tokenizer_add_bos(tok) && eng_tokenizer_bos(tok) >= 0;
+    const int64_t max = b->max_tokens > 0 ? b->max_tokens : 0;
+    const int64_t L = eng_tokenizer_max_token_bytes(tok);
+    /* the size alone: a text of B bytes has at least ceil(B / L) tokens where the bound holds */
+    const int64_t lb = eng_tokenizer_bytes_bound(tok) && L > 0
+                       ? ((int64_t)out->text_len + L - 1) / L + (bos ? 1 : 0) : (bos ? 1 : 0);
+    if (lb > max) {
+        b->at_least = hx_tokens_over(tok, out->text, out->text_len, bos, true, b->max_tokens, &b->counted);
+        return ENG_ERR_RANGE;
+    }
+    /* arrays the size of the budget, or of a short text's most tokens (a byte each, and an SPM dummy
+     * prefix per fragment: an estimate, checked: a text that has more is tokenized again to the budget) */
+    const int64_t most = 2 * (int64_t)out->text_len + 2;
+    int32_t cap = (int32_t)(max < most ? max : most), n;
+    bool more = false;
+    for (;;) {
+        out->tokens = malloc(sizeof(int32_t) * (size_t)(cap > 0 ? cap : 1));
+        out->offsets = malloc(sizeof(int32_t) * (size_t)(cap > 0 ? cap : 1));
+        if (!out->tokens || !out->offsets) return ENG_ERR_NOMEM;
+        n = eng_tokenize_upto(tok, out->text, out->text_len, bos, false, true, cap, out->tokens, out->offsets, &more);
+        if (n == INT32_MIN) return ENG_ERR_NOMEM;
+        if (!more || cap >= max) break;
+        free(out->tokens);
+        free(out->offsets);
+        out->tokens = out->offsets = NULL;
+        cap = (int32_t)max;
+    }
+    if (more) {
+        b->at_least = hx_tokens_over(tok, out->text, out->text_len, bos, true, b->max_tokens, &b->counted);
+        return ENG_ERR_RANGE;
+    }
+    out->n = n;
+    b->at_least = n;
+    b->counted = true;
+    return ENG_OK;
+}
+
+int hx_prepare_upto(hx_prepare_ctx *c, hx_request *r, hx_prepare_budget *b, hx_prepared *out, char *err,
+                    size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->req = r;
+    out->stable_end = -1;
+    out->text = "";
+    b->at_least = 0;
+    b->counted = false;
+    if (b->received) memset(b->received, 0, sizeof *b->received);
+    /* the request as it came: copied now only when a rule will rewrite it, else once it fits */
+    bool copied = false;
+    if (b->received && hx_normalize_spans(&c->norm, r, NULL, 0) > 0) {
+        if (hx_request_copy(b->received, r)) return ENG_ERR_NOMEM;
+        copied = true;
+    }
+    int rc;
+    int k = hx_normalize_apply(&c->norm, r);
+    if (k < 0) { rc = ENG_ERR_NOMEM; goto fail; }
+    out->n_normalized = k;
+    if (r->tokens) {
+        if (r->n_tokens > b->max_tokens) {
+            b->at_least = r->n_tokens;
+            b->counted = true;
+            rc = ENG_ERR_RANGE;
+            goto fail;
+        }
+        if ((rc = copy_tokens(c, r, out, err, errlen)) != ENG_OK) goto fail;
+        b->at_least = out->n;
+        b->counted = true;
+    } else {
+        if ((rc = hx_render_prompt(c->tmpl, r, &out->prompt, err, errlen)) != ENG_OK) goto fail;
+        out->text = out->prompt.text;
+        out->text_len = out->prompt.len;
+        if ((rc = tokenize_upto(c, out, b)) != ENG_OK) goto fail;
+        out->stable_end = stable_end_of(out);
+    }
+    if (out->n < 1) {
+        rc = empty_prompt(c, r, err, errlen);
+        goto fail;
+    }
+    if (b->received && !copied && hx_request_copy(b->received, r)) { rc = ENG_ERR_NOMEM; goto fail; }
+    copied = b->received != NULL;
+    if ((rc = hx_prepare_response(c, r, out, err, errlen)) != ENG_OK) goto fail;
+    return ENG_OK;
+fail:
+    if (rc == ENG_ERR_RANGE)
+        eng_errf(err, errlen, "%s:%lld: the prompt has %s%lld tokens, over the budget of %d",
+                 c->source ? c->source : "request", (long long)r->line, b->counted ? "" : "at least ",
+                 (long long)b->at_least, b->max_tokens);
+    hx_prepared_free(out);
+    if (copied) {
+        hx_request_free(b->received);
+        memset(b->received, 0, sizeof *b->received);
+    }
     return rc;
 }
 
