@@ -28,8 +28,8 @@
 #   usage: sh experiments/demo.sh [KVREPLAY] [demo|full]
 # Environment (full scale; defaults): LANES (2), THREADS (1), FULL_DIR (results/full),
 # LOG_DIR ($FULL_DIR/logs), CACHE_ROOT (results/cache), NO_RENDER (set: no costs and no
-# figures at the end), EXPERIMENTS (the list below), PROGRESS_S (10: seconds between
-# status lines).
+# figures at the end), EXPERIMENTS (the list below), SPEC_DIR (experiments: where NAME.json
+# is), PROGRESS_S (10: seconds between status lines).
 set -eu
 KVR=${1:-build/kvreplay}
 SCALE=${2:-demo}
@@ -66,7 +66,8 @@ LOG_DIR=${LOG_DIR:-$FULL_DIR/logs}
 CACHE_ROOT=${CACHE_ROOT:-results/cache}
 PROGRESS_S=${PROGRESS_S:-10}
 SQLITE3=${SQLITE3:-sqlite3}
-export KVREPLAY="$KVR" THREADS CALIBRATION FULL_DIR LOG_DIR CACHE_ROOT SQLITE3
+SPEC_DIR=${SPEC_DIR:-experiments}
+export KVREPLAY="$KVR" THREADS CALIBRATION FULL_DIR LOG_DIR CACHE_ROOT SQLITE3 SPEC_DIR
 mkdir -p "$FULL_DIR" "$LOG_DIR"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvr-demo-full.XXXXXX")
 # Each experiment runs in a session of its own (setsid), so that stopping the demo stops
@@ -74,9 +75,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvr-demo-full.XXXXXX")
 cleanup() {
     [ -n "${lanepids:-}" ] && kill $lanepids 2>/dev/null || true
     for f in "$WORK"/lane.*.pid; do
-        [ -f "$f" ] && kill -TERM -- "-$(cat "$f")" 2>/dev/null || true
+        [ -f "$f" ] && kill -TERM "-$(cat "$f")" 2>/dev/null || true
     done
     [ -n "${loadpid:-}" ] && kill "$loadpid" 2>/dev/null || true
+    [ -n "${sleeppid:-}" ] && kill "$sleeppid" 2>/dev/null || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -92,7 +94,7 @@ hms() { awk -v s="$1" 'BEGIN { s = int(s + 0.5); if (s < 0) s = 0
 # experiment (no units) counts as one unit of 60 s.
 : >"$WORK/list"
 for e in $EXPERIMENTS; do
-    spec=experiments/$e.json
+    spec=$SPEC_DIR/$e.json
     [ -f "$spec" ] || { echo "demo: $spec not found, skipped" >&2; continue; }
     shard="--shard 1/1"  # the plan's costs (a spec that probes a live server has no units: no --shard)
     grep -q '"server"' "$spec" && shard=""
@@ -137,7 +139,7 @@ done_work() {
 # Lanes: each takes the costliest experiment nobody has taken (claimed by mkdir).
 lane() {
     child=""
-    trap '[ -n "$child" ] && kill -TERM -- "-$child" 2>/dev/null; exit 143' INT TERM HUP
+    trap '[ -n "$child" ] && kill -TERM "-$child" 2>/dev/null; exit 143' INT TERM HUP
     for e in $(cat "$WORK/order"); do
         mkdir "$WORK/claim.$e" 2>/dev/null || continue
         setsid sh experiments/fullscale.sh run "$e" &
@@ -189,7 +191,9 @@ while :; do
             "${running:+ running:$running}" >&2
     fi
     [ "$alive" = 1 ] || break
-    sleep "$PROGRESS_S"
+    sleep "$PROGRESS_S" &  # waited for, so that a signal stops the demo at once
+    sleeppid=$!
+    wait "$sleeppid" || true
 done
 [ "$tty" = 1 ] && printf '\n' >&2
 wait $lanepids 2>/dev/null || true
