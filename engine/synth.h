@@ -73,8 +73,9 @@ typedef struct eng_synth_params {
 } eng_synth_params;
 
 /* Defaults for a named preset of the llama architecture: "tiny" (D 64, L 2,
- * H 4, G 2, F 176, ctx 4096), "small" (256, 4, 8, 4, 704, 16384) or "base"
- * (1024, 12, 16, 8, 2816, 8192); F32, rope base 10000, eps 1e-5, seed 0,
+ * H 4, G 2, F 176, ctx 4096), "small" (256, 4, 8, 4, 704, 16384), "base"
+ * (1024, 12, 16, 8, 2816, 8192) or "narrow" (64, 2, 2, 1, 176, 262144: the
+ * full-scale experiments' long contexts); F32, rope base 10000, eps 1e-5, seed 0,
  * built-in vocabulary. An unknown (or NULL) name returns the tiny defaults
  * with ok = false. Same as eng_synth_preset_arch("llama", name). */
 eng_synth_params eng_synth_preset(const char *name);

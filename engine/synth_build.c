@@ -49,7 +49,7 @@
 #define SYNTH_VERSION      1       /* kvreplay.synth.version: bump when init laws change */
 #define SYNTH_BUILTIN_VOCAB 259
 
-const char *const eng_synth_preset_names[] = {"tiny", "small", "base", NULL};
+const char *const eng_synth_preset_names[] = {"tiny", "small", "base", "narrow", NULL};
 
 // ----------------------------------------------------------------------------
 // Architectures and presets (registered by the layer kinds)

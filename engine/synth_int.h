@@ -64,7 +64,7 @@ struct eng_synth_arch {
     int (*check)(synth_ctx *c);              /* arch-specific param checks */
     int (*meta)(synth_ctx *c);               /* ARCH.* metadata keys */
     int (*layer)(synth_ctx *c, int32_t il);  /* tensors of layer il */
-    eng_synth_shape presets[3];              /* tiny, small, base */
+    eng_synth_shape presets[4];              /* tiny, small, base, narrow */
 };
 
 /* Helpers (synth_tensors.c). Each returns ENG_OK or an error with err filled. */

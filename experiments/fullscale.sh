@@ -21,7 +21,8 @@
 #
 # Environment (defaults): KVREPLAY (build/kvreplay), THREADS (1), CALIBRATION
 # (results/calibration.json), FULL_DIR (results/full), LOG_DIR
-# (results/full/logs: not committed), CACHE_ROOT (results/cache), SQLITE3 (sqlite3).
+# (results/full/logs: not committed), CACHE_ROOT (results/cache), SQLITE3 (sqlite3),
+# SPEC_DIR (experiments: NAME.json's directory).
 set -eu
 KVREPLAY=${KVREPLAY:-build/kvreplay}
 THREADS=${THREADS:-1}
@@ -30,6 +31,7 @@ FULL_DIR=${FULL_DIR:-results/full}
 LOG_DIR=${LOG_DIR:-results/full/logs}
 SQLITE3=${SQLITE3:-sqlite3}
 CACHE_ROOT=${CACHE_ROOT:-results/cache}
+SPEC_DIR=${SPEC_DIR:-experiments}
 now() { date -u +%FT%TZ; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 usage() { echo "usage: sh experiments/fullscale.sh run NAME [options...] | load | costs [NAME...]" >&2; exit 2; }
@@ -42,7 +44,7 @@ run)
     [ $# -ge 1 ] || usage
     name=$1
     shift
-    spec=${SPEC:-experiments/$name.json}
+    spec=${SPEC:-$SPEC_DIR/$name.json}
     [ -f "$spec" ] || { echo "fullscale.sh: $spec: no such spec" >&2; exit 2; }
     n=$(ls "$LOG_DIR/$name".*.time 2>/dev/null | wc -l)
     echo "$(now) start $name attempt $n: $KVREPLAY $* (load $(load))" >>"$LOG_DIR/runs.log"
@@ -80,7 +82,7 @@ costs)
             END { if (n) printf "%.1f", sum / n; else printf "-" }' "$LOG_DIR/runs.log" "$LOG_DIR/load.log" 2>/dev/null || echo -)
         units=$("$SQLITE3" -readonly "$db" "SELECT count(*) FROM runs r WHERE status = 'done' AND
                     (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) >= coalesce(n_requests, 0)" 2>/dev/null || echo '?')
-        planned=$("$KVREPLAY" experiment "experiments/$name.json" --db /dev/null --scale full --dry-run \
+        planned=$("$KVREPLAY" experiment "$SPEC_DIR/$name.json" --db /dev/null --scale full --dry-run \
                      --cache-root "$CACHE_ROOT" 2>/dev/null | grep -c '# unit ' || true)
         builds=$("$SQLITE3" -readonly "$db" "SELECT group_concat(DISTINCT git_rev) FROM runs" 2>/dev/null || echo '?')
         echo "$stats" | while read -r att wall cpu rss; do

@@ -438,7 +438,7 @@ full_part() {
         fi
         table "$_db" 1 "$PLOTS/tab-full-status.sql" 'Table: the runs of this database (the latest per variant and sweep value)'
         [ "$_n" = seed004 ] && table "$_db" 1 "$PLOTS/tab-seed004-report.sql" \
-            'Table: the issue report'"'"'s own table, reproduced (Q1 the first request, Q2 the second; measured / modeled seconds)'
+            'Table: the issue report'"'"'s own table, reproduced (Q1 the first request, Q2 the second; the report'"'"'s seconds; here measured / modeled on the run'"'"'s model; the report'"'"'s model on an L4, modeled: docs/experiments.md)'
         say "$_db" "$_n"
         tables "$_n" "$_db"
         figures "$_n"

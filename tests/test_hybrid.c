@@ -628,6 +628,43 @@ static void synthetic_archs_carry_the_documented_keys_and_shapes(void **state) {
     }
 }
 
+/* The narrow preset of every synthetic architecture loads with the documented
+ * shape: D 64, two layers, attention of 2 heads of 32 with one KV head (256
+ * bytes of F32 KV per token and attention layer); the hybrid is one Mamba-2
+ * layer then one attention layer, as the full-scale experiments rely on. */
+static void narrow_presets_have_the_documented_shapes(void **state) {
+    (void)state;
+    const char *archs[] = {"llama", "swa", "kvreplay-swa", "recurrent", "hybrid", "rwkv7"};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        eng_synth_params p = eng_synth_preset_arch(archs[a], "narrow");
+        assert_true(p.ok);
+        assert_string_equal(p.preset, "narrow");
+        p.seed = 37;
+        char path[160], err[256] = "";
+        snprintf(path, sizeof path, "%s/narrow-%zu.gguf", g_dir, a);
+        assert_int_equal(eng_synth_write(&p, path, err, sizeof err), ENG_OK);
+        eng_numerics num = eng_numerics_default();
+        eng_model *m = NULL;
+        assert_int_equal(eng_model_load(path, &num, &m, err, sizeof err), ENG_OK);
+        const eng_model_info *in = eng_model_get_info(m);
+        assert_int_equal(in->n_embd, 64);
+        assert_int_equal(in->n_layer, 2);
+        assert_int_equal(in->n_ctx_train, 262144);
+        if (!strcmp(archs[a], "llama")) assert_int_equal(in->kv_bytes_per_token, 2 * 256);
+        if (!strcmp(archs[a], "hybrid")) {
+            assert_int_equal(eng_model_layer_kind(m, 0), ENG_LAYER_RECURRENT);
+            assert_int_equal(eng_model_layer_kind(m, 1), ENG_LAYER_ATTN);
+            assert_int_equal(in->n_head, 2);
+            assert_int_equal(in->n_head_kv, 1);
+            assert_int_equal(in->head_dim, 32);
+            assert_int_equal(in->kv_bytes_per_token, 256);
+            assert_int_equal(in->rec_state_bytes, 4 * (4 * 16 * 32 + 3 * (128 + 32)));
+        }
+        eng_model_free(m);
+        unlink(path);
+    }
+}
+
 /* A granitehybrid file with rope.scaling.finetuned = false (NoPE attention,
  * as real Granite-4.0-H files have) is refused, naming the key; the same
  * file with true loads. */
@@ -821,6 +858,7 @@ int main(void) {
         cmocka_unit_test(compare_catches_a_flip_in_recurrent_conv_and_window_memory),
         cmocka_unit_test(prefill_flops_count_the_new_layers),
         cmocka_unit_test(synthetic_archs_carry_the_documented_keys_and_shapes),
+        cmocka_unit_test(narrow_presets_have_the_documented_shapes),
         cmocka_unit_test(granitehybrid_without_rope_is_refused_naming_the_key),
         cmocka_unit_test(cohere2_with_an_output_tensor_is_refused_naming_it),
         cmocka_unit_test(model_info_reports_memory_kinds_and_sizes),

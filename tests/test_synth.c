@@ -219,8 +219,9 @@ static void presets_have_the_documented_shapes(void **state) {
         {"tiny", 64, 2, 4, 2, 176, 4096},
         {"small", 256, 4, 8, 4, 704, 16384},
         {"base", 1024, 12, 16, 8, 2816, 8192},
+        {"narrow", 64, 2, 2, 1, 176, 262144},
     };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         eng_synth_params p = eng_synth_preset(want[k].name);
         assert_true(p.ok);
         assert_string_equal(p.preset, want[k].name);

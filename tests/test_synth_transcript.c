@@ -458,7 +458,7 @@ static void cli_writes_identical_files_for_identical_flags(void **state) {
     if (access(bin, X_OK) != 0) skip();
     char dir[] = "/tmp/kvr_scli_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char a[300], b[300], cmd[1024], err[256];
+    char a[300], b[300], cmd[2048], err[256];
     snprintf(a, sizeof a, "%s/a.jsonl", dir);
     snprintf(b, sizeof b, "%s/b.jsonl", dir);
     const char *flags = "--scenario agent --seed 9 --sessions 2 --turns 3 --system-tokens-approx 2500 "
@@ -476,6 +476,14 @@ static void cli_writes_identical_files_for_identical_flags(void **state) {
     assert_memory_equal(x, y, nx);
     free(x);
     free(y);
+    /* --base-tokens T is --base-bytes 2.3 T (the Llama SPM vocabulary's bytes per token) */
+    snprintf(cmd, sizeof cmd, "%s synth-transcript --scenario static --seed 4 --base-tokens 10000 -o %s "
+             "2>/dev/null && %s synth-transcript --scenario static --seed 4 --base-bytes 23000 -o %s 2>/dev/null && "
+             "cmp -s %s %s", bin, a, bin, b, a, b);
+    assert_int_equal(run(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s synth-transcript --scenario static --seed 4 --base-bytes 20000 -o %s "
+             "2>/dev/null && ! cmp -s %s %s", bin, b, a, b);
+    assert_int_equal(run(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s synth-transcript --help | grep -q -- --commit-rate", bin);
     assert_int_equal(run(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s synth-transcript --scenario agent --base-bytes 5 -o %s 2>/dev/null", bin, a);

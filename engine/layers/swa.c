@@ -573,6 +573,7 @@ static const eng_synth_arch cohere2_synth = {
         {.D = 64, .L = 2, .H = 4, .G = 2, .F = 176, .ctx = 4096, .W = 40, .every = 2},
         {.D = 256, .L = 4, .H = 8, .G = 4, .F = 704, .ctx = 16384, .W = 512, .every = 4},
         {.D = 1024, .L = 12, .H = 16, .G = 8, .F = 2816, .ctx = 8192, .W = 1024, .every = 6},
+        {.D = 64, .L = 2, .H = 2, .G = 1, .F = 176, .ctx = 262144, .W = 40, .every = 2},
     },
 };
 
@@ -586,6 +587,7 @@ static const eng_synth_arch kvreplay_swa_synth = {
         {.D = 64, .L = 2, .H = 4, .G = 2, .F = 176, .ctx = 4096, .W = 40, .every = 2},
         {.D = 256, .L = 4, .H = 8, .G = 4, .F = 704, .ctx = 16384, .W = 512, .every = 4},
         {.D = 1024, .L = 12, .H = 16, .G = 8, .F = 2816, .ctx = 8192, .W = 1024, .every = 6},
+        {.D = 64, .L = 2, .H = 2, .G = 1, .F = 176, .ctx = 262144, .W = 40, .every = 2},
     },
 };
 

@@ -20,7 +20,7 @@
 
 static const char usage[] =
     "usage: kvreplay model synth [--arch llama|swa|kvreplay-swa|recurrent|hybrid|rwkv7]\n"
-    "           [--preset tiny|small|base] [--layers N] [--dim D] [--heads H] [--kv-heads G]\n"
+    "           [--preset tiny|small|base|narrow] [--layers N] [--dim D] [--heads H] [--kv-heads G]\n"
     "           [--ff F] [--ctx N] [--rot R] [--window W] [--attn-every K]\n"
     "           [--ssm-state N] [--ssm-head-dim P] [--ssm-groups G] [--ssm-conv K]\n"
     "           [--wkv-head-size S] [--lora R]\n"
@@ -41,7 +41,7 @@ static const char usage[] =
     "                   hybrid: Mamba-2 layers with a full-attention layer every K-th,\n"
     "                     SwiGLU FFN in every layer (GGUF arch granitehybrid);\n"
     "                   rwkv7: RWKV-7 layers (GGUF arch rwkv7)\n"
-    "  --preset P       tiny (default), small, base; per arch (D, L, H, G, F, ctx):\n"
+    "  --preset P       tiny (default), small, base, narrow; per arch (D, L, H, G, F, ctx):\n"
     "                   llama      tiny 64,2,4,2,176,4096  small 256,4,8,4,704,16384\n"
     "                              base 1024,12,16,8,2816,8192\n"
     "                   swa        llama's shapes; window 40 / 512 / 1024,\n"
@@ -52,6 +52,10 @@ static const char usage[] =
     "                              attention every 2 / 4 / 4; SSM as recurrent\n"
     "                   rwkv7      tiny D 128 L 2 F 512, small 256 4 1024, base 1024 12 4096;\n"
     "                              head size 64; LoRA ranks 32 / 32,32,32,64 / 64,64,32,160\n"
+    "                   narrow     every arch: D 64, L 2, ctx 262144; attention 2 heads of 32,\n"
+    "                              1 KV head, F 176 (hybrid: one Mamba-2 layer, then one\n"
+    "                              attention layer; SSM and swa as tiny; rwkv7 F 256, LoRA 16):\n"
+    "                              long contexts at the reports' token counts (docs/experiments.md)\n"
     "  --layers N       block count L\n"
     "  --dim D          embedding length D (attention head dim = D / heads; SSM inner size 2D)\n"
     "  --heads H        query heads (llama, swa, hybrid)\n"
@@ -116,7 +120,7 @@ int hx_cmd_model_synth(int argc, char **argv) {
         hx_die(HX_EXIT_USAGE, "--arch: expected one of %s, got '%s'", known, arch);
     }
     eng_synth_params p = eng_synth_preset_arch(arch, preset);
-    if (!p.ok) hx_die(HX_EXIT_USAGE, "--preset: expected tiny, small or base, got '%s'", preset);
+    if (!p.ok) hx_die(HX_EXIT_USAGE, "--preset: expected tiny, small, base or narrow, got '%s'", preset);
     const unsigned groups = eng_synth_arch_groups(arch);
     const bool attn = groups & ENG_SYNTH_HEADS, ssm = groups & ENG_SYNTH_SSM, wkv = groups & ENG_SYNTH_WKV;
 

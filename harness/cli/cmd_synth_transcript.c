@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "                             context (static) (default 4096)\n"
             "  --base-tokens-approx T     the same in tokens of diff text: B = 2 * T (the Llama SPM and\n"
             "                             GPT-2 vocabularies give about 2 bytes per token on it)\n"
+            "  --base-tokens T            the same, closer: B = 2.3 * T (the Llama SPM vocabulary's bytes\n"
+            "                             per token on this text: T within 1%%; GPT-2's about 2.1)\n"
             "  --step-bytes B             diff bytes added by each later request (default 1024)\n"
             "  --format chat|prompt       messages lines (default) or raw prompt lines\n"
             "\n"
@@ -61,7 +63,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     const char *scenario = NULL, *outp = NULL, *format = NULL;
     /* parse everything first: defaults depend on the scenario */
     const char *v_seed = NULL, *v_sessions = NULL, *v_turns = NULL, *v_sys = NULL, *v_systok = NULL, *v_tr = NULL,
-               *v_commit = NULL, *v_base = NULL, *v_basetok = NULL, *v_step = NULL;
+               *v_commit = NULL, *v_base = NULL, *v_basetok = NULL, *v_basetok23 = NULL, *v_step = NULL;
     bool env_last = false;
     bool fresh = false, inter = false;
     const char *v;
@@ -77,6 +79,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
         else if ((v = hx_opt(argc, argv, &i, "--commit-rate"))) v_commit = v;
         else if ((v = hx_opt(argc, argv, &i, "--base-bytes"))) v_base = v;
         else if ((v = hx_opt(argc, argv, &i, "--base-tokens-approx"))) v_basetok = v;
+        else if ((v = hx_opt(argc, argv, &i, "--base-tokens"))) v_basetok23 = v;
         else if ((v = hx_opt(argc, argv, &i, "--step-bytes"))) v_step = v;
         else if ((v = hx_opt(argc, argv, &i, "--format"))) format = v;
         else if (hx_flag(argv, i, "--fresh-sessions")) fresh = true;
@@ -101,6 +104,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
     if (v_commit) p.commit_rate = hx_parse_double("--commit-rate", v_commit, 0.0, 1.0);
     if (v_base) p.base_bytes = hx_parse_int("--base-bytes", v_base, 1, 64 << 20);
     if (v_basetok) p.base_bytes = 2 * hx_parse_int("--base-tokens-approx", v_basetok, 1, (64 << 20) / 2);
+    if (v_basetok23) p.base_bytes = 23 * hx_parse_int("--base-tokens", v_basetok23, 1, (64 << 20) / 23) / 10;
     if (v_step) p.step_bytes = hx_parse_int("--step-bytes", v_step, 1, 64 << 20);
     p.fresh_sessions = fresh;
     p.interleave = inter;
@@ -110,7 +114,7 @@ int hx_cmd_synth_transcript(int argc, char **argv) {
         else if (strcmp(format, "chat")) hx_die(HX_EXIT_USAGE, "%s: --format: expected chat or prompt, got '%s'", argv[0], format);
     }
     bool agent_only = v_sys || v_systok || v_tr || v_commit || fresh || inter || env_last;
-    bool extend_only = v_base || v_basetok || v_step || format;
+    bool extend_only = v_base || v_basetok || v_basetok23 || v_step || format;
     if (sc == HX_SYNTH_AGENT && extend_only)
         hx_die(HX_EXIT_USAGE, "%s: --base-bytes, --step-bytes and --format apply to --scenario extend", argv[0]);
     if (sc == HX_SYNTH_STATIC && (v_step || format))

@@ -3,6 +3,7 @@
  * the subcommands of the CLI contract (docs/design.md) (cli/cmd_*.c) through the
  * table below.
  */
+#include "blas_select.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -46,6 +47,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    hx_blas_core_select(argc, argv);  /* may re-execute: before anything else */
     hx_set_argv(argc, argv);
     if (argc < 2) { usage(stderr); return HX_EXIT_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
