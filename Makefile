@@ -75,15 +75,17 @@ test:
 	@{ pkg-config --exists $(PKGS) cmocka && command -v parallel; } >/dev/null 2>&1 || sh .ci/deps
 	@$(MAKE) --no-print-directory test-run
 
-# test-run's last step: the real clients (tests/clients/run.sh --quick: the openai and
-# Anthropic SDKs, curl, Claude Code and Qwen Code against kvreplay serve) when
-# npm is reachable, time-boxed; it skips with one message otherwise.
+# test-run's last step: the real clients (tests/clients/run.sh --quick: the openai,
+# Anthropic and Google GenAI SDKs, curl, Claude Code, Qwen Code, Codex and the Gemini
+# CLI at their pinned versions against kvreplay serve) when npm is reachable,
+# time-boxed; it skips with one message otherwise.
 test-run: $(BUILD)/kvreplay $(TEST_BIN)
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
 	@KVR_SKIP_CLIENTS=$(KVR_SKIP_CLIENTS) timeout 600 sh tests/clients/run.sh $(BUILD)/kvreplay --quick || { echo "test-clients: failed or timed out" >&2; exit 1; }
 
-# The real clients in full: the above and a scripted Claude Code session,
-# recorded, verified and replayed (several minutes; README, "Real clients").
+# The real clients in full: the above, the current version of each agent, and
+# scripted Claude Code, Codex and Gemini CLI sessions, recorded, verified and
+# replayed (several minutes; docs/serve.md, section 9).
 test-clients: $(BUILD)/kvreplay
 	@sh tests/clients/run.sh $(BUILD)/kvreplay
 

@@ -1,5 +1,6 @@
 #!/bin/sh
-# `make bench`: the benchmarks whose figures README and docs/benchmarks.md quote.
+# `make bench`: the benchmarks whose figures docs/benchmarks.md holds (written from this run by
+# experiments/bench-doc.sh) and README summarizes.
 # Figures, never pass/fail: medians measured side by side in one run.
 #
 # The performance targets are measured into results/bench/*.json and printed

@@ -1,6 +1,6 @@
 #!/bin/sh
 # experiments/fullscale.sh: the full-scale experiments on one shared machine,
-# as the committed results/full/ was made (docs/scale.md, README "Full scale").
+# as the committed results/full/ was made (docs/scale.md; docs/experiments.md, "Full scale").
 #
 #   sh experiments/fullscale.sh run NAME [experiment options...]
 #       kvreplay experiment experiments/NAME.json --scale full --threads $THREADS

@@ -52,6 +52,8 @@ static const char k_usage[] =
     "       kvreplay bench --contention ...   (prefill quiet and beside busy competitors; --contention --help)\n"
     "       kvreplay bench --depth LIST ...   (prefill at a depth of context; --depth 1 --help)\n"
     "       kvreplay bench --memory ...       (KV, state and peak RSS of a prefill; --memory --help)\n"
+    "       kvreplay bench --batch B ...      (B sequences batched against one by one; --batch 1 --help)\n"
+    "       kvreplay bench --serve --clients K ...  (K concurrent clients; see --serve --help)\n"
     "       kvreplay bench --table DIR        (the issue targets' table from a make bench run)\n"
     "\n"
     "Prefill tokens/s and GFLOP/s (cost model) against the sgemm peak measured in the same run;\n"

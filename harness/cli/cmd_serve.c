@@ -56,8 +56,9 @@ static void usage(FILE *f) {
     hx_usage(f, "usage: kvreplay serve -m MODEL.gguf [--listen 127.0.0.1:8080] [--verify] [--record FILE]\n"
                 "                      [--script FILE] [--db OUT.sqlite] [replay's policy and engine options]\n\n"
                 "Serves llama-server's API (/completion, /tokenize, /detokenize, /apply-template, /health,\n"
-                "/props, /slots, /metrics), OpenAI's (/v1/completions, /v1/chat/completions, /v1/models) and\n"
-                "Anthropic's (/v1/messages, /v1/messages/count_tokens). Every request goes through the\n"
+                "/props, /slots, /metrics), OpenAI's (/v1/completions, /v1/chat/completions, /v1/responses,\n"
+                "/v1/models), Anthropic's (/v1/messages, /v1/messages/count_tokens) and Gemini's\n"
+                "(/v1beta/models/M:generateContent, :streamGenerateContent, :countTokens). Every request goes through the\n"
                 "cache policy as a replay's does; generation is greedy. SIGINT or SIGTERM finish the\n"
                 "request in progress and stop (exit 0). See docs/serve.md.\n\n"
                 "options:\n", k_serve);

@@ -21,7 +21,7 @@
     X("generate",         hx_cmd_generate,          "greedy generation from a prompt") \
     X("bench",            hx_cmd_bench,             "prefill tok/s and GFLOP/s against the sgemm peak") \
     X("synth-transcript", hx_cmd_synth_transcript,  "write a seeded synthetic agent transcript") \
-    X("import",           hx_cmd_import,            "convert anthropic/openai/claude-code/swe-agent logs to a transcript") \
+    X("import",           hx_cmd_import,            "convert agent logs (anthropic, openai, claude-code, codex, gemini-cli, swe-agent) to a transcript") \
     X("render",           hx_cmd_render,            "print the exact prompt text (or tokens) replay feeds for one request") \
     X("replay",           hx_cmd_replay,            "replay a transcript cold and through a cache policy, log to SQLite") \
     X("check",            hx_cmd_check,             "like replay; exit 1 on any divergence from cold") \
@@ -29,7 +29,7 @@
     X("experiment",       hx_cmd_experiment,        "run an experiment spec into a SQLite database") \
     X("merge",            hx_cmd_merge,             "join the databases of an experiment's shards into one") \
     X("report",           hx_cmd_report,            "markdown summary of a results database") \
-    X("serve",            hx_cmd_serve,             "serve the engine and a cache policy over llama-server/OpenAI/Anthropic HTTP APIs") \
+    X("serve",            hx_cmd_serve,             "serve the engine and a cache policy over llama-server, OpenAI, Anthropic and Gemini APIs") \
     X("simulate",         hx_cmd_simulate,          "a production trace (Mooncake, Bailian) through a cache policy, token-only") \
     X("trace",            hx_cmd_trace,             "trace info: a production trace's summary and ideal hit rate") \
     /* one line per subcommand, above this one */
