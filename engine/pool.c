@@ -7,12 +7,15 @@
  * worker that wakes late finds the job's counter gone and claims nothing),
  * runs each and counts its rows done; the caller returns when all rows are
  * done. Sub-ranges are guided, as OpenMP's schedule(guided): each claim
- * takes 1/(2n) of the rows left (n threads), at least 1/(8n) of the job, so
- * two threads on a quiet machine start with a quarter each and finish
- * within a small last sub-range of each other, and a worker descheduled on
- * a loaded machine holds up at most the one it is running: the rest go to
- * whichever threads are on a core. Which thread runs which rows changes no
- * result (fn treats each row on its own; scratch is per executing thread).
+ * takes 1/(2n) of the rows left (n threads), down to a single row, so two
+ * threads on a quiet machine start with a quarter each and finish within
+ * one row of work of each other, and a worker descheduled on a loaded
+ * machine holds up at most the one it is running: the rest go to whichever
+ * threads are on a core. No floor on a claim: a floor of 1/(8n) of the job
+ * leaves one thread idle for up to 1/16 of each product at 2 threads, 2-3%
+ * of a 2-thread prefill at C = 64 (docs/engine.md, "Threads"). Which thread
+ * runs which rows changes no result (fn treats each row on its own; scratch
+ * is per executing thread).
  *
  * Waiting. A worker that has no job, and a caller waiting for the last
  * sub-ranges, poll (pause instructions, never sched_yield: on a loaded
@@ -94,7 +97,7 @@ struct eng_pool {
     void           (*fn)(void *, int32_t, int32_t);
     void           (*fn_ith)(void *, int32_t, int32_t, int32_t);
     void            *arg;
-    atomic_int       n_rows, min_chunk;
+    atomic_int       n_rows;
     /* the load monitor (caller side) */
     int              mode;      /* -1 adaptive, else fixed budget in ns (KVREPLAY_POOL_SPIN_US) */
     bool             busy;      /* adaptive: the last window said "oversubscribed" */
@@ -119,7 +122,7 @@ typedef struct pool_worker_arg {
 
 /* Claims the next sub-range [*r0, *r1) of job g (*n: its row count);
  * false when none is left, or when job g is over: its counter is closed or
- * carries another generation. A worker may read n_rows and min_chunk while
+ * carries another generation. A worker may read n_rows while
  * the caller writes the next job's (relaxed atomics); the caller closes the
  * old counter first, so a claim computed from them fails its
  * compare-exchange. After a successful claim the job cannot end before the
@@ -130,9 +133,7 @@ static bool pool_next(eng_pool *p, unsigned g, int32_t *r0, int32_t *r1, int32_t
         const uint32_t i = (uint32_t)c;
         const int32_t n_rows = atomic_load_explicit(&p->n_rows, memory_order_relaxed);
         if ((unsigned)(c >> 32) != g || i == CLAIM_CLOSED || (int64_t)i >= n_rows) return false;
-        int32_t size = (n_rows - (int32_t)i + 2 * p->n - 1) / (2 * p->n);
-        const int32_t min_chunk = atomic_load_explicit(&p->min_chunk, memory_order_relaxed);
-        if (size < min_chunk) size = min_chunk;
+        const int32_t size = (n_rows - (int32_t)i + 2 * p->n - 1) / (2 * p->n);  /* >= 1 */
         const int32_t end = size < n_rows - (int32_t)i ? (int32_t)i + size : n_rows;
         if (atomic_compare_exchange_weak(&p->claim, &c, ((uint64_t)g << 32) | (uint32_t)end)) {
             *r0 = (int32_t)i;
@@ -310,7 +311,6 @@ eng_pool *eng_pool_new(int32_t n_threads) {
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->n_rows, 0);
-    atomic_init(&p->min_chunk, 1);
     atomic_init(&p->started, 0);
     cpu_set_t set;
     p->n_cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
@@ -374,7 +374,6 @@ static void pool_run(eng_pool *p, int32_t n_rows, void (*fn)(void *, int32_t, in
     p->fn_ith = fn_ith;
     p->arg = arg;
     atomic_store_explicit(&p->n_rows, n_rows, memory_order_relaxed);
-    atomic_store_explicit(&p->min_chunk, n_rows / (8 * p->n) > 1 ? n_rows / (8 * p->n) : 1, memory_order_relaxed);
     atomic_store(&p->done, 0);
     atomic_store(&p->claim, (uint64_t)g << 32);
     atomic_store(&p->gen, g);  /* publishes the job (seq_cst) */
