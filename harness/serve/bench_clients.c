@@ -38,6 +38,7 @@
 #include "stats.h"
 #include "status.h"
 #include "util.h"
+#include "sysinfo.h"
 
 static const char k_usage[] =
     "usage: kvreplay bench --serve --clients K (-m MODEL.gguf | --url URL) [OPTIONS]\n"
@@ -75,14 +76,6 @@ static const hx_option k_options[] = {
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
-
-static void load_avg(char *buf, size_t cap) {
-    FILE *f = fopen("/proc/loadavg", "r");
-    double a = 0, b = 0, c = 0;
-    if (!f || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3) snprintf(buf, cap, "unknown");
-    else snprintf(buf, cap, "%.2f %.2f %.2f", a, b, c);
-    if (f) fclose(f);
-}
 
 // ----------------------------------------------------------------------------
 // A client
@@ -215,7 +208,7 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
     if (!a.n_vocab) return eng_errf(err, errlen, "bench --serve --clients: --vocab V (or -m) bounds the prompt ids"), ENG_ERR_ARG;
     if (!a.parallel) a.parallel = a.clients;
     char load0[64], load1[64];
-    load_avg(load0, sizeof load0);
+    hx_sysinfo_load(load0, sizeof load0);
 
     hx_serve_child ch = {0};
     char url[128], dir[64] = "/tmp/kvreplay-bench-clients-XXXXXX", log[128] = "";
@@ -255,7 +248,7 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
     wall = eng_now_s() - t0;
     if (started && hx_serve_child_stop(&ch, 60) != 0 && !rc)
         rc = (eng_errf(err, errlen, "kvreplay serve did not stop cleanly (its log: %s)", log), ENG_ERR_IO);
-    load_avg(load1, sizeof load1);
+    hx_sysinfo_load(load1, sizeof load1);
     int64_t n_tok = 0, n_ok = 0, n_failed = 0, n_t = 0, n_bad = 0;
     for (int32_t i = 0; i < n_started; i++) {
         n_tok += cl[i].n_tokens, n_ok += cl[i].n_ok, n_failed += cl[i].n_failed, n_bad += cl[i].n_malformed;

@@ -48,6 +48,7 @@
 #include "stats.h"
 #include "status.h"
 #include "util.h"
+#include "sysinfo.h"
 
 static const char k_usage[] =
     "usage: kvreplay bench --serve -m MODEL.gguf [OPTIONS]\n"
@@ -83,14 +84,6 @@ static const hx_option k_options[] = {
     {"--json", NULL, NULL, "one JSON object on stdout", HX_OPT_FLAG, OPT(json), 0, 0, NULL},
     {0},
 };
-
-static void load_avg(char *buf, size_t cap) {
-    FILE *f = fopen("/proc/loadavg", "r");
-    double a = 0, b = 0, c = 0;
-    if (!f || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3) snprintf(buf, cap, "unknown");
-    else snprintf(buf, cap, "%.2f %.2f %.2f", a, b, c);
-    if (f) fclose(f);
-}
 
 // ----------------------------------------------------------------------------
 // One request over HTTP, streamed
@@ -250,7 +243,7 @@ int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
     }
     if (!a.model) return eng_errf(err, errlen, "bench --serve: -m MODEL.gguf is required"), ENG_ERR_ARG;
     char load0[64], load1[64];
-    load_avg(load0, sizeof load0);
+    hx_sysinfo_load(load0, sizeof load0);
 
     /* this process's session: serve's defaults (slot-lcp, the model's template), the same engine options */
     hx_session_params sp;
@@ -328,7 +321,7 @@ int hx_serve_bench(int argc, char **argv, char *err, size_t errlen) {
     hx_http_free(http);
     if (made) stop_child(&ch, dir, rc != ENG_OK);
     hx_session_close(s);
-    load_avg(load1, sizeof load1);
+    hx_sysinfo_load(load1, sizeof load1);
     if (rc) {
         cases_free(cases, 2);
         char e2[1100];

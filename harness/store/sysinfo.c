@@ -123,3 +123,11 @@ void hx_sysinfo_get(hx_sysinfo *out) {
     set_unknown_if_empty(out->machine, sizeof out->machine);
     set_unknown_if_empty(out->blas, sizeof out->blas);
 }
+
+void hx_sysinfo_load(char *buf, size_t cap) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (!f || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3) snprintf(buf, cap, "unknown");
+    else snprintf(buf, cap, "%.2f %.2f %.2f", a, b, c);
+    if (f) fclose(f);
+}

@@ -36,4 +36,8 @@ void hx_sysinfo_get(hx_sysinfo *out);
  * names no model. text and buf must not be NULL; cap must be > 0. */
 int hx_sysinfo_parse_cpuinfo(const char *text, char *buf, size_t cap);
 
+/* The load average (1, 5, 15 minutes) as "a b c" with two decimals into
+ * buf, or "unknown" when /proc/loadavg cannot be read. Never fails. */
+void hx_sysinfo_load(char *buf, size_t cap);
+
 #endif /* HX_SYSINFO_H */
