@@ -674,6 +674,39 @@ static void options_that_cannot_work_are_refused_before_anything_runs(void **sta
     assert_int_equal(access(log, F_OK), -1);  /* no server was started */
 }
 
+/* An experiment's probe run against a serve it starts (a new port each time): with --resume, a
+ * variant this build has finished is not run again, and no server is started for it; without,
+ * it runs anew. */
+static void an_experiments_finished_probe_variant_is_not_run_again_on_resume(void **state) {
+    (void)state;
+    if (!kvr_bin()) return;
+    char spec[200], cache[200], db[200], out[8192];
+    snprintf(spec, sizeof spec, "%s/resume-spec.json", g_dir);
+    snprintf(cache, sizeof cache, "%s/resume-cache", g_dir);
+    snprintf(db, sizeof db, "%s/resume.sqlite", g_dir);
+    FILE *fp = fopen(spec, "w");
+    assert_non_null(fp);
+    fprintf(fp, "{\"name\": \"resume\", \"models\": {\"m\": {\"path\": \"%s\"}},\n"
+                " \"transcripts\": {\"t\": {\"path\": \"%s\"}},\n"
+                " \"servers\": {\"own\": {\"serve\": [\"--policy\", \"slot-lcp\", \"--align\", \"chunk\", \"-c\", \"8192\"]}},\n"
+                " \"runs\": [{\"variant\": \"v\", \"server\": \"own\", \"transcript\": \"t\", \"model\": \"m\",\n"
+                "            \"probe\": [\"--api\", \"llama\"]}]}\n", g_model, g_tr);
+    fclose(fp);
+    const char *first[] = {"experiment", spec, "--db", db, "--cache-root", cache, NULL};
+    const char *again[] = {"experiment", spec, "--db", db, "--cache-root", cache, "--resume", NULL};
+    int rc = proc_run(NULL, NULL, 0, out, sizeof out, first);
+    if (rc != 0) fail_msg("experiment: exit %d: %s", rc, out);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM runs WHERE status = 'done'"), 1);
+    rc = proc_run(NULL, NULL, 0, out, sizeof out, again);
+    if (rc != 0) fail_msg("experiment --resume: exit %d: %s", rc, out);
+    assert_non_null(strstr(out, "resume / v: run 1 is complete, not run again"));
+    assert_non_null(strstr(out, "(1 already complete, not re-run)"));
+    assert_int_equal(q_int(db, "SELECT count(*) FROM runs"), 1);
+    rc = proc_run(NULL, NULL, 0, out, sizeof out, first);  /* without --resume: anew */
+    if (rc != 0) fail_msg("experiment: exit %d: %s", rc, out);
+    assert_int_equal(q_int(db, "SELECT count(*) FROM runs WHERE status = 'done'"), 2);
+}
+
 // ----------------------------------------------------------------------------
 // kvreplay serve on loopback, and the faults planted in it
 
@@ -891,6 +924,7 @@ int main(void) {
         cmocka_unit_test(a_refused_connection_is_recorded_and_stops),
         cmocka_unit_test(a_vllm_server_is_probed_through_its_own_rules),
         cmocka_unit_test(options_that_cannot_work_are_refused_before_anything_runs),
+        cmocka_unit_test(an_experiments_finished_probe_variant_is_not_run_again_on_resume),
         cmocka_unit_test(serve_is_identical_with_reuse_as_expected),
         cmocka_unit_test(serve_misreporting_its_cache_is_caught),
         cmocka_unit_test(serve_with_a_stale_kv_row_is_caught),

@@ -51,6 +51,7 @@
 #include "status.h"
 #include "store.h"
 #include "util.h"
+#include "version.h"
 
 #define MAX_ARGS 96
 
@@ -65,6 +66,7 @@ typedef struct xctx {
     const char *sweep_name;  /* current sweep variable, or NULL */
     char        sweep_val[64];
     const char *cache_root;
+    bool        resume;      /* --resume: a probe variant already done by this build is not run again */
 } xctx;
 
 static const char k_usage[] =
@@ -248,9 +250,22 @@ static int resolve_input(const xctx *x, json_t *inputs, const char *kind, const 
 
 /* One probe run of the spec. HX_EXIT_OK when it ran (its findings, exit 1 of probe, are its
  * results, not the experiment's failure) or was skipped (*skipped). */
+/* With --resume: whether db holds a finished run of this variant by this build (said on stderr). */
+static bool probe_done(const xctx *x, const char *db, const char *exp_name, const char *vname) {
+    if (!x->resume || access(db, F_OK) != 0) return false;
+    hx_store *st = NULL;
+    char err[512];
+    int64_t id = -1;
+    bool done = hx_store_open(db, &st, err, sizeof err) == ENG_OK &&
+                hx_store_find_done_variant(st, exp_name, vname, hx_git_rev(), &id, err, sizeof err) == ENG_OK;
+    hx_store_close(st);
+    if (done) fprintf(stderr, "kvreplay: %s / %s: run %lld is complete, not run again\n", exp_name, vname, (long long)id);
+    return done;
+}
+
 static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const char *vname, const char *db,
-                     const char *exp_name, bool dry, bool *skipped, char *err, size_t errlen) {
-    *skipped = false;
+                     const char *exp_name, bool dry, bool *skipped, bool *complete, char *err, size_t errlen) {
+    *skipped = *complete = false;
     json_t *servers = json_object_get(spec, "servers");
     const char *sid = json_string_value(json_object_get(run, "server"));
     json_t *srv = json_object_get(servers, sid ? sid : "");
@@ -350,6 +365,10 @@ static int run_probe(const xctx *x, json_t *spec, json_t *run, size_t ri, const 
     o.variant = vname;
     o.sp.quiet = !eng_stderr_is_tty();
     hx_check(hx_probe_opts_check(&o, err, errlen), err);
+    if (probe_done(x, db, exp_name, vname)) {
+        *complete = true;
+        goto out;
+    }
     hx_serve_child child = {0};
     if (serve) {
         char logdir[600], log[800];
@@ -538,7 +557,7 @@ static void record_shard(const char *db, const char *experiment, const char *spe
 
 /* The spec's probe runs (runs[] entries with "server"), in spec order, after its units. */
 static int run_probes(xctx *x, json_t *spec, const exp_args *a, const char *db, const char *exp_name, bool dry,
-                      int *n_runs, int *n_skipped) {
+                      int *n_runs, int *n_skipped, int *n_complete) {
     json_t *run;
     size_t ri;
     json_array_foreach(json_object_get(spec, "runs"), ri, run) {
@@ -547,15 +566,17 @@ static int run_probes(xctx *x, json_t *spec, const exp_args *a, const char *db, 
         if (!json_is_string(variant)) hx_die(HX_EXIT_USAGE, "%s: runs[%zu]: variant must be a string", x->spec_path, ri);
         if (!selected(a, json_string_value(variant))) continue;
         char vname[256], err[1024] = "";
-        bool skipped = false;
+        bool skipped = false, complete = false;
         int code = HX_EXIT_OK;
         if (substitute(x, json_string_value(variant), vname, sizeof vname, err, sizeof err) ||
-            (code = run_probe(x, spec, run, ri, vname, db, exp_name, dry, &skipped, err, sizeof err)) != HX_EXIT_OK) {
+            (code = run_probe(x, spec, run, ri, vname, db, exp_name, dry, &skipped, &complete, err, sizeof err)) !=
+                HX_EXIT_OK) {
             fprintf(stderr, "kvreplay: %s\n", err);
             return code == HX_EXIT_OK ? HX_EXIT_USAGE : code;
         }
         if (skipped) (*n_skipped)++;
         else if (!dry) (*n_runs)++;
+        if (complete) (*n_complete)++;
     }
     return HX_EXIT_OK;
 }
@@ -603,7 +624,7 @@ int hx_cmd_experiment(int argc, char **argv) {
     json_t *models = json_object_get(spec, "models"), *transcripts = json_object_get(spec, "transcripts");
     if (!json_is_object(models) || !json_is_object(transcripts))
         hx_die(HX_EXIT_USAGE, "%s: models and transcripts: expected objects", spec_path);
-    xctx x = {.spec_path = spec_path, .cache_root = a.cache_root};
+    xctx x = {.spec_path = spec_path, .cache_root = a.cache_root, .resume = a.resume};
     json_t *vars = json_object_get(spec, "vars");
     x.vars = vars ? json_object_get(vars, scale) : NULL;
 
@@ -671,7 +692,7 @@ int hx_cmd_experiment(int argc, char **argv) {
         n_complete += sum.already_done;
     }
     if (code == HX_EXIT_OK)
-        code = run_probes(&x, spec, &a, db, json_string_value(name), dry, &n_runs, &n_skipped);
+        code = run_probes(&x, spec, &a, db, json_string_value(name), dry, &n_runs, &n_skipped, &n_complete);
     if (code == HX_EXIT_OK && !dry) {
         hx_coldcache_stats cs = hx_coldcache_get_stats(cold);
         char done_note[64] = "", shard_note[64] = "";

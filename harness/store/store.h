@@ -248,6 +248,13 @@ int hx_store_find_resumable(hx_store *s, const char *config_key, int64_t *run_id
  * *run_id, ENG_ERR_NOT_FOUND (*run_id = -1), or another error. */
 int hx_store_find_done(hx_store *s, const char *config_key, int64_t *run_id, char *err, size_t errlen);
 
+/* The most recent 'done' run of an experiment's variant written by the build
+ * git_rev (a probe run, whose config key names a server that may listen on
+ * another port each time): ENG_OK with *run_id, ENG_ERR_NOT_FOUND (*run_id
+ * = -1), or another error. */
+int hx_store_find_done_variant(hx_store *s, const char *experiment, const char *variant, const char *git_rev,
+                               int64_t *run_id, char *err, size_t errlen);
+
 /* Records that run_id was resumed: increments runs.resumes, sets
  * runs.resumed_at = now, status 'running' and finished_at NULL (argv keeps
  * the first start's command line). ENG_ERR_NOT_FOUND for an unknown run. */

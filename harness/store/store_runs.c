@@ -372,6 +372,25 @@ int hx_store_find_done(hx_store *s, const char *config_key, int64_t *run_id, cha
     return status != ENG_OK ? status : found ? ENG_OK : ENG_ERR_NOT_FOUND;
 }
 
+int hx_store_find_done_variant(hx_store *s, const char *experiment, const char *variant, const char *git_rev,
+                               int64_t *run_id, char *err, size_t errlen) {
+    ENG_ASSERT(s != NULL && experiment != NULL && variant != NULL && git_rev != NULL && run_id != NULL);
+    *run_id = -1;
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT run_id FROM runs WHERE experiment = ?1 AND variant = ?2 AND git_rev = ?3 "
+                                "AND status = 'done' ORDER BY run_id DESC LIMIT 1", -1, &st, NULL);
+    if (rc != SQLITE_OK) return hx_store_fail(s, rc, err, errlen, "runs: looking up a finished variant");
+    sqlite3_bind_text(st, 1, experiment, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, variant, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, git_rev, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *run_id = sqlite3_column_int64(st, 0);
+    int status = rc == SQLITE_ROW ? ENG_OK : rc == SQLITE_DONE ? ENG_ERR_NOT_FOUND
+                                   : hx_store_fail(s, rc, err, errlen, "runs: looking up a finished variant");
+    sqlite3_finalize(st);
+    return status;
+}
+
 /* Runs an UPDATE of one run; ENG_ERR_NOT_FOUND when no row changed. */
 static int update_run(hx_store *s, sqlite3_stmt *st, int64_t run_id, const char *what, char *err,
                       size_t errlen) {
