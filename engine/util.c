@@ -55,6 +55,14 @@ int eng_write_all(int fd, const void *data, size_t n) {
 }
 
 int eng_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {  /* a rename would replace it by a regular file */
+        eng_errf(err, errlen, "%s: not a regular file (%s): an atomic write would replace it; write to a file",
+                 path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISCHR(st.st_mode) ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISDIR(st.st_mode) ? "a directory" : "a socket");
+        return ENG_ERR_ARG;
+    }
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
         eng_errf(err, errlen, "%s: path too long", path);

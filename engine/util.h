@@ -15,7 +15,10 @@
 /* Writes all n bytes to fd, retrying short writes and EINTR. 0, or -1 with errno set. */
 int eng_write_all(int fd, const void *data, size_t n);
 
-/* Writes n bytes atomically to path. Returns ENG_OK or ENG_ERR_IO (message in err). */
+/* Writes n bytes atomically to path (PATH.tmp.PID, fsync, rename). Returns
+ * ENG_OK, ENG_ERR_ARG when path exists and is not a regular file (a device
+ * such as /dev/null, a FIFO, a directory or a symbolic link: the rename
+ * would replace it), or ENG_ERR_IO; a message in err. */
 int eng_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 /* fsyncs the directory that holds path (after a rename into it); best effort:
  * some filesystems refuse fsync on directories. */

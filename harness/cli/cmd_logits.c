@@ -15,6 +15,7 @@
  * threads, chunk) are the engine's options, as in replay.
  */
 #include "cli.h"
+#include "errors.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -135,7 +136,7 @@ int hx_cmd_logits(int argc, char **argv) {
     }
     if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "logits: out of memory");
     if (o.out) {
-        if ((rc = eng_write_atomic(o.out, b.data, b.len, err, sizeof err)) != ENG_OK) hx_die(HX_EXIT_INTERNAL, "%s", err);
+        if ((rc = eng_write_atomic(o.out, b.data, b.len, err, sizeof err)) != ENG_OK) hx_die(hx_exit_for_status(rc), "%s", err);
     } else if (fwrite(b.data, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
         hx_die(HX_EXIT_INTERNAL, "logits: stdout: write failed");
     }

@@ -9,6 +9,7 @@
  * (the message names the file, offset and field); 3 a write or memory failure.
  */
 #include "cli.h"
+#include "errors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,7 @@ int hx_cmd_model_convert(int argc, char **argv) {
     if (rc != ENG_OK) hx_die(rc == ENG_ERR_NOMEM ? HX_EXIT_INTERNAL : HX_EXIT_USAGE, "%s", err);
     rc = eng_write_atomic(out, buf, n, err, sizeof err);
     free(buf);
-    if (rc != ENG_OK) hx_die(HX_EXIT_INTERNAL, "%s", err);
+    if (rc != ENG_OK) hx_die(hx_exit_for_status(rc), "%s", err);
 
     /* summary from the model as the engine loads it */
     eng_numerics num = eng_numerics_default();

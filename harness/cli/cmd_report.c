@@ -9,6 +9,7 @@
  * --experiment; 3 I/O or internal failure.
  */
 #include "cli.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -129,9 +130,10 @@ int hx_cmd_report(int argc, char **argv) {
 
     int code = HX_EXIT_OK;
     if (out_path) {
-        if (eng_write_atomic(out_path, text, len, err, sizeof err) != ENG_OK) {
+        int wrc = eng_write_atomic(out_path, text, len, err, sizeof err);
+        if (wrc != ENG_OK) {
             fprintf(stderr, "kvreplay: %s: -o: %s\n", cmd, err);
-            code = HX_EXIT_INTERNAL;
+            code = hx_exit_for_status(wrc);
         }
     } else if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
         fprintf(stderr, "kvreplay: %s: writing stdout: %s\n", cmd, strerror(errno));
