@@ -80,10 +80,13 @@ costs)
             FNR == NR { if ($2 == "start" && $3 == name) s[$5] = $1; if ($2 == "end" && $3 == name) e[$5] = $1; next }
             { for (k in s) if ($1 >= s[k] && (!(k in e) || $1 <= e[k])) { sum += $2; n++; break } }
             END { if (n) printf "%.1f", sum / n; else printf "-" }' "$LOG_DIR/runs.log" "$LOG_DIR/load.log" 2>/dev/null || echo -)
-        units=$("$SQLITE3" -readonly "$db" "SELECT count(*) FROM runs r WHERE status = 'done' AND
-                    (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) >= coalesce(n_requests, 0)" 2>/dev/null || echo '?')
-        planned=$("$KVREPLAY" experiment "$SPEC_DIR/$name.json" --db /dev/null --scale full --dry-run \
-                     --cache-root "$CACHE_ROOT" 2>/dev/null | grep -c '# unit ' || true)
+        # a unit or probe variant is complete once one of its runs is (a probe variant interrupted
+        # and run again leaves an unfinished row beside the finished one)
+        units=$("$SQLITE3" -readonly "$db" "SELECT count(*) FROM (SELECT DISTINCT variant, sweep_name, sweep_value
+                    FROM runs r WHERE status = 'done' AND
+                    (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) >= coalesce(n_requests, 0))" 2>/dev/null || echo '?')
+        planned=$("$KVREPLAY" experiment "$SPEC_DIR/$name.json" --db "$(mktemp -u)" --scale full --dry-run \
+                     --cache-root "$CACHE_ROOT" 2>/dev/null | grep -c -e '# unit ' -e '# variant ' || true)
         builds=$("$SQLITE3" -readonly "$db" "SELECT group_concat(DISTINCT git_rev) FROM runs" 2>/dev/null || echo '?')
         echo "$stats" | while read -r att wall cpu rss; do
             printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s of %s\t%s\n' "$name" "$att" "$THREADS" "$wall" "$cpu" "$rss" \
