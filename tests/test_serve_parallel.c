@@ -188,6 +188,59 @@ static void replies(const char *name, const char *policy, const char *parallel, 
     assert_int_equal(served_stop(&sv), 0);
 }
 
+/* Long prompts sent at once: by default one of them reads a grid chunk per step, the oldest first
+ * (--max-partial-prefills 1, as vLLM's default), so the first answers early; with 0 every prompt
+ * reads a chunk in every step. Under ref the replies are the same bytes either way. */
+typedef struct long_req { const served *sv; int i; char *out; } long_req;
+
+static void *one_long(void *arg) {
+    long_req *q = arg;
+    eng_buf b = {0};
+    eng_buf_printf(&b, "{\"prompt\":\"%d", q->i);
+    for (int k = 0; k < 120; k++) eng_buf_printf(&b, " once upon a time there was a little girl");
+    eng_buf_printf(&b, "\",\"n_predict\":4,\"n_probs\":4,\"return_tokens\":true}");
+    json_t *j = post_json(q->sv, "/completion", b.data, 200);
+    json_t *keep = json_pack("[O, O]", json_object_get(j, "tokens"), json_object_get(j, "completion_probabilities"));
+    q->out = json_dumps(keep, JSON_COMPACT);
+    json_decref(keep);
+    json_decref(j);
+    eng_buf_free(&b);
+    return NULL;
+}
+
+static void concurrent_prompts_advance_one_at_a_time_by_default(void **state) {
+    (void)state;
+    need();
+    char *got[2][4];
+    for (int mode = 0; mode < 2; mode++) {
+        served sv;
+        start(&sv, mode ? "partial-all" : "partial-one",
+              (const char *const[]){"-m", STORIES, "--kernel", "ref", "--parallel", "4", "-c", "4096",
+                                    "--max-partial-prefills", mode ? "0" : "1", NULL});
+        long_req q[4];
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) {
+            q[i] = (long_req){.sv = &sv, .i = i};
+            pthread_create(&t[i], NULL, one_long, &q[i]);
+        }
+        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < 4; i++) got[mode][i] = q[i].out;
+        int64_t steps = metric(&sv, "kvreplay_engine_prefill_steps_total");
+        int64_t chunks = metric(&sv, "kvreplay_engine_step_prefills_total");
+        fprintf(stderr, "partial prefills %s: %lld prompt chunks in %lld steps\n", mode ? "all" : "1",
+                (long long)chunks, (long long)steps);
+        assert_true(steps > 0);
+        if (mode == 0) assert_int_equal(chunks, steps);  /* never two prompts in one step */
+        else assert_true(chunks > steps);                /* several prompts read together */
+        assert_int_equal(served_stop(&sv), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(got[0][i], got[1][i]);
+        free(got[0][i]);
+        free(got[1][i]);
+    }
+}
+
 static void four_slots_under_ref_reply_bit_for_bit_as_one_slot(void **state) {
     (void)state;
     need();
@@ -276,9 +329,19 @@ static void each_slot_holds_its_own_cache_and_id_slot_pins_one(void **state) {
         assert_int_equal(json_integer_value(json_object_get(j, "id_slot")), k);
         json_decref(j);
     }
-    http_do(&sv, "GET", "/slots", NULL, NULL, 30, &r);
-    json_t *slots = json_loads(r.body, 0, NULL);
-    http_free(&r);
+    /* a slot is released just after its answer is sent (as llama-server sends, then releases): wait */
+    json_t *slots = NULL;
+    for (int tries = 0; tries < 200; tries++) {
+        json_decref(slots);
+        http_do(&sv, "GET", "/slots", NULL, NULL, 30, &r);
+        slots = json_loads(r.body, 0, NULL);
+        http_free(&r);
+        bool busy = false;
+        for (size_t k = 0; k < json_array_size(slots); k++)
+            busy |= json_is_true(json_object_get(json_array_get(slots, k), "is_processing"));
+        if (!busy) break;
+        usleep(10000);
+    }
     assert_int_equal(json_array_size(slots), 3);
     int64_t n[3];
     for (int k = 0; k < 3; k++) {
@@ -297,6 +360,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sixty_four_clients_of_four_slots_are_answered_in_shared_steps),
         cmocka_unit_test(four_slots_under_ref_reply_bit_for_bit_as_one_slot),
+        cmocka_unit_test(concurrent_prompts_advance_one_at_a_time_by_default),
         cmocka_unit_test(a_client_gone_mid_prefill_is_dropped_at_the_next_chunk_boundary),
         cmocka_unit_test(each_slot_holds_its_own_cache_and_id_slot_pins_one),
     };

@@ -43,6 +43,9 @@ static const hx_option k_serve[] = {
      "-np; default 1); slot-lcp gets N slots unless --slots says more", HX_OPT_INT, OPT(parallel), 1, 64, NULL},
     {"--batch-size", "-b", "N", "rows per engine step at most (default 0: no cap); a prompt's chunk is never\n"
      "cut: one that does not fit waits for a later step", HX_OPT_INT, OPT(batch_size), 0, 1 << 20, NULL},
+    {"--max-partial-prefills", NULL, "K", "prompts that advance one grid chunk in the same step, the oldest first\n"
+     "(default 1, as vLLM's --max-num-partial-prefills; 0: every prompt being read); decode rows always join",
+     HX_OPT_INT, OPT(partial_prefills), 0, 64, NULL},
     {"--timeout", NULL, "S", "close a connection silent for S seconds (default 30)", HX_OPT_INT, OPT(timeout_s), 1,
      86400, NULL},
     {"--max-connections", NULL, "N", "concurrent connections at most (default 256)", HX_OPT_INT, OPT(max_connections), 1,

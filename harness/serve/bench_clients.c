@@ -50,7 +50,7 @@ static const char k_usage[] =
 typedef struct clients_args {
     const char  *model, *url;
     eng_numerics num;
-    int32_t      chunk, clients, parallel, requests, n_prompt, n_gen, n_vocab, batch_size;
+    int32_t      chunk, clients, parallel, requests, n_prompt, n_gen, n_vocab, batch_size, partial;
     int64_t      seed;
     bool         json, self;
 } clients_args;
@@ -67,6 +67,8 @@ static const hx_option k_options[] = {
     {"--parallel", NULL, "N", "kvreplay serve's slots (default: K)", HX_OPT_INT, OPT(parallel), 1, 64, NULL},
     {"--batch-size", NULL, "N", "kvreplay serve's rows per step at most (default 0: no cap)", HX_OPT_INT,
      OPT(batch_size), 0, 1 << 20, NULL},
+    {"--max-partial-prefills", NULL, "K", "kvreplay serve's prompts advanced per step (default 1; 0: all)", HX_OPT_INT,
+     OPT(partial), 0, 64, NULL},
     {"--requests", NULL, "R", "requests per client (default 8)", HX_OPT_INT, OPT(requests), 1, 1 << 20, NULL},
     {"--tokens", NULL, "P", "prompt tokens per request (default 128)", HX_OPT_INT, OPT(n_prompt), 1, 1 << 20, NULL},
     {"--gen", NULL, "G", "tokens generated per request at most (default 64)", HX_OPT_INT, OPT(n_gen), 1, 1 << 20, NULL},
@@ -191,7 +193,7 @@ static double quantile(const double *v, int64_t n, double q) {
 
 int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
     if (hx_wants_help(argc, argv)) { hx_usage(stdout, k_usage, k_options); return ENG_OK; }
-    clients_args a = {.num = eng_numerics_default(), .chunk = 64, .requests = 8, .n_prompt = 128, .n_gen = 64};
+    clients_args a = {.num = eng_numerics_default(), .chunk = 64, .requests = 8, .n_prompt = 128, .n_gen = 64, .partial = 1};
     for (int i = 1; i < argc; i++) {
         int r = hx_options_take(k_options, &a, argc, argv, &i, err, errlen);
         if (r < 0) return r;
@@ -218,15 +220,16 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
         snprintf(url, sizeof url, "%s", a.url);
     } else {
         if (!mkdtemp(dir)) return eng_errf(err, errlen, "mkdtemp: %s", strerror(errno)), ENG_ERR_IO;
-        char ctx[16], threads[16], chunk[16], par[16], bs[16];
+        char ctx[16], threads[16], chunk[16], par[16], bs[16], pp[16];
         snprintf(log, sizeof log, "%s/serve.log", dir);
         snprintf(ctx, sizeof ctx, "%d", a.n_prompt + a.n_gen + 64);
         snprintf(threads, sizeof threads, "%d", a.num.n_threads);
         snprintf(chunk, sizeof chunk, "%d", a.chunk);
         snprintf(par, sizeof par, "%d", a.parallel);
         snprintf(bs, sizeof bs, "%d", a.batch_size);
+        snprintf(pp, sizeof pp, "%d", a.partial);
         const char *args[] = {"-m", a.model, "-c", ctx, "--threads", threads, "--chunk", chunk, "--parallel", par,
-                              "--batch-size", bs, "--kernel", eng_kernel_name(a.num.kernel), "--precision",
+                              "--batch-size", bs, "--max-partial-prefills", pp, "--kernel", eng_kernel_name(a.num.kernel), "--precision",
                               eng_precision_name(a.num.precision), "-n", "1048576", "--queue", "1024", "--quiet", NULL};
         rc = hx_serve_child_start(NULL, args, log, 600, &ch, err, errlen);
         started = rc == ENG_OK;
@@ -261,10 +264,11 @@ int hx_serve_bench_clients(int argc, char **argv, char *err, size_t errlen) {
     if (!rc) {
         const char *server = a.url ? a.url : "kvreplay serve";
         if (a.json) {
-            json_t *o = json_pack("{s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:I, s:f, "
-                                  "s:f, s:f, s:f, s:f, s:s, s:s}",
+            json_t *o = json_pack("{s:s, s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:I, "
+                                  "s:f, s:f, s:f, s:f, s:f, s:s, s:s}",
                                   "server", server, "model", a.model, "kernel", a.url ? NULL : eng_kernel_name(a.num.kernel),
                                   "threads", a.num.n_threads, "clients", a.clients, "parallel", a.url ? 0 : a.parallel,
+                                  "max_partial_prefills", a.url ? -1 : a.partial,
                                   "requests_per_client", a.requests, "prompt_tokens", a.n_prompt, "gen_tokens", a.n_gen,
                                   "align", "chunk", "chunk", a.chunk, "answered", (json_int_t)n_ok,
                                   "failed", (json_int_t)n_failed, "malformed_end", (json_int_t)n_bad,

@@ -108,6 +108,9 @@ char *hx_metrics_text(hx_metrics *m) {
     counter(&b, "engine_steps_total", "Engine steps (one eng_batch_forward over the slots' spans).", c.steps);
     counter(&b, "engine_step_rows_total", "Token rows computed in those steps.", c.step_rows);
     counter(&b, "engine_step_spans_total", "Spans in those steps (one per slot in a step).", c.step_spans);
+    counter(&b, "engine_prefill_steps_total", "Steps that read a prompt chunk.", c.prefill_steps);
+    counter(&b, "engine_step_prefills_total", "Prompt chunks in those steps (at most --max-partial-prefills each).",
+            c.step_prefills);
     counter(&b, "scripted_total", "Requests answered with a scripted turn (--script).", c.scripted);
     counter(&b, "side_requests_total", "Requests outside the scripted conversation, answered by the model.",
             c.side_requests);

@@ -70,6 +70,7 @@ void hx_serve_opts_default(hx_serve_opts *o) {
     o->max_prep = (int64_t)1 << 30;
     o->queue = 64;
     o->parallel = 1;
+    o->partial_prefills = 1;
     o->timeout_s = 30;
     o->max_connections = 256;
 }
@@ -888,6 +889,7 @@ static void server_free(hx_server *s) {
     free(s->at);
     free(s->spans);
     free(s->span_slot);
+    free(s->pre_order);
     eng_batch_free(s->batch);
     hx_metrics_destroy(&s->metrics);
     hx_admit_destroy(&s->admit);

@@ -46,6 +46,7 @@ typedef struct hx_metrics {
     int64_t ttft_count;
     int64_t queue_depth;         /* gauge, set by the queue */
     int64_t steps, step_rows, step_spans;  /* engine steps; rows and spans in them (the batch's fill) */
+    int64_t prefill_steps, step_prefills;  /* steps with a prompt chunk; prompt chunks in them */
     int64_t refused_memory;      /* 503: --max-prep-memory was reached */
     int64_t prep_bytes, prep_peak, prep_limit;  /* gauges, set by the admission (admit.c) */
     /* ignored fields by path (hx_api_req.ignored_paths): requests that carried each, the first
@@ -275,6 +276,7 @@ typedef struct hx_server {
     eng_batch         *batch;
     eng_batch_span    *spans;        /* (n_run) */
     hx_slot          **span_slot;    /* (n_run) */
+    hx_slot          **pre_order;    /* (n_slots) the slots reading their prompt, oldest first (scratch of a step) */
     /* the queue */
     pthread_mutex_t    q_mu;
     pthread_cond_t     q_cv;

@@ -27,6 +27,8 @@ typedef struct hx_serve_opts {
     int32_t     queue;         /* requests waiting for the engine at most (503 beyond) */
     int32_t     parallel;      /* slots: requests in flight at once, batched (llama-server's -np; default 1) */
     int32_t     batch_size;    /* rows per engine step at most (0: no cap); prefill chunks stay whole */
+    int32_t     partial_prefills;  /* prompts that advance a chunk in one step, oldest first (0: every one;
+                                      default 1, vLLM's --max-num-partial-prefills) */
     int32_t     timeout_s;     /* an idle connection (a stalled body) is closed after this */
     int32_t     max_connections;
 } hx_serve_opts;

@@ -258,20 +258,41 @@ static int admit(hx_server *s, hx_slot *sl, hx_job *j) {
     return ENG_OK;
 }
 
-/* One iteration's engine work: the spans of the busy slots, one step, each turn's after-step. */
+/* The busy slots reading their prompt, oldest request first, into out; their count. */
+static int32_t prefilling_oldest_first(hx_server *s, hx_slot **out) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_slots; i++)
+        if (s->at[i] && hx_turn_prefilling(s->at[i]->run)) out[n++] = s->at[i];
+    for (int32_t a = 1; a < n; a++)  /* insertion sort by request number: n is at most --parallel */
+        for (int32_t b = a; b > 0 && out[b]->j->seq < out[b - 1]->j->seq; b--) {
+            hx_slot *t = out[b];
+            out[b] = out[b - 1];
+            out[b - 1] = t;
+        }
+    return n;
+}
+
+/* One iteration's engine work: the spans of the busy slots, one step, each turn's after-step. Every
+ * generating slot's token first; then a grid chunk of at most --max-partial-prefills prompts, the
+ * oldest first, so that concurrent prompts are read one after another and the first of them
+ * answers early, rather than all in lockstep and all at the end (docs/serve.md, section 7). */
 static void step(hx_server *s) {
-    const int32_t budget = s->o->batch_size;
-    int32_t n = 0, rows = 0;
+    const int32_t budget = s->o->batch_size, max_pre = s->o->partial_prefills;
+    int32_t n = 0, rows = 0, n_pre = 0;
+    hx_slot **pre = s->pre_order;
+    const int32_t n_cand = prefilling_oldest_first(s, pre);
     for (int pass = 0; pass < 2; pass++)  /* decode tokens first, then prefill chunks */
-        for (int32_t i = 0; i < s->n_slots; i++) {
-            hx_slot *sl = s->at[i];
+        for (int32_t i = 0; i < (pass == 0 ? s->n_slots : n_cand); i++) {
+            hx_slot *sl = pass == 0 ? s->at[i] : pre[i];
             if (!sl || hx_turn_prefilling(sl->run) != (pass == 1)) continue;
+            if (pass == 1 && max_pre > 0 && n_pre >= max_pre) break;
             eng_batch_span sp;
             if (!hx_turn_span(sl->run, &sp)) continue;
             if (n > 0 && budget > 0 && rows + sp.n > budget) continue;  /* waits for a later step, on its grid */
             s->spans[n] = sp;
             s->span_slot[n++] = sl;
             rows += sp.n;
+            n_pre += pass == 1;
         }
     if (n == 0) return;
     const eng_batch_params bp = hx_session_batch_params(s->session);
@@ -292,6 +313,8 @@ static void step(hx_server *s) {
     s->metrics.steps++;
     s->metrics.step_rows += rows;
     s->metrics.step_spans += n;
+    s->metrics.prefill_steps += n_pre > 0;
+    s->metrics.step_prefills += n_pre;
     pthread_mutex_unlock(&s->metrics.mu);
 }
 
@@ -353,8 +376,9 @@ int hx_worker_start(hx_server *s, char *err, size_t errlen) {
     s->at = calloc((size_t)s->n_slots, sizeof *s->at);
     s->spans = calloc((size_t)s->n_run, sizeof *s->spans);
     s->span_slot = calloc((size_t)s->n_run, sizeof *s->span_slot);
+    s->pre_order = calloc((size_t)s->n_slots, sizeof *s->pre_order);
     s->batch = eng_batch_new(hx_session_model(s->session));
-    if (!s->ring || !s->run || !s->at || !s->spans || !s->span_slot || !s->batch) return ENG_ERR_NOMEM;
+    if (!s->ring || !s->run || !s->at || !s->spans || !s->span_slot || !s->pre_order || !s->batch) return ENG_ERR_NOMEM;
     for (int32_t i = 0; i < s->n_run; i++) s->run[i].index = -1;
     if (s->o->sp.fault && !strcmp(s->o->sp.fault, "batch-split-k")) eng_batch_set_fault(s->batch, ENG_BATCH_FAULT_SPLIT_K);
     pthread_mutex_init(&s->q_mu, NULL);
