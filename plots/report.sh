@@ -19,6 +19,8 @@
 # EXPERIMENTS (every experiments/NAME.json), SQLITE3 (sqlite3),
 # KVREPLAY (build/kvreplay), FULL_DIR ($RESULTS_DIR/full; empty: no full-scale part),
 # FULL_ONLY (set: keep the report's demo sections, rewrite its full-scale part).
+# Without any full-scale database (a fresh clone: they are not committed) the
+# report's existing full-scale part is kept as it was.
 # Exit status: 0 on success; 1 with a message when a query fails or the
 # report cannot be written.
 set -eu
@@ -507,7 +509,17 @@ fi
         figures "$name"
         cli_report "$db"
     done
-    full_part
+    _any_full=""
+    for _n in $EXPERIMENTS; do
+        [ -n "$FULL_DIR" ] && [ -f "$FULL_DIR/$_n.sqlite" ] && _any_full=1
+    done
+    if [ -n "$_any_full" ]; then
+        full_part
+    elif [ -f "$out" ] && grep -q '^# Full scale' "$out"; then
+        # no full-scale database here (a fresh clone: they are not committed): the
+        # full-scale part the report already has is kept as it was written
+        awk '/^# Full scale/ { keep = 1 } keep { print }' "$out"
+    fi
 } >"$tmp"
 rm -f "$tmp.count"
 mv -f "$tmp" "$out" || die "$out: cannot write"

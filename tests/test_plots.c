@@ -614,6 +614,32 @@ static void the_full_scale_part_keeps_the_demo_sections_and_marks_partial_runs(v
     assert_int_equal(file_size(path), -1);  /* no demo figure drawn */
 }
 
+/* A render of the demo databases where no full-scale database is present (a fresh clone: they
+ * are not committed) keeps the full-scale part REPORT.md already has, word for word, after the
+ * demo sections it rewrites. */
+static void a_render_without_full_scale_databases_keeps_the_full_scale_part(void **state) {
+    (void)state;
+    NEED_TOOLS();
+    char dir[128], cmd[1400], path[256];
+    subdir("keepfull", dir, sizeof dir);
+    snprintf(cmd, sizeof cmd,
+             "cp %s/seed001.sqlite %s/ && printf '# kvreplay results\\n\\nold demo text\\n\\n# Full scale: the "
+             "issue reports'\\''s own sizes\\n\\nkept words 7c1e\\n' > %s/REPORT.md && RESULTS_DIR=%s sh "
+             "plots/render.sh >%s/log 2>&1",
+             fx.dir, dir, dir, dir, dir);
+    assert_int_equal(run(cmd), 0);
+    snprintf(path, sizeof path, "%s/REPORT.md", dir);
+    char *md = slurp(path);
+    assert_non_null(md);
+    assert_null(strstr(md, "old demo text"));            /* the demo part is rewritten */
+    assert_non_null(strstr(md, "\n## seed001\n"));
+    const char *full = strstr(md, "\n# Full scale");
+    assert_non_null(full);                                /* the full-scale part is kept */
+    assert_non_null(strstr(full, "kept words 7c1e"));
+    assert_null(strstr(full + 1, "\n# Full scale"));     /* once */
+    free(md);
+}
+
 static void a_failing_gnuplot_fails_the_render_with_a_message(void **state) {
     (void)state;
     NEED_TOOLS();
@@ -650,6 +676,7 @@ int main(void) {
         cmocka_unit_test(report_has_a_section_per_experiment_and_links_every_figure),
         cmocka_unit_test(missing_databases_are_skipped),
         cmocka_unit_test(the_full_scale_part_keeps_the_demo_sections_and_marks_partial_runs),
+        cmocka_unit_test(a_render_without_full_scale_databases_keeps_the_full_scale_part),
         cmocka_unit_test(a_failing_gnuplot_fails_the_render_with_a_message),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
