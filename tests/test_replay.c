@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "coldcache.h"
+#include "fixtures.h"
 #include "model.h"
 #include "replay.h"
 #include "sqlq.h"
@@ -49,15 +50,7 @@ static int setup(void **state) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvr_replay_XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
-    eng_synth_params p = eng_synth_preset("tiny");
-    p.seed = 5;
-    p.vocab_path = VOCAB;
-    p.n_vocab = 0;
-    char err[256];
-    if (eng_synth_write(&p, g_model, err, sizeof err) != ENG_OK) {
-        fprintf(stderr, "synth: %s\n", err);
-        return -1;
-    }
+    if (fx_tiny_model_vocab(g_model, 5, VOCAB) != 0) return -1;
     const char *b = getenv("BUILD");
     snprintf(g_kvr, sizeof g_kvr, "%s/kvreplay", b && *b ? b : "build");
     return 0;

@@ -60,15 +60,7 @@ static int setup(void **state) {
     if (access(VOCAB, R_OK) != 0 || !kvr_bin()) return 0;
     if (fx_dir(g_dir, "kvr_serve") != 0) return -1;
     snprintf(g_model, sizeof g_model, "%s/tiny.gguf", g_dir);
-    eng_synth_params p = eng_synth_preset("tiny");
-    p.seed = 5;
-    p.vocab_path = VOCAB;
-    p.n_vocab = 0;
-    char err[256];
-    if (eng_synth_write(&p, g_model, err, sizeof err) != ENG_OK) {
-        fprintf(stderr, "synth: %s\n", err);
-        return -1;
-    }
+    if (fx_tiny_model_vocab(g_model, 5, VOCAB) != 0) return -1;
     return 0;
 }
 

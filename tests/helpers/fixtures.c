@@ -31,6 +31,17 @@ int fx_tiny_model(const char *path, uint64_t seed) {
     return -1;
 }
 
+int fx_tiny_model_vocab(const char *path, uint64_t seed, const char *vocab) {
+    eng_synth_params p = eng_synth_preset("tiny");
+    p.seed = seed;
+    p.vocab_path = vocab;
+    p.n_vocab = 0;  /* the vocabulary's own size */
+    char err[256];
+    if (eng_synth_write(&p, path, err, sizeof err) == ENG_OK) return 0;
+    fprintf(stderr, "fixture %s: %s\n", path, err);
+    return -1;
+}
+
 int fx_write_transcript(hx_synth_params *p, const char *path) {
     hx_transcript t;
     char err[256];

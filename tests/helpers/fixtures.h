@@ -17,6 +17,9 @@ int fx_dir(char *dir, const char *prefix);
 int fx_rm(const char *dir);
 /* The tiny llama preset (built-in 259-token byte vocabulary) with seed, at path; 0 or -1. */
 int fx_tiny_model(const char *path, uint64_t seed);
+/* The same with the vocabulary of a GGUF file (e.g. ../shared/data/vocab/ggml-vocab-llama-spm.gguf):
+ * its tokenizer, chat template and size; 0 or -1. */
+int fx_tiny_model_vocab(const char *path, uint64_t seed, const char *vocab);
 /* Writes the seeded synthetic transcript of p to path; 0 or -1. */
 int fx_write_transcript(hx_synth_params *p, const char *path);
 /* A transcript of scenario sc (seed, turns requests per session, one session;
