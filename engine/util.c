@@ -54,13 +54,23 @@ int eng_write_all(int fd, const void *data, size_t n) {
     return 0;
 }
 
+const char *eng_file_kind(unsigned mode) {
+    return S_ISREG(mode)    ? NULL
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a regular file";
+}
+
 int eng_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {  /* a rename would replace it by a regular file */
+    const char *kind = lstat(path, &st) == 0 ? eng_file_kind(st.st_mode) : NULL;
+    if (kind) {  /* a rename would replace it by a regular file */
         eng_errf(err, errlen, "%s: not a regular file (%s): an atomic write would replace it; write to a file",
-                 path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISCHR(st.st_mode) ? "a character device"
-                       : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISDIR(st.st_mode) ? "a directory" : "a socket");
+                 path, kind);
         return ENG_ERR_ARG;
     }
     char tmp[4096];

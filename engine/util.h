@@ -15,6 +15,9 @@
 /* Writes all n bytes to fd, retrying short writes and EINTR. 0, or -1 with errno set. */
 int eng_write_all(int fd, const void *data, size_t n);
 
+/* What mode is when it is not a regular file ("a symbolic link", "a character device", "a FIFO",
+ * ...), for messages; NULL for a regular file. */
+const char *eng_file_kind(unsigned mode);
 /* Writes n bytes atomically to path (PATH.tmp.PID, fsync, rename). Returns
  * ENG_OK, ENG_ERR_ARG when path exists and is not a regular file (a device
  * such as /dev/null, a FIFO, a directory or a symbolic link: the rename

@@ -402,6 +402,15 @@ tables_measured() {
     esac
 }
 
+# full_present: the experiments with a full-scale database, one line ("" when none).
+full_present() {
+    [ -n "$FULL_DIR" ] || return 0
+    for _n in $EXPERIMENTS; do
+        [ -f "$FULL_DIR/$_n.sqlite" ] && printf ' %s' "$_n"
+    done
+    return 0
+}
+
 # The full-scale part: every $FULL_DIR/NAME.sqlite (default $RESULTS_DIR/full),
 # its figures in $FULL_DIR/figures (render.sh draws them), what $FULL_DIR/notes.md
 # says about how the runs were made and $FULL_DIR/costs.tsv (a tab-separated table:
@@ -409,11 +418,7 @@ tables_measured() {
 # (a run short of its requests is marked PARTIAL), seed004's report table, then
 # the tables and figures of the demo sections.
 full_part() {
-    [ -n "$FULL_DIR" ] || return 0
-    _present=""
-    for _n in $EXPERIMENTS; do
-        [ -f "$FULL_DIR/$_n.sqlite" ] && _present="$_present $_n"
-    done
+    _present=$(full_present)
     [ -n "$_present" ] || return 0
     printf '# Full scale: the issue reports'"'"' own sizes\n\n'
     printf 'Every `--scale full` database under `%s` (docs/scale.md).\n\n' "$FULL_DIR"
@@ -509,11 +514,7 @@ fi
         figures "$name"
         cli_report "$db"
     done
-    _any_full=""
-    for _n in $EXPERIMENTS; do
-        [ -n "$FULL_DIR" ] && [ -f "$FULL_DIR/$_n.sqlite" ] && _any_full=1
-    done
-    if [ -n "$_any_full" ]; then
+    if [ -n "$(full_present)" ]; then
         full_part
     elif [ -f "$out" ] && grep -q '^# Full scale' "$out"; then
         # no full-scale database here (a fresh clone: they are not committed): the

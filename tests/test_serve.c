@@ -782,23 +782,6 @@ static void sigterm_finishes_the_request_in_progress(void **state) {
 // ----------------------------------------------------------------------------
 // Load: 64 clients x 20 requests on stories260K
 
-typedef struct load_client { const served *sv; int id, ok, refused, other; } load_client;
-
-static void *load_thread(void *arg) {
-    load_client *c = arg;
-    for (int i = 0; i < 20; i++) {
-        char body[160];
-        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time, %d met %d\",\"n_predict\":4}", c->id, i);
-        http_resp r;
-        http_do(c->sv, "POST", "/completion", body, NULL, 120, &r);
-        if (r.status == 200) c->ok++;
-        else if (r.status == 503) c->refused++;
-        else c->other++;
-        http_free(&r);
-    }
-    return NULL;
-}
-
 static void sixty_four_clients_are_all_answered_or_refused(void **state) {
     (void)state;
     need_fixtures();
@@ -807,19 +790,8 @@ static void sixty_four_clients_are_all_answered_or_refused(void **state) {
     const char *args[] = {"-m", STORIES, "--queue", "16", "-c", "512", NULL};
     if (served_start(&sv, g_dir, "load", args) != 0) fail_msg("the server did not start");
     enum { C = 64 };
-    load_client cl[C];
-    pthread_t t[C];
-    for (int i = 0; i < C; i++) {
-        cl[i] = (load_client){.sv = &sv, .id = i};
-        pthread_create(&t[i], NULL, load_thread, &cl[i]);
-    }
-    int ok = 0, refused = 0, other = 0;
-    for (int i = 0; i < C; i++) {
-        pthread_join(t[i], NULL);
-        ok += cl[i].ok;
-        refused += cl[i].refused;
-        other += cl[i].other;
-    }
+    served_load l = served_load_run(&sv, C, 20, 4);
+    int ok = l.ok, refused = l.refused, other = l.other;
     fprintf(stderr, "load: %d answered, %d refused (503), %d other\n", ok, refused, other);
     assert_int_equal(other, 0);               /* none hangs, none is lost */
     assert_int_equal(ok + refused, C * 20);

@@ -100,40 +100,14 @@ static json_t *post_json(const served *sv, const char *path, const char *body, l
 // ----------------------------------------------------------------------------
 // Load
 
-typedef struct load_client { const served *sv; int id, ok, refused, other; } load_client;
-
-static void *load_thread(void *arg) {
-    load_client *c = arg;
-    for (int i = 0; i < 20; i++) {
-        char body[160];
-        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time, %d met %d\",\"n_predict\":8}", c->id, i);
-        http_resp r;
-        http_do(c->sv, "POST", "/completion", body, NULL, 120, &r);
-        if (r.status == 200) c->ok++;
-        else if (r.status == 503) c->refused++;
-        else c->other++;
-        http_free(&r);
-    }
-    return NULL;
-}
-
 static void sixty_four_clients_of_four_slots_are_answered_in_shared_steps(void **state) {
     (void)state;
     need();
     served sv;
     start(&sv, "load4", (const char *const[]){"-m", STORIES, "--parallel", "4", "-c", "512", NULL});
     enum { N = 64 };
-    load_client cl[N];
-    pthread_t t[N];
-    for (int i = 0; i < N; i++) {
-        cl[i] = (load_client){.sv = &sv, .id = i};
-        pthread_create(&t[i], NULL, load_thread, &cl[i]);
-    }
-    int ok = 0, refused = 0, other = 0;
-    for (int i = 0; i < N; i++) {
-        pthread_join(t[i], NULL);
-        ok += cl[i].ok, refused += cl[i].refused, other += cl[i].other;
-    }
+    served_load l = served_load_run(&sv, N, 20, 8);
+    int ok = l.ok, refused = l.refused, other = l.other;
     int64_t steps = metric(&sv, "kvreplay_engine_steps_total"), spans = metric(&sv, "kvreplay_engine_step_spans_total");
     fprintf(stderr, "load, 4 slots: %d answered, %d refused (503), %d other; %lld spans in %lld steps\n", ok, refused,
             other, (long long)spans, (long long)steps);

@@ -201,13 +201,7 @@ int hx_output_check(const char *path, char *err, size_t errlen) {
         }
         return ENG_OK;
     }
-    const char *what = S_ISLNK(st.st_mode)    ? "a symbolic link"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISDIR(st.st_mode)  ? "a directory"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                       : NULL;
+    const char *what = eng_file_kind(st.st_mode);
     if (what) {
         eng_errf(err, errlen, "%s: is %s, not a regular file; refusing to replace it (%s)", path, what,
                  S_ISLNK(st.st_mode) ? "name the link's target instead" : "choose a regular file");

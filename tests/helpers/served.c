@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,4 +175,48 @@ long proc_rss_kib(pid_t pid) {
         if (!strncmp(line, "VmRSS:", 6)) kib = strtol(line + 6, NULL, 10);
     fclose(f);
     return kib;
+}
+
+typedef struct load_client { const served *sv; int id, n_requests, n_predict; bool started; served_load got; } load_client;
+
+static void *load_thread(void *arg) {
+    load_client *c = arg;
+    for (int i = 0; i < c->n_requests; i++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time, %d met %d\",\"n_predict\":%d}", c->id, i,
+                 c->n_predict);
+        http_resp r;
+        http_do(c->sv, "POST", "/completion", body, NULL, 120, &r);
+        if (r.status == 200) c->got.ok++;
+        else if (r.status == 503) c->got.refused++;
+        else c->got.other++;
+        http_free(&r);
+    }
+    return NULL;
+}
+
+served_load served_load_run(const served *sv, int n_clients, int n_requests, int n_predict) {
+    served_load all = {0};
+    load_client *cl = calloc((size_t)n_clients, sizeof *cl);
+    pthread_t *t = calloc((size_t)n_clients, sizeof *t);
+    if (!cl || !t) {
+        free(cl);
+        free(t);
+        all.other = n_clients * n_requests;
+        return all;
+    }
+    for (int i = 0; i < n_clients; i++) {
+        cl[i] = (load_client){.sv = sv, .id = i, .n_requests = n_requests, .n_predict = n_predict};
+        cl[i].started = pthread_create(&t[i], NULL, load_thread, &cl[i]) == 0;
+        if (!cl[i].started) cl[i].got.other = n_requests;
+    }
+    for (int i = 0; i < n_clients; i++) {
+        if (cl[i].started) pthread_join(t[i], NULL);
+        all.ok += cl[i].got.ok;
+        all.refused += cl[i].got.refused;
+        all.other += cl[i].got.other;
+    }
+    free(cl);
+    free(t);
+    return all;
 }

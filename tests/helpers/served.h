@@ -53,6 +53,12 @@ int  raw_connect(const served *sv);
 /* Reads what the server sends until it closes or timeout_s passes; returns the bytes (malloc'd). */
 char *raw_read_all(int fd, double timeout_s, size_t *n);
 
+/* n_clients concurrent clients, each sending n_requests llama-server /completion requests of
+ * n_predict tokens one after another (a short distinct prompt each); the answers counted by
+ * status: 200, 503 and anything else (a failure, a hang past 120 s). */
+typedef struct served_load { int ok, refused, other; } served_load;
+served_load served_load_run(const served *sv, int n_clients, int n_requests, int n_predict);
+
 /* The resident set of a process, KiB (-1 when unknown). */
 long proc_rss_kib(pid_t pid);
 
