@@ -518,17 +518,19 @@ static void fused_epilogue(const fused_args *a, int32_t r0, int32_t r1, int32_t 
     const bool bf16 = a->ctx->bf16;
     for (int32_t r = r0; r < r1; r++) {
         float *y = a->Y + (int64_t)r * a->ldy;
-        if (fu->rope_cols > 0) {
+        if (fu->rope_cols > 0) {  /* per head in [c0, ce): its rotated pairs i < half */
             const int32_t E = fu->rope_E, half = fu->rope_n_rot / 2, ce = c1 < fu->rope_cols ? c1 : fu->rope_cols;
             const float *cs = fu->rope_cs + (int64_t)r * half, *sn = fu->rope_sn + (int64_t)r * half;
-            for (int32_t c = c0; c < ce; c += 2) {
-                const int32_t i = (c % E) / 2;
-                if (i >= half) continue;
-                const float x0 = y[c], x1 = y[c + 1];
-                const float y0 = x0 * cs[i] - x1 * sn[i];
-                const float y1 = x0 * sn[i] + x1 * cs[i];
-                y[c] = bf16 ? eng_bf16_round(y0) : y0;
-                y[c + 1] = bf16 ? eng_bf16_round(y1) : y1;
+            for (int32_t hs = c0 / E * E; hs < ce; hs += E) {
+                const int32_t i0 = c0 > hs ? (c0 - hs) / 2 : 0, i1 = (ce - hs) / 2 < half ? (ce - hs) / 2 : half;
+                float *yh = y + hs;
+                #pragma omp simd
+                for (int32_t i = i0; i < i1; i++) {
+                    const float x0 = yh[2 * i], x1 = yh[2 * i + 1];
+                    yh[2 * i] = x0 * cs[i] - x1 * sn[i];
+                    yh[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                }
+                if (bf16 && i1 > i0) round_vec(yh + 2 * i0, 2 * (i1 - i0));
             }
         }
         if (fu->res) {
@@ -547,8 +549,7 @@ static void fused_epilogue(const fused_args *a, int32_t r0, int32_t r1, int32_t 
             const int32_t ce = c1 < fu->glu_cols ? c1 : fu->glu_cols;
             const float *u = y + fu->glu_off;
             float *h = fu->H + (int64_t)r * fu->ldh;
-            #pragma omp simd
-            for (int32_t c = c0; c < ce; c++) h[c] = (y[c] / (1.0f + eng_expf(-y[c]))) * u[c];
+            eng_k_silu_mul_path(a->ctx->path, y + c0, u + c0, h + c0, ce - c0);
             if (bf16) round_vec(h + c0, ce - c0);
         }
     }

@@ -66,6 +66,8 @@ void eng_k_softmax_path(eng_kpath path, float *s, int32_t n, float scale, bool b
 /* y[i] = eng_expf(x[i]) through path's vector exponential (the one the
  * softmax steps use; the tests check its bits over every float). */
 void eng_k_exp_path(eng_kpath path, const float *x, float *y, int64_t n);
+/* h = (g / (1 + exp(-g))) * u (the SwiGLU), the same bits on every path. */
+void eng_k_silu_mul_path(eng_kpath path, const float *g, const float *u, float *h, int64_t n);
 /* One key block of a row's online softmax, on a path (the ref attention's
  * steps, kernels_ref_softmax.c; blas's blocked attention uses them too): s[0, n)
  * scaled, rounded and exponentiated against the running max *mx, *l the

@@ -94,16 +94,54 @@ typedef struct attn_args {
     float       *O, *ws;
 } attn_args;
 
-/* Packs key panel q of KV head g: Kp[q][e][c] = K[32q + c][g*E + e] (0 past P). */
+/* Packs key panel q of KV head g: Kp[q][e][c] = K[32q + c][g*E + e] (0 past P).
+ * avx512: head dims [0, E16) as 16 x 16 transposes of 16 keys by 16 dims
+ * (keys past n loaded as zeros), the rest gathered, 16 keys a vector. A
+ * copy: the bits are the keys'. */
 #if REF_X86
+__attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);  /* per 128-bit lane: a0 b0 a1 b1 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  /* a2 b2 a3 b3 */
+    }
+    for (int i = 0; i < 16; i += 4) {  /* u[i + j]: column j of each lane, rows i..i+3 */
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int j = 0; j < 4; j++) {  /* lanes of the four row groups: column j + 4L in lane L */
+        const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), w0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(v0, v1, 0xdd);
+        r[j + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(w0, w1, 0xdd);
+    }
+}
+
 __attribute__((target("avx512f"))) static void pack_keys512(const float *k0, int64_t ldkv, int32_t n, int32_t E,
-                                                              float *dst) {
+                                                              int32_t n_next, float *dst) {
+    const int32_t E16 = E / 16 * 16;
+    for (int32_t c0 = 0; c0 < PW; c0 += 16)
+        for (int32_t e0 = 0; e0 < E16; e0 += 16) {
+            for (int32_t k = c0; k < c0 + 16 && k < n_next; k++)  /* the next panel's rows */
+                _mm_prefetch((const char *)(k0 + (int64_t)(PW + k) * ldkv + e0), _MM_HINT_T0);
+            __m512 r[16];
+            for (int k = 0; k < 16; k++)
+                r[k] = c0 + k < n ? _mm512_loadu_ps(k0 + (int64_t)(c0 + k) * ldkv + e0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int e = 0; e < 16; e++) _mm512_storeu_ps(dst + (int64_t)(e0 + e) * PW + c0, r[e]);
+        }
+    if (E16 == E) return;
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int32_t)ldkv));
     const __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
     const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
     const float *k1 = k0 + 16 * ldkv;
-    for (int32_t e = 0; e < E; e++) {
+    for (int32_t e = E16; e < E; e++) {
         _mm512_storeu_ps(dst + e * PW, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, k0 + e, 4));
         _mm512_storeu_ps(dst + e * PW + 16,
                          m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, k1 + e, 4) : _mm512_setzero_ps());
@@ -149,7 +187,8 @@ static void pack_keys(const attn_args *a, int32_t g, int32_t q, float *Kp) {
     const float *k0 = a->K + (int64_t)q * PW * a->ldkv + (int64_t)g * E;
 #if REF_X86
     if (a->path == ENG_KPATH_AVX512 && (int64_t)a->ldkv * PW < INT32_MAX) {
-        pack_keys512(k0, a->ldkv, n, E, dst);
+        const int32_t left = a->P - (q + 1) * PW;
+        pack_keys512(k0, a->ldkv, n, E, left < 0 ? 0 : left < PW ? left : PW, dst);
         return;
     }
 #endif
@@ -166,17 +205,24 @@ static void pack_keys(const attn_args *a, int32_t g, int32_t q, float *Kp) {
 }
 
 /* Packs the values of keys [j0, j0 + n) of KV head g into panels of ldp
- * rows: Vp[qe][j - j0][c] = V[j][g*E + 32qe + c] (0 past E). */
+ * rows: Vp[qe][j - j0][c] = V[j][g*E + 32qe + c] (0 past E). Rows 16
+ * ahead are prefetched (the rows are a whole KV row apart). */
+#define PACK_AHEAD 16
 static void pack_values(const attn_args *a, int32_t g, int32_t j0, int32_t n_keys, float *Vp, int32_t ldp) {
     const int32_t E = a->E, E32 = round32(E);
-    for (int32_t qe = 0; qe < E32 / PW; qe++)
-        for (int32_t j = j0; j < j0 + n_keys; j++) {
+    for (int32_t j = j0; j < j0 + n_keys; j++) {
+        const float *v = a->V + (int64_t)j * a->ldkv + (int64_t)g * E;
+#if REF_X86
+        if (j + PACK_AHEAD < j0 + n_keys)
+            for (int32_t e = 0; e < E; e += 16) _mm_prefetch((const char *)(v + PACK_AHEAD * a->ldkv + e), _MM_HINT_T0);
+#endif
+        for (int32_t qe = 0; qe < E32 / PW; qe++) {
             float *dst = Vp + ((int64_t)qe * ldp + (j - j0)) * PW;
-            const float *v = a->V + (int64_t)j * a->ldkv + (int64_t)g * E + qe * PW;
             const int32_t n = E - qe * PW < PW ? E - qe * PW : PW;
-            memcpy(dst, v, sizeof(float) * (size_t)n);
+            memcpy(dst, v + qe * PW, sizeof(float) * (size_t)n);
             for (int32_t c = n; c < PW; c++) dst[c] = 0.0f;
         }
+    }
 }
 
 /* Keys attended by row r of a KV head's stack (query head r / T, token r % T):

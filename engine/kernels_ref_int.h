@@ -54,8 +54,8 @@ static inline void row_block(int32_t M, int32_t nb, int32_t ib, int32_t *r0, int
 /* One register block: Y[MR, W] (+)= X[MR, K] . B[K, W] (W a multiple of 16
  * no wider than tile_w, starting on a panel boundary unless W == 16) whose
  * B columns are all readable; acc_in: the chains continue from Y instead
- * of +0. While it runs, the K lines pf + k*pf_step are prefetched into L2
- * (pf_step 0: nothing new). xt: X transposed (row r, k at x[r + k*ldx]),
+ * of +0. While it runs, the K lines pf + k*pf_step are prefetched (L1 on
+ * avx512, L2 on avx2; pf_step 0: nothing new). xt: X transposed (row r, k at x[r + k*ldx]),
  * not on the avx512 path. */
 void eng_kr_ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, int xt,
                     const float *b, int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf,

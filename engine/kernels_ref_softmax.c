@@ -391,6 +391,31 @@ void eng_k_exp_path(eng_kpath path, const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = eng_expf(x[i]);
 }
 
+/* h = (g / (1 + exp(-g))) * u, the SwiGLU of eng_kfuse (kernels.h): the
+ * same operations on every path, eng_expf's bits for the exponential. */
+#if REF_X86
+__attribute__((target("avx512f"))) static int64_t silu_mul512(const float *g, const float *u, float *h, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512i sign = _mm512_set1_epi32((int32_t)0x80000000u);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 e = exp512(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), sign)));
+        _mm512_storeu_ps(h + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+    }
+    return i;
+}
+#endif
+
+void eng_k_silu_mul_path(eng_kpath path, const float *g, const float *u, float *h, int64_t n) {
+    int64_t i = 0;
+#if REF_X86
+    if (path == ENG_KPATH_AVX512) i = silu_mul512(g, u, h, n);
+#endif
+    #pragma omp simd
+    for (int64_t j = i; j < n; j++) h[j] = (g[j] / (1.0f + eng_expf(-g[j]))) * u[j];
+}
+
 // ----------------------------------------------------------------------------
 // The steps of the attention's online softmax over one key block of a row
 // (attn_super), the same bits on every path:
@@ -510,11 +535,73 @@ __attribute__((target("avx2,fma"))) static void sm_norm256(const float *s, float
         if (bf16) d[j] = eng_bf16_round(d[j]);
     }
 }
+/* The same two steps 16 lanes a vector (avx512): the maximum keeps the two
+ * 8-lane halves of sm_scale_max256 (lanes j % 16 < 8 and >= 8), and the sum
+ * adds each vector's low then high 8 lanes to the 8 lane sums, in the
+ * order of sm_exp_sum256; exp512 has exp256's bits. */
+__attribute__((target("avx512f"))) static void sm_scale_max512(float *s, int32_t n, float scale, bool bf16,
+                                                                float *mx) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    __m512 m = _mm512_set1_ps(*mx);
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + j), vs);
+        if (bf16) v = bf16_512(v);
+        _mm512_storeu_ps(s + j, v);
+        m = _mm512_max_ps(v, m);
+    }
+    if (j + 8 <= n) {  /* the low half only */
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(0x00ff, s + j), vs);
+        if (bf16) v = bf16_512(v);
+        _mm512_mask_storeu_ps(s + j, 0x00ff, v);
+        m = _mm512_mask_max_ps(m, 0x00ff, v, m);
+        j += 8;
+    }
+    float mm[16];
+    _mm512_storeu_ps(mm, m);
+    float x = *mx;
+    for (int c = 0; c < 16; c++) x = mm[c] > x ? mm[c] : x;
+    for (; j < n; j++) {
+        s[j] = s[j] * scale;
+        if (bf16) s[j] = eng_bf16_round(s[j]);
+        x = s[j] > x ? s[j] : x;
+    }
+    *mx = x;
+}
+
+__attribute__((target("avx512f"))) static float sm_exp_sum512(float *s, int32_t n, float mx, bool bf16) {
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512 a8 = _mm512_setzero_ps();  /* the 8 lane sums in the low half */
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        if (bf16) e = bf16_512(e);
+        _mm512_storeu_ps(s + j, e);
+        a8 = _mm512_add_ps(a8, e);  /* low lanes: j..j+7 added (high lanes unused) */
+        a8 = _mm512_add_ps(a8, _mm512_shuffle_f32x4(e, e, 0xee));  /* then j+8..j+15 */
+    }
+    if (j + 8 <= n) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(0x00ff, s + j), vm));
+        if (bf16) e = bf16_512(e);
+        _mm512_mask_storeu_ps(s + j, 0x00ff, e);
+        a8 = _mm512_add_ps(a8, e);
+        j += 8;
+    }
+    float a[16];
+    _mm512_storeu_ps(a, a8);
+    for (; j < n; j++) {
+        s[j] = eng_expf(s[j] - mx);
+        if (bf16) s[j] = eng_bf16_round(s[j]);
+        a[j & 7] += s[j];
+    }
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
 #endif
 
 static void sm_scale_max(eng_kpath path, float *s, int32_t n, float scale, bool bf16, float *mx) {
     if (n <= 0) return;
 #if REF_X86
+    if (path == ENG_KPATH_AVX512) { sm_scale_max512(s, n, scale, bf16, mx); return; }
     if (path != ENG_KPATH_SCALAR) { sm_scale_max256(s, n, scale, bf16, mx); return; }
 #endif
     sm_scale_max_c(s, n, scale, bf16, mx);
@@ -522,6 +609,7 @@ static void sm_scale_max(eng_kpath path, float *s, int32_t n, float scale, bool 
 
 static float sm_exp_sum(eng_kpath path, float *s, int32_t n, float mx, bool bf16) {
 #if REF_X86
+    if (path == ENG_KPATH_AVX512) return sm_exp_sum512(s, n, mx, bf16);
     if (path != ENG_KPATH_SCALAR) return sm_exp_sum256(s, n, mx, bf16);
 #endif
     return sm_exp_sum_c(s, n, mx, bf16);

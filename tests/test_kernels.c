@@ -90,6 +90,7 @@ static void ref_products_equal_the_fma_chain_on_every_path_layout_and_thread_cou
     (void)state;
     static const int32_t shapes[][3] = {  /* M, N, K */
         {1, 45, 777}, {5, 64, 64}, {13, 100, 33}, {64, 96, 257}, {37, 300, 128}, {2, 33, 1}, {130, 17, 40},
+        {64, 300, 2100}, {33, 200, 3001},  /* K in k-blocks (kernels_ref_gemm.c) */
     };
     eng_kpath ps[3];
     const int np = paths(ps);
@@ -340,6 +341,41 @@ static void every_float_has_the_same_exp_on_every_path(void **state) {
     }
     print_message("%lld exponentials on %d vector path(s) equal to eng_expf's\n", (long long)checked, np - 1);
     free(x); free(want); free(got);
+}
+
+/* The SwiGLU of the fused epilogue, h = (g / (1 + exp(-g))) * u, on every
+ * path against the scalar formula: 2^24 bit patterns spread over every
+ * exponent (both signs), the specials, and finite u of every sign and size. */
+static void silu_mul_is_the_same_on_every_path(void **state) {
+    (void)state;
+    eng_kpath ps[3];
+    const int np = paths(ps);
+    const int64_t n = ((int64_t)1 << 24) + 16;
+    float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+    float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+    static const uint32_t specials[16] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                          0xffc00001u, 0x00000001u, 0x807fffffu, 0x42b00000u, 0xc2ae0000u,
+                                          0x42b17218u, 0xc2aeac50u, 0x3f800000u, 0xbf800000u, 0x7f7fffffu,
+                                          0xff7fffffu};
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t gb = i < 16 ? specials[i] : (uint32_t)(i - 16) * 257u;
+        uint32_t ub = (uint32_t)(i * 2654435761u);
+        if ((ub & 0x7f800000u) == 0x7f800000u) ub ^= 0x40000000u;  /* u finite: a NaN in both factors has no one product */
+        memcpy(&g[i], &gb, sizeof gb);
+        memcpy(&u[i], &ub, sizeof ub);
+        want[i] = (g[i] / (1.0f + eng_expf(-g[i]))) * u[i];
+    }
+    for (int pi = 0; pi < np; pi++)
+        for (int64_t off = 0; off < 3; off++) {  /* vector tails of every length */
+            eng_k_silu_mul_path(ps[pi], g + off, u + off, got + off, n - 2 * off);
+            if (memcmp(got + off, want + off, sizeof(float) * (size_t)(n - 2 * off))) {
+                int64_t i = off;
+                while (!memcmp(got + i, want + i, sizeof(float))) i++;
+                fail_msg("silu(g) * u on path %s differs at g = %a, u = %a: %a against %a", eng_kpath_name(ps[pi]),
+                         (double)g[i], (double)u[i], (double)got[i], (double)want[i]);
+            }
+        }
+    free(g); free(u); free(want); free(got);
 }
 
 static void softmax_paths_give_the_bits_of_the_shared_softmax(void **state) {
@@ -813,6 +849,7 @@ int main(void) {
         cmocka_unit_test(blas_products_are_sgemv_for_one_row_and_sgemm_for_more),
         cmocka_unit_test(blas_weights_are_whole_rows_with_more_than_one_thread),
         cmocka_unit_test(every_float_has_the_same_exp_on_every_path),
+        cmocka_unit_test(silu_mul_is_the_same_on_every_path),
         cmocka_unit_test(softmax_paths_give_the_bits_of_the_shared_softmax),
         cmocka_unit_test(ref_attention_equals_its_chains_on_every_path_and_chunking),
         cmocka_unit_test(ref_attention_over_long_contexts_is_identical_at_shifted_chunk_offsets),
