@@ -1,6 +1,7 @@
 /*
- * engine/kernels_ref_softmax.c: the softmax of a row and the online-softmax
- * step of the attention (contract: kernels_ref.h), portable and on the AVX2
+ * engine/kernels_ref_softmax.c: the softmax of a row, the online-softmax
+ * step of the attention, the vector exponential and the SwiGLU that uses it
+ * (contract: kernels_ref.h), portable and on the AVX2
  * and AVX-512 paths with the same bits (tested): every vector form takes
  * eng_k_softmax_row's operations element for element, its partial maxima
  * and sums in the same 8 lanes (lane j % 8, ascending j), and the engine's
