@@ -424,12 +424,12 @@ typedef struct fused_args {
     const eng_kctx  *ctx;
     const eng_kmat  *W;
     const eng_kfuse *fu;
-    int32_t          M, K, ldx, ldy, ncols, unit, n_units, n_rg;
+    int32_t          M, K, ldx, ldy, ncols, unit, n_units;
     const float     *X;
     float           *Y;
     uint8_t          normed[ENG_MAX_THREADS];  /* thread ith has its normed rows */
     float           *xp[ENG_MAX_THREADS];      /* ref: thread ith's packed rows (freed after the region) */
-    int32_t          xp_rg[ENG_MAX_THREADS];   /* ... of row group xp_rg - 1 (0: none) */
+    bool             xp_done[ENG_MAX_THREADS]; /* ... packed (or tried) */
 } fused_args;
 
 /* The rows the product reads: X, or thread ith's normed copy of X. */
@@ -476,19 +476,16 @@ static void blas_product(const eng_kmat *W, const float *X, int32_t ldx, int32_t
                 ldx, b, W->ld, 0.0f, y, ldy);
 }
 
-/* ref: rows [r0, r1) of X (row group rg) packed for thread ith's blocks,
- * once per thread and row group (every thread reads every row of its
- * groups); NULL when the path reads them in place or memory is short (the
- * same bits either way). */
-static const float *fused_packed(fused_args *a, int32_t ith, int32_t rg, const float *X, int32_t ldx, int32_t r0,
-                                 int32_t r1) {
-    const int64_t n = eng_k_ref_pack_floats(a->ctx, r1 - r0, a->K);
+/* ref: the M rows of X packed for thread ith's blocks, once per thread
+ * (every thread reads every row); NULL when the path reads them in place
+ * or memory is short (the same bits either way). */
+static const float *fused_packed(fused_args *a, int32_t ith, const float *X, int32_t ldx) {
+    const int64_t n = eng_k_ref_pack_floats(a->ctx, a->M, a->K);
     if (n == 0) return NULL;
-    if (a->xp_rg[ith] != rg + 1) {
-        free(a->xp[ith]);  /* another row group's rows, or none */
+    if (!a->xp_done[ith]) {
+        a->xp_done[ith] = true;
         a->xp[ith] = malloc(sizeof(float) * (size_t)n);
-        a->xp_rg[ith] = a->xp[ith] ? rg + 1 : 0;
-        if (a->xp[ith]) eng_k_ref_pack(a->ctx, r1 - r0, a->K, X + (int64_t)r0 * ldx, ldx, a->xp[ith]);
+        if (a->xp[ith]) eng_k_ref_pack(a->ctx, a->M, a->K, X, ldx, a->xp[ith]);
     }
     return a->xp[ith];
 }
@@ -555,26 +552,18 @@ static void fused_epilogue(const fused_args *a, int32_t r0, int32_t r1, int32_t 
     }
 }
 
-/* Items [it0, it1) on thread ith: item = row group * n_units + unit. */
-static void fused_items(void *v, int32_t ith, int32_t it0, int32_t it1) {
+/* Units [u0, u1) of columns on thread ith, all the rows. */
+static void fused_items(void *v, int32_t ith, int32_t u0, int32_t u1) {
     fused_args *a = v;
     const eng_kfuse *fu = a->fu;
     int32_t ldx;
     const float *X = fused_x(a, ith, &ldx);
-    for (int32_t it = it0; it < it1;) {
-        const int32_t rg = it / a->n_units, u0 = it % a->n_units;
-        int32_t u1 = u0 + (it1 - it);
-        if (u1 > a->n_units) u1 = a->n_units;
-        int32_t r0 = 0, r1 = a->M;
-        if (a->n_rg > 1) eng_k_ref_row_group(a->M, a->n_rg, rg, &r0, &r1);
-        const int32_t c0 = u0 * a->unit, c1 = u1 * a->unit < a->ncols ? u1 * a->unit : a->ncols;
-        const float *xp = a->ctx->kernel == ENG_KERNEL_REF ? fused_packed(a, ith, rg, X, ldx, r0, r1) : NULL;
-        fused_block(a, X, ldx, xp, r0, r1, c0, c1);
-        if (fu->glu_cols > 0)  /* the up columns of the same units */
-            fused_block(a, X, ldx, xp, r0, r1, c0 + fu->glu_off, c1 + fu->glu_off);
-        fused_epilogue(a, r0, r1, c0, c1);
-        it += u1 - u0;
-    }
+    const int32_t c0 = u0 * a->unit, c1 = u1 * a->unit < a->ncols ? u1 * a->unit : a->ncols;
+    const float *xp = a->ctx->kernel == ENG_KERNEL_REF ? fused_packed(a, ith, X, ldx) : NULL;
+    fused_block(a, X, ldx, xp, 0, a->M, c0, c1);
+    if (fu->glu_cols > 0)  /* the up columns of the same units */
+        fused_block(a, X, ldx, xp, 0, a->M, c0 + fu->glu_off, c1 + fu->glu_off);
+    fused_epilogue(a, 0, a->M, c0, c1);
 }
 
 /* Rounding and the epilogue over whole rows [r0, r1) (the blas product
@@ -618,7 +607,6 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
         ENG_ASSERT(W->kn && (!glu_pairs || fu->glu_off % ENG_REF_PANEL == 0));
         a.unit = ENG_REF_PANEL;
         a.n_units = (a.ncols + ENG_REF_PANEL - 1) / ENG_REF_PANEL;
-        a.n_rg = eng_k_ref_row_groups(ctx, M, a.n_units);
     } else {
         /* blas: units of at least 64 columns (a multiple of 16), up to 4 per
          * thread; one per thread for a single row (sgemv streams the weights,
@@ -629,9 +617,8 @@ void eng_k_matmul_fused(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const
         if (nb > a.ncols / 64) nb = a.ncols / 64 > 1 ? a.ncols / 64 : 1;
         a.unit = ((a.ncols + nb - 1) / nb + 15) / 16 * 16;
         a.n_units = (a.ncols + a.unit - 1) / a.unit;
-        a.n_rg = 1;
     }
-    const int64_t cost = (int64_t)(M / a.n_rg + 1) * a.unit * K * (glu_pairs ? 2 : 1);
-    eng_k_parallel_ith(ctx, a.n_rg * a.n_units, cost, fused_items, &a);
+    const int64_t cost = (int64_t)(M + 1) * a.unit * K * (glu_pairs ? 2 : 1);
+    eng_k_parallel_ith(ctx, a.n_units, cost, fused_items, &a);
     for (int32_t i = 0; i < nth; i++) free(a.xp[i]);
 }

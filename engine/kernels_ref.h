@@ -15,11 +15,6 @@
 eng_kpath   eng_kpath_best(void);
 const char *eng_kpath_name(eng_kpath p);  /* "scalar", "avx2", "avx512" */
 
-/* The ref product's work split (the products of kernels.h use it): columns in panels of ENG_REF_PANEL, and rows
- * in n_rg balanced groups when panels are few for the threads; row group rg
- * is [r0, r1). */
-int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan);
-void    eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1);
 /* Y[r, c] for rows [r0, r1) and columns [c0, c1) of X . W^T (c0 on a panel
  * boundary), on the calling thread, not rounded. xp: NULL, or the rows
  * [r0, r1) of X packed by eng_k_ref_pack (M = r1 - r0): same bits, read

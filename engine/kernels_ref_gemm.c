@@ -310,25 +310,6 @@ static ref_b weights_b(const eng_kmat *W) {
     return (ref_b){.b = W->data, .ps = PW, .ldb = W->ld, .nread = W->ld};
 }
 
-int32_t eng_k_ref_row_groups(const eng_kctx *ctx, int32_t M, int32_t n_pan) {
-    /* Rows are split too when there are fewer than 32 panels per thread, so
-     * that a thread's last claim is a small share of the product: at C = 64
-     * on 2 threads the products of 32 panels (attention output, FFN down)
-     * then run as 2 x 32 items, 4% faster than as 32 (docs/engine.md,
-     * "Threads"). Rows are computed each on its own: the split changes no
-     * bit. */
-    const int32_t nth = ctx->n_threads, mr = mr_max(ctx->path);
-    int32_t n_rg = 1;
-    if (nth > 1 && n_pan < 32 * nth) {
-        n_rg = (32 * nth + n_pan - 1) / n_pan;
-        const int32_t max_rg = (M + mr - 1) / mr;
-        if (n_rg > max_rg) n_rg = max_rg;
-    }
-    return n_rg;
-}
-
-void eng_k_ref_row_group(int32_t M, int32_t n_rg, int32_t rg, int32_t *r0, int32_t *r1) { row_block(M, n_rg, rg, r0, r1); }
-
 /* Whether the ref product packs M rows (rows per block of the region: 4
  * to 6 on avx2). */
 static bool packs(const eng_kctx *ctx, int32_t M) {

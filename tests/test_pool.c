@@ -10,6 +10,8 @@
  *     threads at once (per-thread scratch);
  *   - small jobs (n_rows * row_cost under ENG_POOL_MIN_WORK) and jobs
  *     without a pool run on the caller as one range;
+ *   - a thread held up in its home segment does not hold the job: the others
+ *     take the rest of that segment;
  *   - the checker itself catches a planted fault: a row counted twice.
  */
 #include <setjmp.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pool.h"
 
@@ -120,6 +123,51 @@ static void small_jobs_and_no_pool_run_on_the_caller_as_one_range(void **state) 
 }
 
 /* The checker catches a row run twice and a row never run. */
+/* Thread 1 sleeps 30 ms in its first sub-range of each job: the caller, done
+ * with its own segment [0, n/2), must take the rest of thread 1's. */
+typedef struct slow_job {
+    job         j;
+    atomic_int  ran_by[1000];  /* ith + 1 of the thread that ran the row */
+    atomic_int  slept;
+} slow_job;
+
+static void slow_fn(void *v, int32_t ith, int32_t r0, int32_t r1) {
+    slow_job *s = v;
+    if (ith == 1 && atomic_exchange(&s->slept, 1) == 0) {
+        struct timespec t = {0, 30 * 1000000L};
+        nanosleep(&t, NULL);
+    }
+    for (int32_t r = r0; r < r1; r++) {
+        atomic_fetch_add(&s->j.count[r], 1);
+        atomic_store(&s->ran_by[r], ith + 1);
+    }
+}
+
+static void a_held_up_thread_leaves_its_segment_to_the_others(void **state) {
+    (void)state;
+    setenv("KVREPLAY_POOL_SPIN_US", "100000", 1);  /* the worker is awake: it claims its segment's first part */
+    eng_pool *p = eng_pool_new(2);
+    assert_non_null(p);
+    slow_job *s = calloc(1, sizeof *s);
+    const int32_t n = 1000;
+    int stolen = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        memset(s, 0, sizeof *s);
+        s->j.caller = pthread_self();
+        eng_pool_ith(p, n, 0, slow_fn, s);
+        const int32_t bad = first_bad_row(&s->j, n);
+        if (bad >= 0) fail_msg("job %d: row %d ran %d times", rep, bad, atomic_load(&s->j.count[bad]));
+        int caller_in_seg1 = 0;
+        for (int32_t r = n / 2; r < n; r++) caller_in_seg1 += atomic_load(&s->ran_by[r]) == 1;
+        stolen += caller_in_seg1 > 0;
+    }
+    print_message("the caller took rows of the held-up thread's segment in %d of 5 jobs\n", stolen);
+    assert_int_equal(stolen, 5);
+    free(s);
+    eng_pool_free(p);
+    unsetenv("KVREPLAY_POOL_SPIN_US");
+}
+
 static void the_row_check_catches_a_planted_fault(void **state) {
     (void)state;
     job *j = malloc(sizeof *j);
@@ -140,6 +188,7 @@ int main(void) {
         cmocka_unit_test(every_row_runs_once_never_spinning),
         cmocka_unit_test(every_row_runs_once_always_spinning),
         cmocka_unit_test(small_jobs_and_no_pool_run_on_the_caller_as_one_range),
+        cmocka_unit_test(a_held_up_thread_leaves_its_segment_to_the_others),
         cmocka_unit_test(the_row_check_catches_a_planted_fault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
