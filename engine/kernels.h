@@ -69,7 +69,7 @@ void eng_kmat_free(eng_kmat *m);  /* accepts a zeroed or freed struct */
 /* Y[M, N] = X[M, K] . W^T, rounded when bf16. X rows have stride ldx, Y rows
  * stride ldy (>= N). M >= 1. blas: one sgemm (column units on the pool:
  * eng_k_matmul_fused); ref: blocks of eng_k_matmul_ref_block over the pool
- * by column panels (and row groups), each thread reading its rows packed
+ * by column panels, each thread reading its rows packed
  * once per product (eng_k_ref_pack) where the path packs: same bits.
  * eng_k_matmul_fused without ops. */
 void eng_k_matmul(const eng_kctx *ctx, const eng_kmat *W, int32_t M, const float *X, int32_t ldx,

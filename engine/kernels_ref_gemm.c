@@ -160,10 +160,10 @@ static void ukr_scalar(int32_t MR, int32_t W, int32_t K, const float *x, int64_t
 /* One block of MR rows x W columns (W a multiple of 16 no wider than
  * tile_w, starting on a panel boundary unless W == 16) whose B columns are
  * all readable. While it runs, the K lines pf + k*pf_step are prefetched
- * (the next weights; pf_step 0: nothing new): into L1 on avx512, where
- * that measured 1-2% faster than into L2 streaming from memory, into L2
- * on avx2). xt: X transposed
- * (row r, k at x[r + k*ldx]), in MR x 16 blocks, not on the avx512 path. */
+ * (the next weights; pf_step 0: nothing new), into L1 on avx512 (1-2%
+ * faster than L2 when the weights stream from memory) and into L2 on avx2.
+ * xt: X transposed (row r, k at x[r + k*ldx]), in MR x 16 blocks, not on
+ * the avx512 path. */
 void eng_kr_ukr_run(eng_kpath p, int32_t MR, int32_t W, int32_t K, const float *x, int64_t ldx, int xt,
                     const float *b, int64_t ps, int64_t ldb, float *y, int64_t ldy, int acc_in, const char *pf,
                     int64_t pf_step) {
@@ -300,7 +300,7 @@ void eng_kr_gemm_region(eng_kpath p, int32_t i0, int32_t i1, int32_t c0, int32_t
 }
 
 // ----------------------------------------------------------------------------
-// Products with packed weights, split over panels (and rows when panels are few)
+// Products with packed weights, split over panels
 
 /* B operand of W: panels, or W^T [K, ld] read in place (panel q at column
  * 32q, rows a whole ld apart). */

@@ -453,6 +453,17 @@ static float sm_exp_sum_c(float *s, int32_t n, float mx, bool bf16) {
     return ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
 }
 
+/* The scalar end of the vector exp-sums: e = round(exp(s - mx)) for j in
+ * [j, n), each added to lane j % 8 of a, then the 8 lanes pairwise. */
+static float sm_exp_tail(float *s, int32_t j, int32_t n, float mx, bool bf16, float *a) {
+    for (; j < n; j++) {
+        s[j] = eng_expf(s[j] - mx);
+        if (bf16) s[j] = eng_bf16_round(s[j]);
+        a[j & 7] += s[j];
+    }
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 static void sm_norm_c(const float *s, float *d, int32_t n, float inv, bool bf16) {
     #pragma omp simd
     for (int32_t j = 0; j < n; j++) d[j] = s[j] * inv;
@@ -484,11 +495,7 @@ __attribute__((target("avx2,fma"))) static void sm_scale_max256(float *s, int32_
     _mm256_storeu_ps(m + 8, m1);
     float x = *mx;
     for (int c = 0; c < 16; c++) x = m[c] > x ? m[c] : x;
-    for (; j < n; j++) {
-        s[j] = s[j] * scale;
-        if (bf16) s[j] = eng_bf16_round(s[j]);
-        x = s[j] > x ? s[j] : x;
-    }
+    sm_scale_max_c(s + j, n - j, scale, bf16, &x);
     *mx = x;
 }
 
@@ -515,12 +522,7 @@ __attribute__((target("avx2,fma"))) static float sm_exp_sum256(float *s, int32_t
     }
     float a[8];
     _mm256_storeu_ps(a, a8);
-    for (; j < n; j++) {
-        s[j] = eng_expf(s[j] - mx);
-        if (bf16) s[j] = eng_bf16_round(s[j]);
-        a[j & 7] += s[j];
-    }
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    return sm_exp_tail(s, j, n, mx, bf16, a);
 }
 
 __attribute__((target("avx2,fma"))) static void sm_norm256(const float *s, float *d, int32_t n, float inv, bool bf16) {
@@ -562,11 +564,7 @@ __attribute__((target("avx512f"))) static void sm_scale_max512(float *s, int32_t
     _mm512_storeu_ps(mm, m);
     float x = *mx;
     for (int c = 0; c < 16; c++) x = mm[c] > x ? mm[c] : x;
-    for (; j < n; j++) {
-        s[j] = s[j] * scale;
-        if (bf16) s[j] = eng_bf16_round(s[j]);
-        x = s[j] > x ? s[j] : x;
-    }
+    sm_scale_max_c(s + j, n - j, scale, bf16, &x);
     *mx = x;
 }
 
@@ -590,12 +588,7 @@ __attribute__((target("avx512f"))) static float sm_exp_sum512(float *s, int32_t 
     }
     float a[16];
     _mm512_storeu_ps(a, a8);
-    for (; j < n; j++) {
-        s[j] = eng_expf(s[j] - mx);
-        if (bf16) s[j] = eng_bf16_round(s[j]);
-        a[j & 7] += s[j];
-    }
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    return sm_exp_tail(s, j, n, mx, bf16, a);
 }
 #endif
 
